@@ -1,0 +1,180 @@
+"""Elementwise add with torch's broadcasting and type promotion.
+
+out[i] = round_to(result_dtype, float32(x[i]) + float32(y[i])), then cast to out's dtype.
+That is torch's own recipe for half types (compute in float32, round once), so the
+result matches `x + y` bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._checks import FLOAT_DTYPES, check_same_device, check_tensor
+from .._launch import Launch
+from .._layout import collapse_dims, pad_front
+
+# The general (strided/broadcast) path indexes through up to this many collapsed dims;
+# inputs whose layout will not collapse that far are first copied to contiguous memory.
+MAX_DIMS = 4
+
+
+@triton.jit
+def _add_kernel(
+    # pointers
+    x_ptr, y_ptr, out_ptr,
+    # shape: total elements, then the sizes of collapsed dims 1..3 (dim 0 is implied)
+    n_elements, size1, size2, size3,
+    # strides in elements, 0 along broadcast dims (unused when CONTIGUOUS)
+    xs0, xs1, xs2, xs3,
+    ys0, ys1, ys2, ys3,
+    os0, os1, os2, os3,
+    # meta
+    RESULT_DTYPE: tl.constexpr,
+    BLOCK: tl.constexpr,
+    CONTIGUOUS: tl.constexpr,
+):
+    # 64-bit offsets: a tensor may hold more than 2**31 elements.
+    start = tl.program_id(0).to(tl.int64) * BLOCK
+    offs = start + tl.arange(0, BLOCK)
+    if CONTIGUOUS:
+        # Full blocks skip the mask: a mask built from an n that is not a multiple of 16
+        # would stop Triton from emitting 16-byte vector loads for every block.
+        if start + BLOCK <= n_elements:
+            x = tl.load(x_ptr + offs)
+            y = tl.load(y_ptr + offs)
+            total = (x.to(tl.float32) + y.to(tl.float32)).to(RESULT_DTYPE)
+            tl.store(out_ptr + offs, total.to(out_ptr.dtype.element_ty))
+        else:
+            mask = offs < n_elements
+            x = tl.load(x_ptr + offs, mask=mask)
+            y = tl.load(y_ptr + offs, mask=mask)
+            total = (x.to(tl.float32) + y.to(tl.float32)).to(RESULT_DTYPE)
+            tl.store(out_ptr + offs, total.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        mask = offs < n_elements
+        i3 = offs % size3
+        rest = offs // size3
+        i2 = rest % size2
+        rest = rest // size2
+        i1 = rest % size1
+        i0 = rest // size1
+        x = tl.load(x_ptr + i0 * xs0 + i1 * xs1 + i2 * xs2 + i3 * xs3, mask=mask)
+        y = tl.load(y_ptr + i0 * ys0 + i1 * ys1 + i2 * ys2 + i3 * ys3, mask=mask)
+        total = (x.to(tl.float32) + y.to(tl.float32)).to(RESULT_DTYPE)
+        tl.store(out_ptr + i0 * os0 + i1 * os1 + i2 * os2 + i3 * os3,
+                 total.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+_TL_DTYPE = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+
+
+def _block_config(dtype: torch.dtype, contiguous: bool) -> tuple[int, int]:
+    """(BLOCK, num_warps): four 16-byte vectors per thread on the contiguous path, so each
+    thread keeps several loads in flight; a smaller block on the index-heavy strided path."""
+    if not contiguous:
+        return 1024, 4
+    per_vector = 16 // torch.empty((), dtype=dtype).element_size()
+    num_warps = 8
+    return per_vector * 4 * 32 * num_warps, num_warps
+
+
+def add_reference(x: torch.Tensor, y: torch.Tensor, upcast: bool = True) -> torch.Tensor:
+    """x + y in float64 (upcast=True) or in torch's own arithmetic."""
+    return x.double() + y.double() if upcast else x + y
+
+
+def _prepare_operand(name: str, t: object, like: torch.Tensor | None) -> torch.Tensor:
+    if isinstance(t, torch.Tensor) and t.dim() == 0 and like is not None and t.device != like.device:
+        # torch lets a 0-d CPU tensor act as a scalar beside a CUDA tensor.
+        t = t.to(like.device)
+    return check_tensor(name, t)
+
+
+def add_fwd(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Launcher: validate, broadcast, allocate and launch. Returns `out`."""
+    x = _prepare_operand("x", x, None)
+    y = _prepare_operand("y", y, x)
+    if x.dim() == 0 and y.dim() > 0 and x.device != y.device:
+        x = x.to(y.device)
+    check_same_device(x=x, y=y)
+    try:
+        shape = torch.broadcast_shapes(x.shape, y.shape)
+    except RuntimeError as err:
+        raise ValueError(f"x of shape {tuple(x.shape)} and y of shape {tuple(y.shape)} "
+                         f"do not broadcast: {err}") from None
+    result_dtype = torch.result_type(x, y)
+    if out is None:
+        out = torch.empty(shape, dtype=result_dtype, device=x.device)
+    else:
+        check_tensor("out", out)
+        check_same_device(x=x, out=out)
+        if out.shape != shape:
+            raise ValueError(f"out has shape {tuple(out.shape)}, but x + y has shape {tuple(shape)}")
+        if not torch.can_cast(result_dtype, out.dtype):
+            raise TypeError(f"out has dtype {out.dtype}, which {result_dtype} cannot be cast to")
+    n = out.numel()
+    if n == 0:
+        return out
+
+    xb, yb = x.expand(shape), y.expand(shape)
+    contiguous = (xb.is_contiguous() and yb.is_contiguous() and out.is_contiguous())
+    sizes, (xs, ys, os_) = collapse_dims(shape, xb.stride(), yb.stride(), out.stride())
+    if not contiguous and len(sizes) > MAX_DIMS:
+        # Rare: a layout with more than MAX_DIMS dims that no stride pattern merges.
+        xb, yb = xb.contiguous(), yb.contiguous()
+        staging = torch.empty(shape, dtype=out.dtype, device=out.device)
+        add_fwd(xb, yb, staging)
+        out.copy_(staging)
+        return out
+    sizes = pad_front(sizes, MAX_DIMS, 1)
+    xs, ys, os_ = (pad_front(s, MAX_DIMS, 0) for s in (xs, ys, os_))
+    block, num_warps = _block_config(out.dtype, contiguous)
+    Launch(
+        "add", _add_kernel, (triton.cdiv(n, block),),
+        (xb, yb, out, n, sizes[1], sizes[2], sizes[3], *xs, *ys, *os_),
+        dict(RESULT_DTYPE=_TL_DTYPE[result_dtype], BLOCK=block, CONTIGUOUS=contiguous),
+        num_warps=num_warps, num_stages=1,
+    )()
+    return out
+
+
+class _AddFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.x_meta = (x.shape, x.dtype)
+        ctx.y_meta = (y.shape, y.dtype)
+        return add_fwd(x, y)
+
+    @staticmethod
+    def backward(ctx, grad):
+        # d(x + y)/dx = 1: the gradient is the upstream one summed over broadcast dims.
+        return _unbroadcast(grad, *ctx.x_meta), _unbroadcast(grad, *ctx.y_meta)
+
+
+def _unbroadcast(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    lead = grad.dim() - len(shape)
+    dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and grad.shape[lead + i] != 1]
+    if dims:
+        grad = grad.sum(dim=dims, keepdim=True)
+    return grad.reshape(shape).to(dtype)
+
+
+def add(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Elementwise ``x + y``, as torch computes it.
+
+    x, y: float32, float16 or bfloat16 tensors of any strides and view offset whose
+    shapes broadcast (0-d tensors act as scalars). The result has the broadcast shape
+    and torch's promoted dtype (float16 + float32 gives float32). ``out``, if given,
+    must have that shape and a float dtype the result can be cast to; it is written and
+    returned (no gradient through ``out``).
+
+    Raises TypeError for non-tensors and unsupported dtypes, ValueError for shapes that
+    do not broadcast, a wrong ``out`` shape, or tensors on different devices.
+    """
+    if out is not None:
+        return add_fwd(x, y, out)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (x, y)):
+        return _AddFunction.apply(x, y)
+    return add_fwd(x, y)

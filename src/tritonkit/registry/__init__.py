@@ -1,0 +1,69 @@
+"""One catalogue of the public ops, read by `tritonkit bench` and `tritonkit inspect`.
+
+Each op has an entry module here (`registry/<op>.py` defining `ENTRY`) that says how to
+build its inputs, which passes (launcher calls) it has, and which benchmark cases and
+peers it is measured against. Adding an op means adding one entry module and its name
+to `_ENTRY_MODULES`; neither command keeps a hand-written list of its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+_ENTRY_MODULES = ("add", "softmax", "attention")
+
+
+@dataclass
+class InspectRequest:
+    """What `tritonkit inspect` was asked to compile: the input the user has in mind."""
+    shape: tuple[int, ...] | None = None    # None: the entry's default shape
+    dtype: torch.dtype | None = None
+    offset: int = 0                          # element offset of the view into its buffer
+    causal: bool = False
+
+
+@dataclass
+class BenchCase:
+    label: str                               # "4096x4096 fp32"
+    group: str                               # rows of one plot / one table section
+    unit: str                                # "GB/s" or "TFLOP/s"
+    work: float                              # bytes moved or flops done, for the unit above
+    size: float                              # x-axis value for plots (elements, sequence length)
+    # Builds the inputs on a device and returns {provider name: zero-argument callable}.
+    # A provider that cannot run this case (memory, unsupported) is left out of the dict.
+    setup: Callable[[torch.device], dict[str, Callable[[], Any]]]
+    seed_table: bool = False                 # also print the seed's "Matrix Size" table
+    bytes_in_flight: int = 0                 # inputs + outputs, to skip cases that do not fit
+
+
+@dataclass
+class OpEntry:
+    name: str
+    summary: str
+    # pass name -> function(request) that builds inputs on the inspector's device and calls
+    # the op's launcher(s) for that pass; the inspector records the launches it makes.
+    passes: dict[str, Callable[[InspectRequest, torch.device], None]]
+    # (on_gpu) -> the benchmark cases; on the CPU interpreter, tiny shapes.
+    bench_cases: Callable[[bool], list[BenchCase]]
+    baseline: str = "tritonkit"               # the provider the ratios are computed for
+    peers: tuple[str, ...] = field(default_factory=tuple)
+
+
+def entries() -> dict[str, OpEntry]:
+    found = {}
+    for module_name in _ENTRY_MODULES:
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        found[module.ENTRY.name] = module.ENTRY
+    return found
+
+
+def get(name: str) -> OpEntry:
+    all_entries = entries()
+    if name not in all_entries:
+        raise ValueError(f"unknown op {name!r}; known: {', '.join(all_entries)}")
+    return all_entries[name]
