@@ -1,0 +1,267 @@
+"""Softmax along any dim, forward and backward, with float32 arithmetic inside.
+
+Forward:  y = exp(x - max(x)) / sum(exp(x - max(x)))          per row
+Backward: dx = y * (dy - sum(y * dy))                          per row
+
+A "row" is the 1-D slice along `dim`; the other dims (up to three after collapsing)
+index rows through their strides, so no input is copied. Rows that fit on chip
+(<= MAX_FUSED_COLS) take one pass: load, reduce, write. Longer rows are split into
+chunks spread over many programs: a stats pass writes each chunk's (max, sum of
+exponentials) -- or, backward, sum(y * dy) -- and an apply pass combines the row's
+chunk stats (the online-softmax merge) and writes its chunk. One kernel pair serves
+forward and backward through the BACKWARD flag.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._checks import check_same_device, check_tensor
+from .._launch import Launch
+from .._layout import collapse_dims, pad_front
+
+MAX_FUSED_COLS = 32768     # longest row held on chip by one program (fp32: 128 KB)
+CHUNK_COLS = 8192          # columns per program for longer rows
+ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
+
+
+@triton.jit
+def _row_offsets(rows, size1, size2, s0, s1, s2):
+    """Element offset of each row's first element, for rows indexed by 3 collapsed dims."""
+    i2 = rows % size2
+    rest = rows // size2
+    i1 = rest % size1
+    i0 = rest // size1
+    return i0 * s0 + i1 * s1 + i2 * s2
+
+
+@triton.jit
+def _softmax_rows_kernel(
+    # pointers: forward reads a=x and writes out=y; backward reads a=y, b=dy, writes out=dx
+    a_ptr, b_ptr, out_ptr,
+    # shape: rows (collapsed into 3 dims; dim 0 implied), columns
+    n_rows, n_cols, size1, size2,
+    # strides in elements: row dims 0..2 then the column stride, per tensor
+    as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
+    # meta
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, BACKWARD: tl.constexpr,
+):
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < n_rows
+    mask = row_ok[:, None] & (cols[None, :] < n_cols) if not EVEN_N else row_ok[:, None]
+    a_off = _row_offsets(rows, size1, size2, as0, as1, as2)[:, None] + cols[None, :] * a_col
+    o_off = _row_offsets(rows, size1, size2, os0, os1, os2)[:, None] + cols[None, :] * o_col
+    if BACKWARD:
+        b_off = _row_offsets(rows, size1, size2, bs0, bs1, bs2)[:, None] + cols[None, :] * b_col
+        y = tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
+        dot = tl.sum(y * dy, axis=1)
+        result = y * (dy - dot[:, None])
+    else:
+        x = tl.load(a_ptr + a_off, mask=mask, other=-float("inf")).to(tl.float32)
+        # A row of all -inf gives max -inf and exp(nan): NaN, exactly as torch does.
+        row_max = tl.max(x, axis=1)
+        e = tl.exp(x - row_max[:, None])
+        result = e / tl.sum(e, axis=1)[:, None]
+    tl.store(out_ptr + o_off, result.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_chunk_stats_kernel(
+    # pointers: inputs as in _softmax_rows_kernel; two float32 [n_rows, n_chunks] outputs
+    a_ptr, b_ptr, stat1_ptr, stat2_ptr,
+    # shape
+    n_rows, n_cols, n_chunks, size1, size2,
+    # strides in elements
+    as0, as1, as2, a_col, bs0, bs1, bs2, b_col,
+    # meta
+    CHUNK: tl.constexpr, BACKWARD: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    row = pid // n_chunks
+    chunk = pid % n_chunks
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < n_cols
+    a_base = _row_offsets(row, size1, size2, as0, as1, as2)
+    if BACKWARD:
+        b_base = _row_offsets(row, size1, size2, bs0, bs1, bs2)
+        y = tl.load(a_ptr + a_base + cols * a_col, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(b_ptr + b_base + cols * b_col, mask=mask, other=0.0).to(tl.float32)
+        tl.store(stat1_ptr + pid, tl.sum(y * dy, axis=0))
+    else:
+        x = tl.load(a_ptr + a_base + cols * a_col, mask=mask, other=-float("inf")).to(tl.float32)
+        chunk_max = tl.max(x, axis=0)
+        # An all -inf chunk contributes nothing (sum 0) rather than NaN to its row.
+        shifted = tl.where(chunk_max == -float("inf"), -float("inf"), x - chunk_max)
+        tl.store(stat1_ptr + pid, chunk_max)
+        tl.store(stat2_ptr + pid, tl.sum(tl.exp(shifted), axis=0))
+
+
+@triton.jit
+def _softmax_chunk_apply_kernel(
+    # pointers: inputs, output, and the stats written by _softmax_chunk_stats_kernel
+    a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr,
+    # shape
+    n_rows, n_cols, n_chunks, size1, size2,
+    # strides in elements
+    as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
+    # meta
+    CHUNK: tl.constexpr, BLOCK_CHUNKS: tl.constexpr, BACKWARD: tl.constexpr,
+):
+    # Walk the chunks in the reverse of the stats pass's order: the chunks it read last
+    # are the likeliest to still be in L2.
+    pid = n_rows * n_chunks - 1 - tl.program_id(0).to(tl.int64)
+    row = pid // n_chunks
+    chunk = pid % n_chunks
+    stat_idx = row * n_chunks + tl.arange(0, BLOCK_CHUNKS)
+    stat_mask = tl.arange(0, BLOCK_CHUNKS) < n_chunks
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < n_cols
+    a_off = _row_offsets(row, size1, size2, as0, as1, as2) + cols * a_col
+    o_off = _row_offsets(row, size1, size2, os0, os1, os2) + cols * o_col
+    if BACKWARD:
+        dot = tl.sum(tl.load(stat1_ptr + stat_idx, mask=stat_mask, other=0.0), axis=0)
+        b_off = _row_offsets(row, size1, size2, bs0, bs1, bs2) + cols * b_col
+        y = tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
+        result = y * (dy - dot)
+    else:
+        # Online-softmax merge: sum_c s_c * exp(m_c - M), with M the row max.
+        chunk_max = tl.load(stat1_ptr + stat_idx, mask=stat_mask, other=-float("inf"))
+        chunk_sum = tl.load(stat2_ptr + stat_idx, mask=stat_mask, other=0.0)
+        row_max = tl.max(chunk_max, axis=0)
+        scale = tl.where(chunk_max == -float("inf"), 0.0, tl.exp(chunk_max - row_max))
+        row_sum = tl.sum(chunk_sum * scale, axis=0)
+        x = tl.load(a_ptr + a_off, mask=mask, other=-float("inf")).to(tl.float32)
+        result = tl.exp(x - row_max) / row_sum
+    tl.store(out_ptr + o_off, result.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _fused_config(n_rows: int, n_cols: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) for one-pass rows: about 16 elements a thread, and
+    several short rows per program so each program still moves a useful amount."""
+    block_n = triton.next_power_of_2(n_cols)
+    block_m = max(1, min(triton.next_power_of_2(n_rows), 2048 // block_n))
+    elements = block_m * block_n
+    num_warps = min(32, max(4, triton.next_power_of_2(elements // 512)))
+    return block_m, block_n, num_warps
+
+
+def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
+    n_cols = a.shape[dim]
+    n_rows = a.numel() // n_cols
+    moved = [t.movedim(dim, -1) for t in (a, b, out)]
+    sizes, strides = collapse_dims(moved[0].shape[:-1], *(m.stride()[:-1] for m in moved))
+    if len(sizes) > ROW_DIMS:
+        # More than three row dims that no stride pattern merges: run on contiguous copies.
+        staging = torch.empty(a.shape, dtype=out.dtype, device=out.device)
+        _launch_rows(a.contiguous(), b.contiguous(), staging, dim, backward)
+        out.copy_(staging)
+        return
+    row_sizes = pad_front(sizes, ROW_DIMS, 1)
+    row_strides = [pad_front(s, ROW_DIMS, 0) for s in strides]
+    col_strides = [m.stride(-1) for m in moved]
+    a_strides, b_strides, o_strides = ([*rs, cs] for rs, cs in zip(row_strides, col_strides))
+    name = "softmax_bwd" if backward else "softmax_fwd"
+    if n_cols <= MAX_FUSED_COLS:
+        block_m, block_n, num_warps = _fused_config(n_rows, n_cols)
+        Launch(
+            name, _softmax_rows_kernel, (triton.cdiv(n_rows, block_m),),
+            (a, b, out, n_rows, n_cols, row_sizes[1], row_sizes[2], *a_strides, *b_strides, *o_strides),
+            dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN_N=block_n == n_cols, BACKWARD=backward),
+            num_warps=num_warps, num_stages=1,
+        )()
+        return
+    n_chunks = triton.cdiv(n_cols, CHUNK_COLS)
+    stat1 = torch.empty((n_rows, n_chunks), dtype=torch.float32, device=a.device)
+    stat2 = torch.empty_like(stat1) if not backward else stat1
+    shape_args = (n_rows, n_cols, n_chunks, row_sizes[1], row_sizes[2])
+    grid = (n_rows * n_chunks,)
+    Launch(
+        name + "_chunk_stats", _softmax_chunk_stats_kernel, grid,
+        (a, b, stat1, stat2, *shape_args, *a_strides, *b_strides),
+        dict(CHUNK=CHUNK_COLS, BACKWARD=backward), num_warps=8, num_stages=1,
+    )()
+    Launch(
+        name + "_chunk_apply", _softmax_chunk_apply_kernel, grid,
+        (a, b, out, stat1, stat2, *shape_args, *a_strides, *b_strides, *o_strides),
+        dict(CHUNK=CHUNK_COLS, BLOCK_CHUNKS=triton.next_power_of_2(n_chunks), BACKWARD=backward),
+        num_warps=8, num_stages=1,
+    )()
+
+
+def _normalize_dim(name: str, x: torch.Tensor, dim: int) -> int:
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"{name} must be an int, got {type(dim).__name__}")
+    ndim = max(x.dim(), 1)
+    if not -ndim <= dim < ndim:
+        raise ValueError(f"{name}={dim} is out of range for a tensor of {x.dim()} dims")
+    return dim % ndim
+
+
+def softmax_reference(x: torch.Tensor, dim: int = -1, upcast: bool = True) -> torch.Tensor:
+    """torch.softmax in float64 (upcast=True) or in x's dtype."""
+    return torch.softmax(x.double() if upcast else x, dim)
+
+
+def softmax_fwd(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Launcher for the forward pass: returns softmax(x, dim) in x's dtype."""
+    check_tensor("x", x)
+    dim = _normalize_dim("dim", x, dim)
+    if x.dim() == 0:
+        return softmax_fwd(x.reshape(1), 0).reshape(())
+    out = torch.empty_like(x)
+    if x.numel() == 0:
+        return out
+    _launch_rows(x, x, out, dim, backward=False)
+    return out
+
+
+def softmax_bwd(grad_out: torch.Tensor, y: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Launcher for the backward pass: the gradient wrt x given y = softmax(x) and dL/dy."""
+    check_tensor("grad_out", grad_out)
+    check_tensor("y", y)
+    check_same_device(y=y, grad_out=grad_out)
+    if grad_out.shape != y.shape:
+        raise ValueError(f"grad_out has shape {tuple(grad_out.shape)} but y has {tuple(y.shape)}")
+    dim = _normalize_dim("dim", y, dim)
+    if y.dim() == 0:
+        return softmax_bwd(grad_out.reshape(1), y.reshape(1), 0).reshape(())
+    grad_in = torch.empty_like(y)
+    if y.numel() == 0:
+        return grad_in
+    _launch_rows(y, grad_out, grad_in, dim, backward=True)
+    return grad_in
+
+
+class _SoftmaxFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim):
+        y = softmax_fwd(x, dim)
+        ctx.save_for_backward(y)
+        ctx.dim = dim
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (y,) = ctx.saved_tensors
+        return softmax_bwd(grad_out, y, ctx.dim), None
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``torch.softmax(x, dim)`` computed by Triton kernels, differentiable in x.
+
+    x: float32, float16 or bfloat16, any shape, strides and view offset. The result has
+    x's dtype (float32 arithmetic inside). Rows of any length: up to 32768 columns in
+    one pass, longer rows split across programs. ``-inf`` entries behave as in torch,
+    a row of all ``-inf`` gives NaN. Raises TypeError for non-tensors or other dtypes,
+    ValueError for an out-of-range ``dim``.
+    """
+    check_tensor("x", x)
+    dim = _normalize_dim("dim", x, dim)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _SoftmaxFunction.apply(x, dim)
+    return softmax_fwd(x, dim)
