@@ -8,9 +8,7 @@ from . import _runtime  # must come first: it picks compiled or interpreted Trit
 
 from ._runtime import INTERPRETED, default_device
 from .ops.add import add
-try:
-    from .ops.softmax import softmax
-except ImportError: pass
+from .ops.softmax import softmax
 
 __all__ = ["INTERPRETED", "default_device", "add", "softmax"]
 __version__ = "0.1.0"
