@@ -25,10 +25,12 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return diff / scale if scale > 0 else diff
 
 
-def eps_for(dtype: torch.dtype) -> float:
+def eps_for(dtype: torch.dtype, gradient: bool = False) -> float:
+    """eps for outputs; gradients get more under the interpreter's truncated bf16, since a
+    truncated forward output (saved for backward) is amplified by the backward's cancellation."""
     base = {torch.float32: 1e-6, torch.float16: 1e-4, torch.bfloat16: 1e-3}[dtype]
     if dtype == torch.bfloat16 and tritonkit.INTERPRETED:
-        base = 4e-3  # truncating casts under the interpreter; see the module docstring
+        base = 1.5e-2 if gradient else 4e-3  # truncating casts; see the module docstring
     return base
 
 
