@@ -31,7 +31,7 @@ def _case(n: int, dtype: torch.dtype, offset: int, seed_table: bool = False) -> 
             "torch.compile": lambda: compiled(x, y),
         }
 
-    name = "fp32" if dtype == torch.float32 else str(dtype).removeprefix("torch.")
+    name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
     return BenchCase(
         label=f"{n} {name}" + (f" offset {offset}" if offset else ""),
         group=f"add {name}" + (" offset" if offset else ""),

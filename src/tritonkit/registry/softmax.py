@@ -1,0 +1,66 @@
+"""Catalogue entry for `tritonkit.softmax`: inspector passes and benchmark cases."""
+
+from __future__ import annotations
+
+import torch
+
+from ..ops.softmax import softmax, softmax_bwd, softmax_fwd
+from . import BenchCase, InspectRequest, OpEntry
+from ._inputs import offset_view, peer_compile
+
+
+def naive_softmax(x: torch.Tensor) -> torch.Tensor:
+    """The seed's eager baseline: five separate ops, each a full pass over memory."""
+    row_max = x.max(dim=-1, keepdim=True).values
+    e = torch.exp(x - row_max)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _inspect_inputs(request: InspectRequest, device: torch.device) -> torch.Tensor:
+    return offset_view(request.shape or (4096, 4096), request.dtype or torch.float32, device, request.offset)
+
+
+def _inspect_fwd(request: InspectRequest, device: torch.device) -> None:
+    softmax_fwd(_inspect_inputs(request, device), -1)
+
+
+def _inspect_bwd(request: InspectRequest, device: torch.device) -> None:
+    y = _inspect_inputs(request, device)
+    softmax_bwd(torch.empty_like(y), y, -1)
+
+
+def _case(rows: int, cols: int, dtype: torch.dtype) -> BenchCase:
+    element = torch.empty((), dtype=dtype).element_size()
+    name = "fp32" if dtype == torch.float32 else "bf16"
+
+    def setup(device: torch.device):
+        x = torch.randn(rows, cols, device=device, dtype=dtype)
+        compiled = peer_compile(naive_softmax)
+        return {
+            "tritonkit": lambda: softmax(x, -1),
+            "naive eager": lambda: naive_softmax(x),
+            "torch native": lambda: torch.softmax(x, -1),
+            "torch.compile": lambda: compiled(x),
+        }
+
+    return BenchCase(
+        label=f"{rows}x{cols} {name}", group=f"softmax {name}", unit="GB/s",
+        work=2 * rows * cols * element, size=rows * cols, setup=setup,
+        seed_table=(rows, cols, dtype) == (4096, 4096, torch.float32),
+        bytes_in_flight=6 * rows * cols * element,
+    )
+
+
+def _bench_cases(on_gpu: bool) -> list[BenchCase]:
+    shapes = ([(4096, 4096), (4096, 32768), (32768, 4096), (1823, 781), (16, 1048576)]
+              if on_gpu else [(64, 64), (31, 781), (2, 40000)])
+    return [_case(r, c, dt) for dt in (torch.float32, torch.bfloat16) for r, c in shapes]
+
+
+ENTRY = OpEntry(
+    name="softmax",
+    summary="softmax along a dim, fused rows or split long rows; forward and backward",
+    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
+    bench_cases=_bench_cases,
+    peers=("naive eager", "torch native", "torch.compile"),
+)
