@@ -1,0 +1,64 @@
+"""Tuning sweep for add and softmax block configs on a GPU (developer tool, not a test).
+
+Times each candidate (BLOCK, num_warps) beside torch in one process and prints a table;
+the launchers' config helpers are replaced for the duration of each timing.
+  PYTHONPATH=src python3 benchmarks/sweep_elementwise.py
+"""
+
+from __future__ import annotations
+
+import torch
+import triton.testing
+
+from tritonkit.ops import add as add_mod
+from tritonkit.ops import softmax as sm_mod
+from tritonkit.registry._inputs import offset_view
+
+
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def sweep_add():
+    n = 1 << 28
+    for offset in (0, 1):
+        x = offset_view((n,), torch.float32, "cuda", offset)
+        y = offset_view((n,), torch.float32, "cuda", offset)
+        out = torch.empty(n, device="cuda")
+        gbs = lambda ms: 3 * n * 4 / ms / 1e6
+        print(f"add 2^28 fp32 offset {offset}: torch.add {gbs(bench(lambda: torch.add(x, y, out=out))):.0f} GB/s")
+        original = add_mod._block_config
+        for per_thread_vectors in (1, 2, 4, 8):
+            for warps in (4, 8, 16):
+                add_mod._block_config = lambda dtype, contiguous, v=per_thread_vectors, w=warps: (4 * v * 32 * w, w)
+                print(f"   vectors/thread {per_thread_vectors} warps {warps}: "
+                      f"{gbs(bench(lambda: add_mod.add_fwd(x, y, out))):.0f} GB/s")
+        add_mod._block_config = original
+
+
+def sweep_softmax():
+    original = sm_mod._fused_config
+    for rows, cols in ((4096, 4096), (32768, 4096), (4096, 32768), (1823, 781)):
+        x = torch.randn(rows, cols, device="cuda")
+        gbs = lambda ms: 2 * rows * cols * 4 / ms / 1e6
+        print(f"softmax {rows}x{cols} fp32: torch {gbs(bench(lambda: torch.softmax(x, -1))):.0f} GB/s, "
+              f"current {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f}")
+        block_n = triton.next_power_of_2(cols)
+        for block_m in (1, 2, 4):
+            for warps in (4, 8, 16, 32):
+                if block_m * block_n // (32 * warps) < 1 or block_m * block_n // (32 * warps) > 128:
+                    continue
+                sm_mod._fused_config = lambda r, c, bm=block_m, w=warps: (bm, block_n, w)
+                print(f"   BLOCK_M {block_m} warps {warps}: {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f}")
+        sm_mod._fused_config = original
+    for chunk in (4096, 8192, 16384):
+        sm_mod.CHUNK_COLS = chunk
+        x = torch.randn(16, 1 << 20, device="cuda")
+        gbs = lambda ms: 2 * x.numel() * 4 / ms / 1e6
+        print(f"softmax 16x2^20 chunk {chunk}: {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f} GB/s "
+              f"(torch {gbs(bench(lambda: torch.softmax(x, -1))):.0f})")
+
+
+if __name__ == "__main__":
+    sweep_add()
+    sweep_softmax()
