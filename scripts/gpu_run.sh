@@ -2,7 +2,7 @@
 # The GPU job, for the lent H200 (or any CUDA machine with torch and triton installed):
 # the test suite compiled at GPU sizes, then the benchmark, ending with a short table.
 #   bash scripts/gpu_run.sh [bench ops...]        e.g. bash scripts/gpu_run.sh softmax add
-# Env: TESTS=0 skips the tests, BENCH=0 skips the benchmark, PYTEST_ARGS adds pytest args.
+# Env: TESTS=0 skips the tests, BENCH=0 skips the benchmark, PYTEST_ARGS replaces the default pytest args (tests).
 # Writes logs, bench.json and bench.png to $OUT (or ./out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu
 
 test_line="tests skipped"
 if [ "${TESTS:-1}" != 0 ]; then
-    python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} tests 2>&1 | tee "$OUT/tests.log" | tail -25
+    python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$OUT/tests.log" | tail -25
     test_line=$(grep -E "passed|failed|error" "$OUT/tests.log" | tail -1)
 fi
 if [ "${BENCH:-1}" != 0 ]; then
