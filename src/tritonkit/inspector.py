@@ -16,6 +16,7 @@ Command line: `tritonkit inspect add --compare --offset 1 --explain` (see `--hel
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -26,6 +27,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -204,46 +206,61 @@ def _backend(arch: int):
 
 
 _compilable_cache: dict[Any, Any] = {}
-_globals_cache: dict[int, dict[str, Any]] = {}
 
 
 def _compilable(obj: Any) -> Any:
-    """A JITFunction Triton can compile for `obj`, which may be an interpreted kernel.
+    """The JITFunction Triton compiles for `obj`, which may be an interpreted kernel.
 
-    Without a GPU, `@triton.jit` gives InterpretedFunctions, and a kernel's globals hold
-    its helper functions in that form too. The compiler needs JITFunctions throughout,
-    so each one is rebuilt from the Python function with the same options, its globals
-    seen through a copy in which interpreted helpers are replaced the same way.
+    Without a GPU, `@triton.jit` gives InterpretedFunctions; this rebuilds a JITFunction
+    from the same Python function with the same options (once per function).
     """
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
     if not isinstance(obj, InterpretedFunction):
         return obj
-    if obj.fn in _compilable_cache:
-        return _compilable_cache[obj.fn]
-
-    class _Compilable(JITFunction):
-        def get_capture_scope(self):
-            nonlocals = pyinspect.getclosurevars(self.fn).nonlocals
-            return self.__globals__ | {k: _compilable(v) for k, v in nonlocals.items()}
-
-    jit = _Compilable(obj.fn, **obj.kwargs)
-    _compilable_cache[obj.fn] = jit
-    jit.__globals__ = _compilable_globals(obj.fn.__globals__)
-    return jit
+    if obj.fn not in _compilable_cache:
+        _compilable_cache[obj.fn] = JITFunction(obj.fn, **obj.kwargs)
+    return _compilable_cache[obj.fn]
 
 
-def _compilable_globals(module_globals: dict[str, Any]) -> dict[str, Any]:
+@contextlib.contextmanager
+def _jit_functions_visible(module_names: tuple[str, ...]):
+    """While compiling, let every @triton.jit helper be a JITFunction, not an interpreted one.
+
+    Under the interpreter, Triton's own library (tl.max, tl.sum, ...), tensor methods
+    (x.sum()) and tritonkit's helper functions are InterpretedFunctions, which the
+    compiler cannot call. This swaps them, in their modules and on tl.tensor, for the
+    JITFunctions of `_compilable`, and puts everything back afterwards. Nothing changes
+    when kernels are compiled for a real GPU (there are no InterpretedFunctions then).
+    """
+    from triton.language import core
     from triton.runtime.interpreter import InterpretedFunction
-    key = id(module_globals)
-    if key not in _globals_cache:
-        translated = dict(module_globals)
-        _globals_cache[key] = translated       # before recursing: helpers may call each other
-        for name, value in module_globals.items():
-            if isinstance(value, InterpretedFunction):
-                translated[name] = _compilable(value)
-    return _globals_cache[key]
+
+    swapped: list[tuple[Any, str, Any]] = []
+    with _swap_lock:
+        try:
+            modules = [m for n, m in list(sys.modules.items())
+                       if m is not None and n.startswith(module_names)]
+            for module in modules:
+                for name, value in list(vars(module).items()):
+                    if isinstance(value, InterpretedFunction):
+                        swapped.append((module, name, value))
+                        setattr(module, name, _compilable(value))
+            for name, value in list(vars(core.tensor).items()):
+                cells = getattr(value, "__closure__", None) or ()
+                target = next((c.cell_contents for c in cells
+                               if isinstance(c.cell_contents, InterpretedFunction)), None)
+                if target is not None:         # a tensor method forwarding to a jit function
+                    swapped.append((core.tensor, name, value))
+                    setattr(core.tensor, name, _compilable(target))
+            yield
+        finally:
+            for owner, name, value in reversed(swapped):
+                setattr(owner, name, value)
+
+
+_swap_lock = threading.RLock()
 
 
 @dataclass
@@ -341,21 +358,23 @@ def _compile(jit, signature, constexprs, attrs, options, arch: int) -> _Compiled
 
     target, _ = _backend(arch)
     src = ASTSource(jit, signature, constexprs, attrs)
-    key = (src.hash(), options.hash(), arch)
-    if key not in _compiled_cache:
+    with _jit_functions_visible(("triton.language", "tritonkit", jit.fn.__module__)):
+        key = (src.hash(), options.hash(), arch)
+        if key in _compiled_cache:
+            return _compiled_cache[key]
         start = time.perf_counter()
         kernel = triton.compile(src, target=target, options=options.__dict__)
-        asm = dict(kernel.asm)
-        ptx = asm["ptx"]
-        _compiled_cache[key] = _Compiled(
-            asm=asm, metadata=kernel.metadata,
-            memory=_memory_ops(ptx, _ttgir_arg_names(asm["ttgir"])),
-            tensor_cores={"wgmma": len(re.findall(r"\bwgmma\.mma_async", ptx)),
-                          "mma": len(re.findall(r"\bmma\.sync", ptx))},
-            sass_memory=_sass_counts(asm["cubin"]),
-            ptxas=_ptxas_usage(ptx, arch, options),
-            seconds=time.perf_counter() - start,
-        )
+    asm = dict(kernel.asm)
+    ptx = asm["ptx"]
+    _compiled_cache[key] = _Compiled(
+        asm=asm, metadata=kernel.metadata,
+        memory=_memory_ops(ptx, _ttgir_arg_names(asm["ttgir"])),
+        tensor_cores={"wgmma": len(re.findall(r"\bwgmma\.mma_async", ptx)),
+                      "mma": len(re.findall(r"\bmma\.sync", ptx))},
+        sass_memory=_sass_counts(asm["cubin"]),
+        ptxas=_ptxas_usage(ptx, arch, options),
+        seconds=time.perf_counter() - start,
+    )
     return _compiled_cache[key]
 
 
@@ -819,6 +838,13 @@ def explain(report: KernelReport, aligned: KernelReport | None = None) -> list[s
         word = _access_word(ops)
         narrow, wide = _narrowest(ops), _widest(ops)
         element_bits = 8 * (a.element_size or 4)
+        if wide is None:
+            continue
+        if sum(m.count for m in ops) == 1 and not a.bytes_past_16:
+            out.append(f"{a.name}: each thread {word[:-1]}s a single {wide.bits}-bit value here "
+                       f"({wide.instruction}; one value per program or one element per thread), "
+                       "so there is nothing to vectorise.")
+            continue
         if a.bytes_past_16:
             size = (f"{wide.bits}-bit scalar {word}" if wide.bits <= element_bits
                     else f"at most {wide.bits}-bit {word}")
@@ -842,7 +868,8 @@ def explain(report: KernelReport, aligned: KernelReport | None = None) -> list[s
                           "are for tails or other code paths." if narrow.bits < wide.bits else "."))
         else:
             reason = ("the compiler cannot prove that neighbouring elements are contiguous and 16-byte aligned"
-                      + (f" (not divisible by 16: {', '.join(f'{i.name}={i.value}' for i in ints_not_16)})"
+                      + (f" (integer arguments not divisible by 16, any of which may enter the address: "
+                         f"{', '.join(f'{i.name}={i.value}' for i in ints_not_16)})"
                          if ints_not_16 else " (a strided or broadcast layout, or a stride not known to be "
                                              "a multiple of 16)"))
             out.append(f"{a.name} is 16-byte aligned but its {word} are only {wide.bits}-bit "
@@ -1009,7 +1036,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(data, indent=1))
         return 0
 
-    print(_heading(opts, arch, offset))
+    print(_heading(opts, arch, offset, right))
     if opts.compare:
         print()
         print(format_compare(left, right, "offset 0 (aligned)", f"offset {offset}"))
@@ -1032,9 +1059,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _heading(opts: argparse.Namespace, arch: int, offset: int) -> str:
-    shape = "x".join(map(str, opts.shape)) if opts.shape else "default shape"
-    parts = [f"tritonkit inspect {opts.op}", f"pass {opts.pass_}", shape, opts.dtype or "default dtype"]
+def _heading(opts: argparse.Namespace, arch: int, offset: int, reports: list[KernelReport]) -> str:
+    first = next((a for r in reports for a in r.args if a.kind == "pointer"), None)
+    if opts.shape or opts.dtype or first is None:
+        shape = "x".join(map(str, opts.shape)) if opts.shape else "default shape"
+        what = [shape, opts.dtype or "default dtype"]
+    else:                                   # the entry's defaults: say what they were
+        what = [f"input {first.name}: {first.value.split(' offset')[0]}"]
+    parts = [f"tritonkit inspect {opts.op}", f"pass {opts.pass_}", *what]
     if opts.compare:
         parts.append(f"offset 0 vs offset {offset}")
     elif offset:
