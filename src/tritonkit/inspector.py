@@ -226,38 +226,70 @@ def _compilable(obj: Any) -> Any:
 
 @contextlib.contextmanager
 def _jit_functions_visible(module_names: tuple[str, ...]):
-    """While compiling, let every @triton.jit helper be a JITFunction, not an interpreted one.
+    """While compiling, give the compiler the Triton language it expects.
 
-    Under the interpreter, Triton's own library (tl.max, tl.sum, ...), tensor methods
-    (x.sum()) and tritonkit's helper functions are InterpretedFunctions, which the
-    compiler cannot call. This swaps them, in their modules and on tl.tensor, for the
-    JITFunctions of `_compilable`, and puts everything back afterwards. Nothing changes
-    when kernels are compiled for a real GPU (there are no InterpretedFunctions then).
+    Under the interpreter two things stand in its way, and both are undone here for the
+    duration of the compile, then put back exactly as they were found:
+    - Triton's own library (tl.max, tl.sum, ...), tensor methods (x.sum()) and tritonkit's
+      helper functions are InterpretedFunctions, which the compiler cannot call: they are
+      swapped for the JITFunctions of `_compilable`.
+    - Triton 3.6's interpreter leaves some of its patches of `triton.language.core` in
+      place after a kernel that calls a @jit helper has run (a nested call patches the
+      module and never restores it): those are replaced by the originals they wrap, or
+      by the same name in `triton.language`.
+    Nothing changes when kernels are compiled for a real GPU (no interpreter is involved).
     """
+    import triton.language as tl
     from triton.language import core
     from triton.runtime.interpreter import InterpretedFunction
 
     swapped: list[tuple[Any, str, Any]] = []
+
+    def swap(owner: Any, name: str, value: Any) -> None:
+        swapped.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
     with _swap_lock:
         try:
             modules = [m for n, m in list(sys.modules.items())
                        if m is not None and n.startswith(module_names)]
-            for module in modules:
-                for name, value in list(vars(module).items()):
+            owners = modules + [core.tensor, core.dtype, core.tensor_descriptor_base]
+            for owner in owners:
+                for name, value in list(vars(owner).items()):
                     if isinstance(value, InterpretedFunction):
-                        swapped.append((module, name, value))
-                        setattr(module, name, _compilable(value))
+                        swap(owner, name, _compilable(value))
+                    elif _interpreter_leftover(name, value):
+                        original = _original_of(name, value, tl)
+                        if original is not None:
+                            swap(owner, name, original)
             for name, value in list(vars(core.tensor).items()):
                 cells = getattr(value, "__closure__", None) or ()
                 target = next((c.cell_contents for c in cells
                                if isinstance(c.cell_contents, InterpretedFunction)), None)
                 if target is not None:         # a tensor method forwarding to a jit function
-                    swapped.append((core.tensor, name, value))
-                    setattr(core.tensor, name, _compilable(target))
+                    swap(core.tensor, name, _compilable(target))
             yield
         finally:
             for owner, name, value in reversed(swapped):
                 setattr(owner, name, value)
+
+
+def _interpreter_leftover(name: str, value: Any) -> bool:
+    if name == "static_print" and value is print:
+        return True
+    fn = value.func if isinstance(value, functools.partial) else value
+    return (callable(fn) and not isinstance(fn, type)
+            and getattr(fn, "__module__", None) == "triton.runtime.interpreter")
+
+
+def _original_of(name: str, value: Any, tl: Any) -> Any:
+    """What an interpreter patch replaced: the builtin it wraps, else tl's own `name`."""
+    while (getattr(value, "__kwdefaults__", None) or {}).get("member") is not None:
+        value = value.__kwdefaults__["member"]
+        if not _interpreter_leftover(name, value):
+            return value
+    fallback = getattr(tl, name, None)
+    return None if fallback is None or _interpreter_leftover(name, fallback) else fallback
 
 
 _swap_lock = threading.RLock()
