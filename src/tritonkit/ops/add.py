@@ -70,14 +70,17 @@ def _add_kernel(
 _TL_DTYPE = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
+_ELEMENT_BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
+
+
 def _block_config(dtype: torch.dtype, contiguous: bool) -> tuple[int, int]:
-    """(BLOCK, num_warps): four 16-byte vectors per thread on the contiguous path, so each
-    thread keeps several loads in flight; a smaller block on the index-heavy strided path."""
+    """(BLOCK, num_warps): 16-byte vectors on the contiguous path; a smaller block on the
+    index-heavy strided path. On the H200 every setting from 1 to 8 vectors a thread and
+    4 to 16 warps moved 2**28 fp32 elements within 1% of each other (benchmarks/sweep_elementwise.py)."""
     if not contiguous:
         return 1024, 4
-    per_vector = 16 // torch.empty((), dtype=dtype).element_size()
-    num_warps = 8
-    return per_vector * 4 * 32 * num_warps, num_warps
+    per_vector = 16 // _ELEMENT_BYTES[dtype]
+    return per_vector * 2 * 32 * 4, 4
 
 
 def add_reference(x: torch.Tensor, y: torch.Tensor, upcast: bool = True) -> torch.Tensor:
@@ -92,15 +95,36 @@ def _prepare_operand(name: str, t: object, like: torch.Tensor | None) -> torch.T
     return check_tensor(name, t)
 
 
+def _launch(x, y, out, n, sizes, strides, result_dtype, contiguous):
+    block, num_warps = _block_config(out.dtype, contiguous)
+    Launch(
+        "add", _add_kernel, (triton.cdiv(n, block),),
+        (x, y, out, n, *sizes, *strides),
+        dict(RESULT_DTYPE=_TL_DTYPE[result_dtype], BLOCK=block, CONTIGUOUS=contiguous),
+        num_warps=num_warps, num_stages=1,
+    )()
+
+
+_UNUSED_LAYOUT = ((1, 1, 1), (0,) * 12)   # sizes and strides the contiguous path ignores
+
+
 def add_fwd(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Launcher: validate, broadcast, allocate and launch. Returns `out`."""
+    if (out is None and type(x) is torch.Tensor and type(y) is torch.Tensor and x.dtype is y.dtype
+            and x.dtype in _TL_DTYPE and x.shape == y.shape and x.device == y.device
+            and x.is_contiguous() and y.is_contiguous() and x.numel() > 0):
+        # The common case, kept short: launch overhead matters for small tensors.
+        check_tensor("x", x)
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        _launch(x, y, out, x.numel(), *_UNUSED_LAYOUT, x.dtype, contiguous=True)
+        return out
     x = _prepare_operand("x", x, None)
     y = _prepare_operand("y", y, x)
     if x.dim() == 0 and y.dim() > 0 and x.device != y.device:
         x = x.to(y.device)
     check_same_device(x=x, y=y)
     try:
-        shape = torch.broadcast_shapes(x.shape, y.shape)
+        shape = x.shape if x.shape == y.shape else torch.broadcast_shapes(x.shape, y.shape)
     except RuntimeError as err:
         raise ValueError(f"x of shape {tuple(x.shape)} and y of shape {tuple(y.shape)} "
                          f"do not broadcast: {err}") from None
@@ -129,14 +153,8 @@ def add_fwd(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -
         out.copy_(staging)
         return out
     sizes = pad_front(sizes, MAX_DIMS, 1)
-    xs, ys, os_ = (pad_front(s, MAX_DIMS, 0) for s in (xs, ys, os_))
-    block, num_warps = _block_config(out.dtype, contiguous)
-    Launch(
-        "add", _add_kernel, (triton.cdiv(n, block),),
-        (xb, yb, out, n, sizes[1], sizes[2], sizes[3], *xs, *ys, *os_),
-        dict(RESULT_DTYPE=_TL_DTYPE[result_dtype], BLOCK=block, CONTIGUOUS=contiguous),
-        num_warps=num_warps, num_stages=1,
-    )()
+    strides = [*pad_front(xs, MAX_DIMS, 0), *pad_front(ys, MAX_DIMS, 0), *pad_front(os_, MAX_DIMS, 0)]
+    _launch(xb, yb, out, n, sizes[1:], strides, result_dtype, contiguous)
     return out
 
 

@@ -14,6 +14,8 @@ forward and backward through the BACKWARD flag.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -23,7 +25,7 @@ from .._launch import Launch
 from .._layout import collapse_dims, pad_front
 
 MAX_FUSED_COLS = 32768     # longest row held on chip by one program (fp32: 128 KB)
-CHUNK_COLS = 8192          # columns per program for longer rows
+CHUNK_COLS = 4096          # columns per program for longer rows (4096 beat 8192 and 16384 on the H200)
 ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
 
 
@@ -140,56 +142,70 @@ def _softmax_chunk_apply_kernel(
     tl.store(out_ptr + o_off, result.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@functools.lru_cache(maxsize=1024)
 def _fused_config(n_rows: int, n_cols: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps) for one-pass rows: about 16 elements a thread, and
-    several short rows per program so each program still moves a useful amount."""
+    """(BLOCK_M, BLOCK_N, num_warps) for one-pass rows: short rows are packed several to a
+    program so each moves at least 4096 elements; 16 elements a thread up to 4096 columns,
+    32 beyond (the H200 sweep in benchmarks/sweep_elementwise.py favoured 16-32 warps for
+    32768-column rows and 8 warps with 4 rows a program for 781 columns)."""
     block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, min(triton.next_power_of_2(n_rows), 2048 // block_n))
+    block_m = max(1, min(triton.next_power_of_2(n_rows), 4096 // block_n))
     elements = block_m * block_n
-    num_warps = min(32, max(4, triton.next_power_of_2(elements // 512)))
+    per_thread = 16 if elements <= 4096 else 32
+    num_warps = min(32, max(4, elements // (32 * per_thread)))
     return block_m, block_n, num_warps
+
+
+def _row_layout(a, b, out, dim: int):
+    """Row sizes (dims 1, 2 of the collapsed row index) and [s0, s1, s2, column stride] for
+    each tensor; None when the rows need more than ROW_DIMS dims."""
+    n_cols = a.shape[dim]
+    if dim == a.dim() - 1 and a.is_contiguous() and b.is_contiguous() and out.is_contiguous():
+        # The common case, kept short: launch overhead matters for small tensors.
+        return (1, 1), [[n_cols, 0, 0, 1]] * 3
+    moved = [t.movedim(dim, -1) for t in (a, b, out)]
+    sizes, strides = collapse_dims(moved[0].shape[:-1], *(m.stride()[:-1] for m in moved))
+    if len(sizes) > ROW_DIMS:
+        return None
+    row_sizes = pad_front(sizes, ROW_DIMS, 1)[1:]
+    return row_sizes, [[*pad_front(s, ROW_DIMS, 0), m.stride(-1)] for s, m in zip(strides, moved)]
 
 
 def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
     n_cols = a.shape[dim]
     n_rows = a.numel() // n_cols
-    moved = [t.movedim(dim, -1) for t in (a, b, out)]
-    sizes, strides = collapse_dims(moved[0].shape[:-1], *(m.stride()[:-1] for m in moved))
-    if len(sizes) > ROW_DIMS:
+    layout = _row_layout(a, b, out, dim)
+    if layout is None:
         # More than three row dims that no stride pattern merges: run on contiguous copies.
         staging = torch.empty(a.shape, dtype=out.dtype, device=out.device)
         _launch_rows(a.contiguous(), b.contiguous(), staging, dim, backward)
         out.copy_(staging)
         return
-    row_sizes = pad_front(sizes, ROW_DIMS, 1)
-    row_strides = [pad_front(s, ROW_DIMS, 0) for s in strides]
-    col_strides = [m.stride(-1) for m in moved]
-    a_strides, b_strides, o_strides = ([*rs, cs] for rs, cs in zip(row_strides, col_strides))
+    row_sizes, (a_strides, b_strides, o_strides) = layout
     name = "softmax_bwd" if backward else "softmax_fwd"
     if n_cols <= MAX_FUSED_COLS:
         block_m, block_n, num_warps = _fused_config(n_rows, n_cols)
         Launch(
             name, _softmax_rows_kernel, (triton.cdiv(n_rows, block_m),),
-            (a, b, out, n_rows, n_cols, row_sizes[1], row_sizes[2], *a_strides, *b_strides, *o_strides),
+            (a, b, out, n_rows, n_cols, *row_sizes, *a_strides, *b_strides, *o_strides),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN_N=block_n == n_cols, BACKWARD=backward),
             num_warps=num_warps, num_stages=1,
         )()
         return
     n_chunks = triton.cdiv(n_cols, CHUNK_COLS)
-    stat1 = torch.empty((n_rows, n_chunks), dtype=torch.float32, device=a.device)
-    stat2 = torch.empty_like(stat1) if not backward else stat1
-    shape_args = (n_rows, n_cols, n_chunks, row_sizes[1], row_sizes[2])
+    stat1, stat2 = torch.empty((2, n_rows, n_chunks), dtype=torch.float32, device=a.device)
+    shape_args = (n_rows, n_cols, n_chunks, *row_sizes)
     grid = (n_rows * n_chunks,)
     Launch(
         name + "_chunk_stats", _softmax_chunk_stats_kernel, grid,
         (a, b, stat1, stat2, *shape_args, *a_strides, *b_strides),
-        dict(CHUNK=CHUNK_COLS, BACKWARD=backward), num_warps=8, num_stages=1,
+        dict(CHUNK=CHUNK_COLS, BACKWARD=backward), num_warps=4, num_stages=1,
     )()
     Launch(
         name + "_chunk_apply", _softmax_chunk_apply_kernel, grid,
         (a, b, out, stat1, stat2, *shape_args, *a_strides, *b_strides, *o_strides),
         dict(CHUNK=CHUNK_COLS, BLOCK_CHUNKS=triton.next_power_of_2(n_chunks), BACKWARD=backward),
-        num_warps=8, num_stages=1,
+        num_warps=4, num_stages=1,
     )()
 
 

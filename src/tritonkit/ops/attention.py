@@ -1,0 +1,818 @@
+"""Fused scaled-dot-product attention, forward and backward (FlashAttention-2 style).
+
+o[b, h, i] = sum_j softmax_j(scale * q[b, h, i] . k[b, hk, j]) v[b, hk, j],  hk = h // (H // Hkv)
+
+with, when causal, query i seeing keys j <= i (top-left aligned, as SDPA's is_causal=True;
+every row sees key 0, so no row is empty). No N x N matrix is ever stored: the forward
+streams key blocks through an online softmax and keeps, per query row, the log-sum-exp
+lse_i = log sum_j exp(s_ij); the backward recomputes p_ij = exp(s_ij - lse_i) tile by tile.
+
+Passes:
+- forward: one program per (query block, head, batch).
+- backward, FlashAttention-2 style, deterministic (no atomics):
+  1. preprocess: delta_i = sum_d dO_id * O_id.
+  2. dK, dV: one program per (key block, kv head, batch); it walks the query heads of its
+     group one after the other, so dK and dV of grouped-query attention are summed over the
+     group in a fixed order.
+  3. dQ: one program per (query block, head, batch), walking the key blocks.
+  Recomputing P in both 2 and 3 costs 7 block matrix products per tile instead of the 5 of
+  a single pass with atomic dQ updates; a non-deterministic atomic mode is not built yet.
+
+Exponentials use exp2, with log2(e) folded into the scale. Causal tiles are split into
+blocks that need no mask (strictly below the diagonal) and the diagonal band (masked).
+"""
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .._checks import check_same_device, check_tensor, dtype_name
+from .._launch import Launch
+from .._runtime import INTERPRETED
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+MAX_GRID_YZ = 65535  # CUDA's limit on grid dims 1 and 2 (heads, batch)
+
+
+# ---------------------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------------------
+
+@triton.jit
+def _mm(a, b, DOT_FP32: tl.constexpr):
+    # Triton 3.6's interpreter multiplies two bf16 operands wrongly; the launcher sets
+    # DOT_FP32 there (and only there) so that those operands go through float32 instead.
+    if DOT_FP32:
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32))
+    else:
+        c = tl.dot(a, b)
+    return c
+
+
+@triton.jit
+def _mma(a, b, acc, DOT_FP32: tl.constexpr):
+    if DOT_FP32:
+        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def _load(ptrs, rows_ok, d_ok, CHECK_ROWS: tl.constexpr, CHECK_D: tl.constexpr):
+    # A tile load that masks only what may fall outside: ragged rows, a padded head dim.
+    if CHECK_ROWS:
+        if CHECK_D:
+            x = tl.load(ptrs, mask=rows_ok & d_ok, other=0.0)
+        else:
+            x = tl.load(ptrs, mask=rows_ok, other=0.0)
+    else:
+        if CHECK_D:
+            x = tl.load(ptrs, mask=d_ok, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
+
+
+@triton.jit
+def _attn_fwd_tiles(
+    acc, l_i, m_i, q,
+    k_base, v_base, stride_kn, stride_vn, kt_offs, v_offs,
+    offs_m, offs_n0, d_row, d_col,
+    lo, hi, Nk, qk_scale,
+    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, SCALE_POS: tl.constexpr,
+    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+):
+    # Online softmax over key blocks [lo, hi), in base 2 (qk_scale = scale * log2(e)):
+    #   m' = max(m, rowmax(s)),  p = 2^(s - m'),  l' = l 2^(m - m') + rowsum(p),
+    #   acc' = acc 2^(m - m') + p V.
+    # MASKED blocks hide keys past Nk and, when CAUSAL, keys after the query. The first
+    # block a program visits holds key 0, which every row sees, so m is finite after it.
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        n64 = tl.cast(start_n, tl.int64)
+        kT = _load(k_base + n64 * stride_kn + kt_offs, offs_n[None, :] < Nk, d_col, MASKED, PAD_D)
+        qk = _mm(q, kT, DOT_FP32)
+        if MASKED:
+            ok = offs_n[None, :] < Nk
+            if CAUSAL:
+                ok = ok & (offs_n[None, :] <= offs_m[:, None])
+            qk = tl.where(ok, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            qk = qk - m_new[:, None]
+        elif SCALE_POS:
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_new[:, None]
+        else:
+            qk = qk * qk_scale
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            qk = qk - m_new[:, None]
+        p = tl.math.exp2(qk)
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = _load(v_base + n64 * stride_vn + v_offs, offs_n[:, None] < Nk, d_row, MASKED, PAD_D)
+        acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, DOT_FP32)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_kernel(
+    # pointers
+    Q, K, V, O, LSE,
+    # shapes and scale (GROUP = query heads per kv head; N_BUCKET only keys the autotuner)
+    Nq, Nk, D, GROUP, qk_scale, N_BUCKET,
+    # strides, in elements, of (batch, head, seq, head_dim)
+    stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_on, stride_od,
+    # meta
+    CAUSAL: tl.constexpr, SCALE_POS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m  # the longest rows start first
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    H = tl.num_programs(1)
+    b64 = b.to(tl.int64)
+    h64 = h.to(tl.int64)
+    hk64 = (h // GROUP).to(tl.int64)
+    start_m = pid_m * BLOCK_M
+
+    # Offsets inside a tile stay int32; batch, head and block offsets go through int64.
+    rows_m = tl.arange(0, BLOCK_M)
+    offs_m = start_m + rows_m
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_row = offs_d[None, :] < D
+    d_col = offs_d[:, None] < D
+    m_ok = offs_m[:, None] < Nq
+
+    q_ptrs = (Q + b64 * stride_qb + h64 * stride_qh + start_m.to(tl.int64) * stride_qn
+              + rows_m[:, None] * stride_qn + offs_d[None, :] * stride_qd)
+    q = _load(q_ptrs, m_ok, d_row, True, PAD_D)
+    k_base = K + b64 * stride_kb + hk64 * stride_kh
+    v_base = V + b64 * stride_vb + hk64 * stride_vh
+    kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
+    v_offs = offs_n0[:, None] * stride_vn + offs_d[None, :] * stride_vd
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+
+    # Keys [0, lo) need no mask; [lo, hi) are the causal diagonal band and the ragged tail.
+    if CAUSAL:
+        hi = tl.minimum(Nk, start_m + BLOCK_M)
+        lo = tl.minimum(start_m, Nk) // BLOCK_N * BLOCK_N
+    else:
+        hi = Nk
+        lo = Nk // BLOCK_N * BLOCK_N
+    acc, l_i, m_i = _attn_fwd_tiles(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, kt_offs, v_offs,
+        offs_m, offs_n0, d_row, d_col, 0, lo, Nk, qk_scale,
+        BLOCK_N, False, CAUSAL, SCALE_POS, PAD_D, DOT_FP32)
+    acc, l_i, m_i = _attn_fwd_tiles(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, kt_offs, v_offs,
+        offs_m, offs_n0, d_row, d_col, lo, hi, Nk, qk_scale,
+        BLOCK_N, True, CAUSAL, SCALE_POS, PAD_D, DOT_FP32)
+
+    o = acc / l_i[:, None]
+    o_ptrs = (O + b64 * stride_ob + h64 * stride_oh + start_m.to(tl.int64) * stride_on
+              + rows_m[:, None] * stride_on + offs_d[None, :] * stride_od)
+    if PAD_D:
+        tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=m_ok & d_row)
+    else:
+        tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=m_ok)
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # natural-log units
+    tl.store(LSE + (b64 * H + h64) * Nq + offs_m, lse, mask=offs_m < Nq)
+
+
+@triton.jit
+def _attn_bwd_preprocess_kernel(
+    # pointers
+    O, DO, DELTA,
+    # shapes
+    Nq, D,
+    # strides of (batch, head, seq, head_dim)
+    stride_ob, stride_oh, stride_on, stride_od,
+    stride_dob, stride_doh, stride_don, stride_dod,
+    # meta
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr,
+):
+    # delta_i = sum_d dO_id * O_id, the row term of dS = P * (dP - delta).
+    pid_m = tl.program_id(0)
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    H = tl.num_programs(1)
+    b64 = b.to(tl.int64)
+    h64 = h.to(tl.int64)
+    start_m = pid_m * BLOCK_M
+    rows_m = tl.arange(0, BLOCK_M)
+    offs_m = start_m + rows_m
+    offs_d = tl.arange(0, BLOCK_D)
+    m_ok = offs_m[:, None] < Nq
+    d_row = offs_d[None, :] < D
+    m64 = tl.cast(start_m, tl.int64)
+    o = _load(O + b64 * stride_ob + h64 * stride_oh + m64 * stride_on
+              + rows_m[:, None] * stride_on + offs_d[None, :] * stride_od, m_ok, d_row, True, PAD_D)
+    do = _load(DO + b64 * stride_dob + h64 * stride_doh + m64 * stride_don
+               + rows_m[:, None] * stride_don + offs_d[None, :] * stride_dod, m_ok, d_row, True, PAD_D)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(DELTA + (b64 * H + h64) * Nq + offs_m, delta, mask=offs_m < Nq)
+
+
+@triton.jit
+def _attn_bwd_dkdv_tiles(
+    dk, dv, k, v,
+    q_base, do_base, lse_base, delta_base, stride_qn, stride_don, q_offs, do_offs,
+    offs_n, offs_m0, d_row,
+    lo, hi, Nq, qk_scale,
+    BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CHECK_M: tl.constexpr,
+    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+):
+    # For query blocks [lo, hi), with the key block's K, V held in registers:
+    #   P^T = 2^(K Q^T qk_scale - lse2),  dV += P^T dO,
+    #   dP^T = V dO^T,  dS^T = P^T * (dP^T - delta),  dK += dS^T Q  (times scale at the end).
+    # Rows past Nq load as zeros with lse = delta = 0, so they add exactly nothing; keys past
+    # Nk give rows of dK, dV that are never stored. Only the causal band needs a mask.
+    for start_m in tl.range(lo, hi, BLOCK_M):
+        offs_m = start_m + offs_m0
+        m64 = tl.cast(start_m, tl.int64)
+        m_ok = offs_m[:, None] < Nq
+        q = _load(q_base + m64 * stride_qn + q_offs, m_ok, d_row, CHECK_M, PAD_D)
+        do = _load(do_base + m64 * stride_don + do_offs, m_ok, d_row, CHECK_M, PAD_D)
+        if CHECK_M:
+            lse2 = tl.load(lse_base + offs_m, mask=offs_m < Nq, other=0.0) * 1.4426950408889634
+            delta = tl.load(delta_base + offs_m, mask=offs_m < Nq, other=0.0)
+        else:
+            lse2 = tl.load(lse_base + offs_m) * 1.4426950408889634
+            delta = tl.load(delta_base + offs_m)
+        qkT = _mm(k, tl.trans(q), DOT_FP32)
+        pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
+        if MASKED:
+            pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
+        dv = _mma(pT.to(do.dtype), do, dv, DOT_FP32)
+        dpT = _mm(v, tl.trans(do), DOT_FP32)
+        dsT = pT * (dpT - delta[None, :])
+        dk = _mma(dsT.to(q.dtype), q, dk, DOT_FP32)
+    return dk, dv
+
+
+@triton.jit
+def _attn_bwd_dkdv_kernel(
+    # pointers
+    Q, K, V, DO, DK, DV, LSE, DELTA,
+    # shapes and scales (qk_scale = scale * log2(e))
+    Nq, Nk, D, GROUP, qk_scale, sm_scale, N_BUCKET,
+    # strides of (batch, head, seq, head_dim)
+    stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_don, stride_dod,
+    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+    # meta
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    CHECK_M: tl.constexpr, PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    hk = tl.program_id(1)
+    b = tl.program_id(2)
+    H = tl.num_programs(1) * GROUP
+    b64 = b.to(tl.int64)
+    hk64 = hk.to(tl.int64)
+    start_n = pid_n * BLOCK_N
+    n64 = tl.cast(start_n, tl.int64)
+
+    rows_n = tl.arange(0, BLOCK_N)
+    offs_n = start_n + rows_n
+    offs_m0 = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_row = offs_d[None, :] < D
+    n_ok = offs_n[:, None] < Nk
+
+    k = _load(K + b64 * stride_kb + hk64 * stride_kh + n64 * stride_kn
+              + rows_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, n_ok, d_row, True, PAD_D)
+    v = _load(V + b64 * stride_vb + hk64 * stride_vh + n64 * stride_vn
+              + rows_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, n_ok, d_row, True, PAD_D)
+    q_offs = offs_m0[:, None] * stride_qn + offs_d[None, :] * stride_qd
+    do_offs = offs_m0[:, None] * stride_don + offs_d[None, :] * stride_dod
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+
+    # Causal: queries before this key block see none of it; queries in [lo, band) straddle
+    # the diagonal (masked); queries from band on see the whole block (no mask).
+    if CAUSAL:
+        lo = start_n // BLOCK_M * BLOCK_M
+        band = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, Nq)
+    else:
+        lo = 0
+        band = 0
+    for g in range(GROUP):  # the group's query heads in a fixed order: deterministic sums
+        h64 = hk64 * GROUP + g
+        q_base = Q + b64 * stride_qb + h64 * stride_qh
+        do_base = DO + b64 * stride_dob + h64 * stride_doh
+        lse_base = LSE + (b64 * H + h64) * Nq
+        delta_base = DELTA + (b64 * H + h64) * Nq
+        if CAUSAL:
+            dk, dv = _attn_bwd_dkdv_tiles(
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don,
+                q_offs, do_offs, offs_n, offs_m0, d_row, lo, band, Nq, qk_scale,
+                BLOCK_M, True, CHECK_M, PAD_D, DOT_FP32)
+        dk, dv = _attn_bwd_dkdv_tiles(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don,
+            q_offs, do_offs, offs_n, offs_m0, d_row, band, Nq, Nq, qk_scale,
+            BLOCK_M, False, CHECK_M, PAD_D, DOT_FP32)
+
+    dk = dk * sm_scale
+    if PAD_D:
+        store_ok = n_ok & d_row
+    else:
+        store_ok = n_ok
+    tl.store(DK + b64 * stride_dkb + hk64 * stride_dkh + n64 * stride_dkn
+             + rows_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+             dk.to(DK.dtype.element_ty), mask=store_ok)
+    tl.store(DV + b64 * stride_dvb + hk64 * stride_dvh + n64 * stride_dvn
+             + rows_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+             dv.to(DV.dtype.element_ty), mask=store_ok)
+
+
+@triton.jit
+def _attn_bwd_dq_tiles(
+    dq, q, do, lse2, delta,
+    k_base, v_base, stride_kn, stride_vn, kt_offs, vt_offs,
+    offs_m, offs_n0, d_col,
+    lo, hi, Nk, qk_scale,
+    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+):
+    # For key blocks [lo, hi):  P = 2^(Q K^T qk_scale - lse2),  dP = dO V^T,
+    #   dS = P * (dP - delta),  dQ += dS K  (times scale at the end).
+    # MASKED blocks zero P past Nk (K loads as 0 there, but 2^(-lse2) could overflow) and,
+    # when CAUSAL, after the query.
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        n64 = tl.cast(start_n, tl.int64)
+        kT = _load(k_base + n64 * stride_kn + kt_offs, offs_n[None, :] < Nk, d_col, MASKED, PAD_D)
+        vT = _load(v_base + n64 * stride_vn + vt_offs, offs_n[None, :] < Nk, d_col, MASKED, PAD_D)
+        qk = _mm(q, kT, DOT_FP32)
+        p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        if MASKED:
+            ok = offs_n[None, :] < Nk
+            if CAUSAL:
+                ok = ok & (offs_n[None, :] <= offs_m[:, None])
+            p = tl.where(ok, p, 0.0)
+        dp = _mm(do, vT, DOT_FP32)
+        ds = p * (dp - delta[:, None])
+        dq = _mma(ds.to(kT.dtype), tl.trans(kT), dq, DOT_FP32)
+    return dq
+
+
+@triton.jit
+def _attn_bwd_dq_kernel(
+    # pointers
+    Q, K, V, DO, DQ, LSE, DELTA,
+    # shapes and scales (qk_scale = scale * log2(e))
+    Nq, Nk, D, GROUP, qk_scale, sm_scale, N_BUCKET,
+    # strides of (batch, head, seq, head_dim)
+    stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_don, stride_dod,
+    stride_dqb, stride_dqh, stride_dqn, stride_dqd,
+    # meta
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    H = tl.num_programs(1)
+    b64 = b.to(tl.int64)
+    h64 = h.to(tl.int64)
+    hk64 = (h // GROUP).to(tl.int64)
+    start_m = pid_m * BLOCK_M
+    m64 = tl.cast(start_m, tl.int64)
+
+    rows_m = tl.arange(0, BLOCK_M)
+    offs_m = start_m + rows_m
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_row = offs_d[None, :] < D
+    d_col = offs_d[:, None] < D
+    m_ok = offs_m[:, None] < Nq
+
+    q = _load(Q + b64 * stride_qb + h64 * stride_qh + m64 * stride_qn
+              + rows_m[:, None] * stride_qn + offs_d[None, :] * stride_qd, m_ok, d_row, True, PAD_D)
+    do = _load(DO + b64 * stride_dob + h64 * stride_doh + m64 * stride_don
+               + rows_m[:, None] * stride_don + offs_d[None, :] * stride_dod, m_ok, d_row, True, PAD_D)
+    row_base = (b64 * H + h64) * Nq
+    lse2 = tl.load(LSE + row_base + offs_m, mask=offs_m < Nq, other=0.0) * 1.4426950408889634
+    delta = tl.load(DELTA + row_base + offs_m, mask=offs_m < Nq, other=0.0)
+    k_base = K + b64 * stride_kb + hk64 * stride_kh
+    v_base = V + b64 * stride_vb + hk64 * stride_vh
+    kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
+    vt_offs = offs_d[:, None] * stride_vd + offs_n0[None, :] * stride_vn
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+
+    if CAUSAL:
+        hi = tl.minimum(Nk, start_m + BLOCK_M)
+        lo = tl.minimum(start_m, Nk) // BLOCK_N * BLOCK_N
+    else:
+        hi = Nk
+        lo = Nk // BLOCK_N * BLOCK_N
+    dq = _attn_bwd_dq_tiles(
+        dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, kt_offs, vt_offs,
+        offs_m, offs_n0, d_col, 0, lo, Nk, qk_scale, BLOCK_N, False, CAUSAL, PAD_D, DOT_FP32)
+    dq = _attn_bwd_dq_tiles(
+        dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, kt_offs, vt_offs,
+        offs_m, offs_n0, d_col, lo, hi, Nk, qk_scale, BLOCK_N, True, CAUSAL, PAD_D, DOT_FP32)
+
+    dq = dq * sm_scale
+    if PAD_D:
+        store_ok = m_ok & d_row
+    else:
+        store_ok = m_ok
+    tl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + m64 * stride_dqn
+             + rows_m[:, None] * stride_dqn + offs_d[None, :] * stride_dqd,
+             dq.to(DQ.dtype.element_ty), mask=store_ok)
+
+
+# ---------------------------------------------------------------------------------------
+# Tile configurations: one fixed config per pass (tests, interpreter), autotuning on a GPU
+# ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Block sizes and launch options of one pass. For the dK/dV pass, block_n is the key
+    block a program owns and block_m the query block it streams."""
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def triton_config(self) -> triton.Config:
+        return triton.Config({"BLOCK_M": self.block_m, "BLOCK_N": self.block_n},
+                             num_warps=self.num_warps, num_stages=self.num_stages)
+
+
+def fixed_configs(block_d: int) -> dict[str, TileConfig]:
+    """The one config per pass used under the interpreter, under tests and when autotuning is
+    off (TRITONKIT_AUTOTUNE=0). Interpreter blocks are small, so that test shapes of ~100 rows
+    still cross several blocks and the causal band spans more than one key block."""
+    if INTERPRETED:
+        return {"fwd": TileConfig(32, 16), "dkdv": TileConfig(16, 32), "dq": TileConfig(32, 16)}
+    if block_d <= 64:
+        return {"fwd": TileConfig(128, 64, 4, 3), "dkdv": TileConfig(64, 128, 8, 2),
+                "dq": TileConfig(128, 64, 8, 2)}
+    if block_d <= 128:
+        return {"fwd": TileConfig(128, 64, 8, 3), "dkdv": TileConfig(64, 128, 8, 2),
+                "dq": TileConfig(128, 64, 8, 2)}
+    return {"fwd": TileConfig(128, 32, 8, 2), "dkdv": TileConfig(32, 64, 8, 2),
+            "dq": TileConfig(64, 32, 4, 2)}
+
+
+def _shared_bytes(block_m: int, block_n: int, block_d: int, stages: int, resident: int, streamed: int) -> int:
+    """Rough shared memory of a pass: `resident` tiles of one block kept, `streamed` tiles of
+    the other block pipelined `stages` deep, 2 bytes an element."""
+    return 2 * block_d * (resident * block_m + stages * streamed * block_n)
+
+
+SMEM_LIMIT = 220 * 1024
+
+
+def _prune_fwd(configs, named_args, **kwargs):
+    block_d = kwargs["BLOCK_D"]
+    kept = [c for c in configs
+            if _shared_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], block_d, c.num_stages, 1, 2) <= SMEM_LIMIT
+            and not (block_d > 128 and c.kwargs["BLOCK_N"] > 64)]
+    return kept or configs[:1]
+
+
+def _prune_dkdv(configs, named_args, **kwargs):
+    block_d = kwargs["BLOCK_D"]
+    # here BLOCK_N is resident (K, V) and BLOCK_M streamed (Q, dO)
+    kept = [c for c in configs
+            if _shared_bytes(c.kwargs["BLOCK_N"], c.kwargs["BLOCK_M"], block_d, c.num_stages, 2, 2) <= SMEM_LIMIT
+            and not (block_d > 128 and c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_M"] > 64 * 64)]
+    return kept or configs[:1]
+
+
+def _prune_dq(configs, named_args, **kwargs):
+    block_d = kwargs["BLOCK_D"]
+    kept = [c for c in configs
+            if _shared_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], block_d, c.num_stages, 2, 2) <= SMEM_LIMIT
+            and not (block_d > 128 and c.kwargs["BLOCK_N"] > 64)]
+    return kept or configs[:1]
+
+
+def autotune_configs(kind: str) -> list[TileConfig]:
+    """Every config the autotuner may try for a pass (before pruning by head dim)."""
+    if kind == "fwd":
+        space = [(m, n, w, s) for m in (64, 128) for n in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)]
+        # 8 warps on 64 rows leave a warpgroup without wgmma rows
+        return [TileConfig(*c) for c in space if not (c[0] == 64 and c[2] == 8)]
+    if kind == "dkdv":
+        space = [(m, n, w, s) for m in (32, 64) for n in (64, 128) for w in (4, 8) for s in (2, 3)]
+        return [TileConfig(*c) for c in space]
+    space = [(m, n, w, s) for m in (64, 128) for n in (32, 64) for w in (4, 8) for s in (2, 3)]
+    return [TileConfig(*c) for c in space if not (c[0] == 64 and c[2] == 8)]
+
+
+def _autotuned(kernel, kind: str, prune, key: list[str]):
+    return triton.autotune(
+        configs=[c.triton_config() for c in autotune_configs(kind)],
+        key=key,  # the autotuner adds the dtypes of the tensor arguments itself
+        prune_configs_by={"early_config_prune": prune},
+        cache_results=True,  # on disk, under TRITON_CACHE_DIR: a second process does not tune again
+    )(kernel)
+
+
+_attn_fwd_tuned = _autotuned(_attn_fwd_kernel, "fwd", _prune_fwd, ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP"])
+_attn_bwd_dkdv_tuned = _autotuned(_attn_bwd_dkdv_kernel, "dkdv", _prune_dkdv,
+                                  ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP"])
+_attn_bwd_dq_tuned = _autotuned(_attn_bwd_dq_kernel, "dq", _prune_dq, ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP"])
+
+
+def _autotune_enabled() -> bool:
+    return not INTERPRETED and os.environ.get("TRITONKIT_AUTOTUNE", "1") != "0"
+
+
+def _n_bucket(n: int) -> int:
+    return min(max(triton.next_power_of_2(n), 256), 16384)
+
+
+# ---------------------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------------------
+
+def _check_qkv(q: object, k: object, v: object) -> tuple[int, int, int, int, int, int]:
+    """Validate q, k, v; returns (B, H, Nq, D, Hkv, Nk)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, HALF_DTYPES)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-d (batch, heads, seq_len, head_dim), got shape {tuple(t.shape)}")
+    check_same_device(q=q, k=k, v=v)
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {dtype_name(t.dtype)} but q has {dtype_name(q.dtype)}")
+    B, H, Nq, D = q.shape
+    Bk, Hkv, Nk, Dk = k.shape
+    if Bk != B:
+        raise ValueError(f"k has batch {Bk} but q has batch {B}")
+    if tuple(v.shape[:3]) != (Bk, Hkv, Nk):
+        raise ValueError(f"v has (batch, heads, seq_len) {tuple(v.shape[:3])} but k has {(Bk, Hkv, Nk)}")
+    if Dk != D:
+        raise ValueError(f"k has head_dim {Dk} but q has head_dim {D}")
+    if v.shape[3] != D:
+        raise ValueError(f"v has head_dim {v.shape[3]} but q has head_dim {D}")
+    if H < 1 or Hkv < 1:
+        raise ValueError(f"q and k need at least one head, got q heads {H}, k heads {Hkv}")
+    if H % Hkv != 0:
+        raise ValueError(f"q has {H} heads, which k's {Hkv} heads do not divide")
+    if D % 8 != 0 or not 16 <= D <= 256:
+        raise ValueError(f"q has head_dim {D}; supported: multiples of 8 from 16 to 256")
+    if Nk < 1:
+        raise ValueError("k has sequence length 0: attention needs at least one key")
+    if H > MAX_GRID_YZ or B > MAX_GRID_YZ:
+        raise ValueError(f"q has batch {B} and {H} heads; at most {MAX_GRID_YZ} of each are supported")
+    return B, H, Nq, D, Hkv, Nk
+
+
+def _resolve_scale(scale: object, head_dim: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    return float(scale)
+
+
+def _empty_like_order(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An empty (B, H, N, D) tensor laid out as `like` is: (B, N, H, D) in memory when like's
+    head stride is below its sequence stride (as for projected, packed qkv), else (B, H, N, D).
+    The fake (meta) implementations use it too, so compiled graphs see the same strides."""
+    B, H, N, D = shape
+    if like.shape[1] > 1 and like.shape[2] > 1 and like.stride(1) < like.stride(2):
+        return torch.empty((B, N, H, D), dtype=dtype, device=like.device).transpose(1, 2)
+    return torch.empty((B, H, N, D), dtype=dtype, device=like.device)
+
+
+def _dot_fp32(dtype: torch.dtype) -> bool:
+    return INTERPRETED and dtype == torch.bfloat16
+
+
+def _block_d(head_dim: int) -> int:
+    return max(16, triton.next_power_of_2(head_dim))
+
+
+def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                  scale: float | None = None, *, config: TileConfig | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launcher of the forward pass. Returns (o, lse): o like q (B, H, Nq, D) in q's dtype,
+    lse (B, H, Nq) float32, the natural-log sum of exp(scores) per query row.
+
+    config: a TileConfig to launch with; None autotunes on a GPU (unless TRITONKIT_AUTOTUNE=0)
+    and uses `fixed_configs` otherwise.
+    """
+    B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
+    scale = _resolve_scale(scale, D)
+    causal = bool(causal)
+    o = _empty_like_order(q, (B, H, Nq, D), q.dtype)
+    lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    if B == 0 or Nq == 0:
+        return o, lse
+    block_d = _block_d(D)
+    args = (q, k, v, o, lse, Nq, Nk, D, H // Hkv, scale * LOG2E, _n_bucket(max(Nq, Nk)),
+            *q.stride(), *k.stride(), *v.stride(), *o.stride())
+    constexprs = dict(CAUSAL=causal, SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D,
+                      DOT_FP32=_dot_fp32(q.dtype))
+    if config is None and _autotune_enabled():
+        Launch("attention_fwd", _attn_fwd_tuned,
+               lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), H, B),
+               args, constexprs, num_warps=None, num_stages=None)()
+    else:
+        cfg = config or fixed_configs(block_d)["fwd"]
+        Launch("attention_fwd", _attn_fwd_kernel, (triton.cdiv(Nq, cfg.block_m), H, B), args,
+               dict(constexprs, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
+               num_warps=cfg.num_warps, num_stages=cfg.num_stages)()
+    return o, lse
+
+
+def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  o: torch.Tensor, lse: torch.Tensor, causal: bool = False, scale: float | None = None,
+                  *, dkdv_config: TileConfig | None = None, dq_config: TileConfig | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launcher of the backward pass: (dq, dk, dv) from the upstream gradient `do` and the
+    forward's `o` and `lse`. Deterministic: the same inputs give bitwise the same gradients."""
+    B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
+    scale = _resolve_scale(scale, D)
+    causal = bool(causal)
+    for name, t in (("do", do), ("o", o)):
+        check_tensor(name, t, HALF_DTYPES)
+        if t.shape != q.shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)} but q has {tuple(q.shape)}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {dtype_name(t.dtype)} but q has {dtype_name(q.dtype)}")
+    check_tensor("lse", lse, (torch.float32,))
+    if lse.shape != (B, H, Nq):
+        raise ValueError(f"lse has shape {tuple(lse.shape)}; expected {(B, H, Nq)}")
+    check_same_device(q=q, do=do, o=o, lse=lse)
+    lse = lse.contiguous()
+
+    dq = _empty_like_order(q, (B, H, Nq, D), q.dtype)
+    dk = _empty_like_order(k, (B, Hkv, Nk, D), k.dtype)
+    dv = _empty_like_order(v, (B, Hkv, Nk, D), v.dtype)
+    if B == 0:
+        return dq, dk, dv
+    if Nq == 0:
+        return dq, dk.zero_(), dv.zero_()
+    block_d = _block_d(D)
+    pad_d = block_d != D
+    dot_fp32 = _dot_fp32(q.dtype)
+    group = H // Hkv
+    n_bucket = _n_bucket(max(Nq, Nk))
+    tuned = _autotune_enabled()
+    fixed = fixed_configs(block_d)
+
+    delta = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    pre_block = 32 if INTERPRETED else 64
+    Launch("attention_bwd_preprocess", _attn_bwd_preprocess_kernel, (triton.cdiv(Nq, pre_block), H, B),
+           (o, do, delta, Nq, D, *o.stride(), *do.stride()),
+           dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)()
+
+    common = dict(CAUSAL=causal, BLOCK_D=block_d, PAD_D=pad_d, DOT_FP32=dot_fp32)
+    dkdv_args = (q, k, v, do, dk, dv, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale, n_bucket,
+                 *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride())
+    if dkdv_config is None and tuned:
+        # CHECK_M must not depend on the tuned BLOCK_M: mask query rows unless every block is full.
+        Launch("attention_bwd_dkdv", _attn_bwd_dkdv_tuned,
+               lambda meta: (triton.cdiv(Nk, meta["BLOCK_N"]), Hkv, B), dkdv_args,
+               dict(common, CHECK_M=Nq % 128 != 0), num_warps=None, num_stages=None)()
+    else:
+        cfg = dkdv_config or fixed["dkdv"]
+        Launch("attention_bwd_dkdv", _attn_bwd_dkdv_kernel, (triton.cdiv(Nk, cfg.block_n), Hkv, B),
+               dkdv_args, dict(common, CHECK_M=Nq % cfg.block_m != 0, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
+               num_warps=cfg.num_warps, num_stages=cfg.num_stages)()
+
+    dq_args = (q, k, v, do, dq, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale, n_bucket,
+               *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride())
+    if dq_config is None and tuned:
+        Launch("attention_bwd_dq", _attn_bwd_dq_tuned,
+               lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), H, B), dq_args, common,
+               num_warps=None, num_stages=None)()
+    else:
+        cfg = dq_config or fixed["dq"]
+        Launch("attention_bwd_dq", _attn_bwd_dq_kernel, (triton.cdiv(Nq, cfg.block_m), H, B), dq_args,
+               dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
+               num_warps=cfg.num_warps, num_stages=cfg.num_stages)()
+    return dq, dk, dv
+
+
+# ---------------------------------------------------------------------------------------
+# Torch custom ops: opaque to torch.compile, with fake (meta) and autograd registrations
+# ---------------------------------------------------------------------------------------
+
+@torch.library.custom_op("tritonkit::attention_fwd", mutates_args=())
+def _attention_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return attention_fwd(q, k, v, causal, scale)
+
+
+@_attention_fwd_op.register_fake
+def _attention_fwd_fake(q, k, v, causal, scale):
+    B, H, Nq, D = q.shape
+    return _empty_like_order(q, (B, H, Nq, D), q.dtype), q.new_empty((B, H, Nq), dtype=torch.float32)
+
+
+@torch.library.custom_op("tritonkit::attention_bwd", mutates_args=())
+def _attention_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      o: torch.Tensor, lse: torch.Tensor, causal: bool,
+                      scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return attention_bwd(do, q, k, v, o, lse, causal, scale)
+
+
+@_attention_bwd_op.register_fake
+def _attention_bwd_fake(do, q, k, v, o, lse, causal, scale):
+    return (_empty_like_order(q, tuple(q.shape), q.dtype), _empty_like_order(k, tuple(k.shape), k.dtype),
+            _empty_like_order(v, tuple(v.shape), v.dtype))
+
+
+def _attention_setup_context(ctx, inputs, output):
+    q, k, v, causal, scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal = causal
+    ctx.scale = scale
+    ctx.mark_non_differentiable(lse)
+
+
+def _attention_backward(ctx, do, dlse):
+    # lse is marked non-differentiable, so only o's gradient flows back.
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = _attention_bwd_op(do, q, k, v, o, lse, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None
+
+
+_attention_fwd_op.register_autograd(_attention_backward, setup_context=_attention_setup_context)
+
+
+# ---------------------------------------------------------------------------------------
+# Public function and reference
+# ---------------------------------------------------------------------------------------
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              scale: float | None = None) -> torch.Tensor:
+    """Scaled dot-product attention, fused: softmax(scale * q k^T [+ causal mask]) v.
+
+    Same result as ``torch.nn.functional.scaled_dot_product_attention(q, k, v,
+    is_causal=causal, scale=scale, enable_gqa=True)``, differentiable in q, k and v.
+
+    q: (B, H, Nq, D); k and v: (B, Hkv, Nk, D) with H a multiple of Hkv (grouped-query and
+    multi-query attention: query head h reads kv head h // (H // Hkv)). Nq, Nk >= 1 (Nq may
+    be 0 for an empty result) and may differ. D: a multiple of 8 from 16 to 256. float16
+    or bfloat16, all three the same; the output has q's dtype and shape. Any strides, e.g.
+    views into a packed (B, N, 3, H, D) projection at any element offset.
+
+    causal: query i sees keys j <= i (top-left aligned, as SDPA's is_causal=True, also
+    when Nq != Nk). scale: defaults to 1 / sqrt(D).
+
+    Raises TypeError for non-tensors, dtypes other than float16/bfloat16 or mixed dtypes,
+    and ValueError for wrong ranks, mismatched batch, head counts that do not divide,
+    different head dims, unsupported D, an empty k, or tensors on different devices.
+    Memory: O(B * H * N) beyond inputs and output; the backward is deterministic.
+    """
+    B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
+    return _attention_fwd_op(q, k, v, bool(causal), _resolve_scale(scale, D))[0]
+
+
+def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        scale: float | None = None, upcast: bool = True) -> torch.Tensor:
+    """Plain attention in float64 (upcast=True) or in the inputs' dtype: scores, mask,
+    softmax, weighted sum, with kv heads repeated for grouped-query attention."""
+    D = q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    if upcast:
+        q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        Nq, Nk = q.shape[2], k.shape[2]
+        seen = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~seen, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
