@@ -59,6 +59,36 @@ def sweep_softmax():
               f"(torch {gbs(bench(lambda: torch.softmax(x, -1))):.0f})")
 
 
+def host_overhead():
+    """Microseconds of host time per call on tiny inputs (the GPU work is negligible)."""
+    import time
+    import tritonkit
+
+    x = torch.randn(1024, device="cuda")
+    m = torch.randn(4, 256, device="cuda")
+    calls = {
+        "torch.add": lambda: torch.add(x, x),
+        "tritonkit.add": lambda: tritonkit.add(x, x),
+        "torch.softmax": lambda: torch.softmax(m, -1),
+        "tritonkit.softmax": lambda: tritonkit.softmax(m, -1),
+        "triton launch only": lambda: add_mod._add_kernel[(1,)](x, x, x, 1024, 1, 1, 1, *(0,) * 12,
+                                                               RESULT_DTYPE=add_mod.tl.float32, BLOCK=1024,
+                                                               CONTIGUOUS=True, num_warps=4, num_stages=1),
+    }
+    for name, fn in calls.items():
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(2000):
+            fn()
+        torch.cuda.synchronize()
+        print(f"host overhead {name}: {(time.perf_counter() - start) / 2000 * 1e6:.1f} us/call")
+
+
 if __name__ == "__main__":
-    sweep_add()
-    sweep_softmax()
+    import sys
+
+    parts = sys.argv[1:] or ["overhead", "add", "softmax"]
+    for part in parts:
+        {"overhead": host_overhead, "add": sweep_add, "softmax": sweep_softmax}[part]()
