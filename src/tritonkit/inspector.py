@@ -553,7 +553,7 @@ def _line_sort_key(text: str) -> tuple[str, int]:
 
 
 _SASS_OPS = re.compile(r"\b(LDGSTS|LDG|STG|UTMALDG|UTMASTG|UBLKCP|ATOMG|REDG|RED|HGMMA|HMMA|LDSM|LDL|STL)"
-                       r"((?:\.[A-Z0-9_]+)*)")
+                       r"((?:\.[A-Za-z0-9_]+)*)(?=[\s;])")
 
 
 _SASS_WIDTH = re.compile(r"E|128|64|U8|S8|U16|S16")
@@ -570,7 +570,11 @@ def _sass_counts(cubin: bytes) -> dict[str, int]:
     for line in sass.splitlines():
         match = _SASS_OPS.search(line.split(";")[0])
         if match:
-            widths = [s for s in match.group(2).split(".") if _SASS_WIDTH.fullmatch(s)]
+            suffixes = match.group(2).split(".")[1:]
+            if match.group(1) in ("HGMMA", "HMMA"):      # keep the tile shape: HGMMA.64x128x16
+                widths = suffixes[:1]
+            else:
+                widths = [s for s in suffixes if _SASS_WIDTH.fullmatch(s)]
             counts[".".join([match.group(1), *widths])] += 1
     return dict(sorted(counts.items()))
 
@@ -607,7 +611,7 @@ def occupancy(registers: int, shared: int, num_warps: int) -> Occupancy:
     shared_per_block = -(-shared // SHARED_UNIT) * SHARED_UNIT + SHARED_RESERVED_PER_BLOCK
     by_shared = SHARED_PER_SM // shared_per_block if shared <= SHARED_PER_BLOCK else 0
     by_warps = MAX_WARPS_PER_SM // num_warps
-    limits = {"registers": by_registers, "shared memory": by_shared, "warps": by_warps,
+    limits = {"warps": by_warps, "registers": by_registers, "shared memory": by_shared,
               "the 32-block cap": MAX_BLOCKS_PER_SM}
     blocks = min(limits.values())
     limited_by = min(limits, key=limits.get) if blocks < MAX_BLOCKS_PER_SM else "the 32-block cap"
