@@ -910,6 +910,15 @@ def explain(report: KernelReport, aligned: KernelReport | None = None) -> list[s
                                              "a multiple of 16)"))
             out.append(f"{a.name} is 16-byte aligned but its {word} are only {wide.bits}-bit "
                        f"({_instructions_text(ops)}): {reason}.")
+    misaligned = [a for a in report.args if a.kind == "pointer" and a.bytes_past_16]
+    if misaligned and aligned is not None:
+        ours = sum(m.count for a in misaligned for m in _pointer_loads(report, a.name))
+        theirs = sum(m.count for a in misaligned for m in _pointer_loads(aligned, a.name))
+        ratio = f" ({ours} instructions instead of {theirs})" if ours != theirs else ""
+        out.append("This is Triton's safety net: the 16-byte hint comes from the real pointer at each launch, "
+                   "so a misaligned view gets its own compiled variant with narrower accesses: correct, "
+                   f"only more memory instructions{ratio}. A kernel that promised alignment with "
+                   "tl.multiple_of would issue 128-bit accesses on this pointer, which can fault with a misaligned-address error.")
     if report.tma:
         out.append("Loads of whole tiles go through TMA (cp.async.bulk.tensor), which needs 16-byte aligned "
                    "bases and strides.")
