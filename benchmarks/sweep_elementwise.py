@@ -37,26 +37,23 @@ def sweep_add():
 
 
 def sweep_softmax():
+    """One-pass rows: warps, and a persistent grid (k programs per SM) with a pipelined loop."""
     original = sm_mod._fused_config
-    for rows, cols in ((4096, 4096), (32768, 4096), (4096, 32768), (1823, 781)):
-        x = torch.randn(rows, cols, device="cuda")
-        gbs = lambda ms: 2 * rows * cols * 4 / ms / 1e6
-        print(f"softmax {rows}x{cols} fp32: torch {gbs(bench(lambda: torch.softmax(x, -1))):.0f} GB/s, "
-              f"current {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f}")
-        block_n = triton.next_power_of_2(cols)
-        for block_m in (1, 2, 4):
-            for warps in (4, 8, 16, 32):
-                if block_m * block_n // (32 * warps) < 1 or block_m * block_n // (32 * warps) > 128:
-                    continue
-                sm_mod._fused_config = lambda r, c, bm=block_m, w=warps: (bm, block_n, w)
-                print(f"   BLOCK_M {block_m} warps {warps}: {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f}")
+    for rows, cols, dtype in ((4096, 4096, torch.float32), (4096, 32768, torch.bfloat16),
+                              (4096, 32768, torch.float32), (1823, 781, torch.float32)):
+        x = torch.randn(rows, cols, device="cuda", dtype=dtype)
+        gbs = lambda ms: 2 * rows * cols * x.element_size() / ms / 1e6
+        block_m, block_n, default_warps = original(rows, cols)
+        print(f"softmax {rows}x{cols} {dtype}: torch {gbs(bench(lambda: torch.softmax(x, -1))):.0f} GB/s, "
+              f"current {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f} (BLOCK_M {block_m}, {default_warps} warps)")
+        for warps in sorted({default_warps // 2, default_warps, min(32, default_warps * 2)}):
+            for per_sm, stages in ((None, 1), (2, 1), (2, 2), (4, 1), (4, 2), (8, 2)):
+                sm_mod._fused_config = lambda r, c, w=warps: (block_m, block_n, w)
+                sm_mod.PROGRAMS_PER_SM, sm_mod.LOOP_STAGES = per_sm, stages
+                print(f"   warps {warps:2d} programs/SM {per_sm} stages {stages}: "
+                      f"{gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f}")
         sm_mod._fused_config = original
-    for chunk in (4096, 8192, 16384):
-        sm_mod.CHUNK_COLS = chunk
-        x = torch.randn(16, 1 << 20, device="cuda")
-        gbs = lambda ms: 2 * x.numel() * 4 / ms / 1e6
-        print(f"softmax 16x2^20 chunk {chunk}: {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f} GB/s "
-              f"(torch {gbs(bench(lambda: torch.softmax(x, -1))):.0f})")
+        sm_mod.PROGRAMS_PER_SM, sm_mod.LOOP_STAGES = None, 1
 
 
 def host_overhead():
