@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from .._checks import check_same_device, check_tensor, dtype_name
+from .. import _launch
 from .._launch import Launch
 from .._runtime import INTERPRETED
 
@@ -469,11 +470,17 @@ class TileConfig:
                              num_warps=self.num_warps, num_stages=self.num_stages)
 
 
+def _interpreting() -> bool:
+    """Kernels will run through the interpreter. Not so inside record_launches(execute=False),
+    where `tritonkit inspect` compiles the launches for the GPU: they must be the GPU's."""
+    return INTERPRETED and all(run for _, run in _launch._recorders)
+
+
 def fixed_configs(block_d: int) -> dict[str, TileConfig]:
     """The one config per pass used under the interpreter, under tests and when autotuning is
     off (TRITONKIT_AUTOTUNE=0). Interpreter blocks are small, so that test shapes of ~100 rows
     still cross several blocks and the causal band spans more than one key block."""
-    if INTERPRETED:
+    if _interpreting():
         return {"fwd": TileConfig(32, 16), "dkdv": TileConfig(16, 32), "dq": TileConfig(32, 16)}
     if block_d <= 64:
         return {"fwd": TileConfig(128, 64, 4, 3), "dkdv": TileConfig(64, 128, 8, 2),
@@ -548,7 +555,7 @@ _attn_bwd_dq_tuned = _autotuned(_attn_bwd_dq_kernel, "dq", _prune_dq, ["BLOCK_D"
 
 
 def _autotune_enabled() -> bool:
-    return not INTERPRETED and os.environ.get("TRITONKIT_AUTOTUNE", "1") != "0"
+    return not _interpreting() and os.environ.get("TRITONKIT_AUTOTUNE", "1") != "0"
 
 
 def _n_bucket(n: int) -> int:
@@ -613,7 +620,7 @@ def _empty_like_order(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.d
 
 
 def _dot_fp32(dtype: torch.dtype) -> bool:
-    return INTERPRETED and dtype == torch.bfloat16
+    return _interpreting() and dtype == torch.bfloat16
 
 
 def _block_d(head_dim: int) -> int:
@@ -690,7 +697,7 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     fixed = fixed_configs(block_d)
 
     delta = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-    pre_block = 32 if INTERPRETED else 64
+    pre_block = 32 if _interpreting() else 64
     Launch("attention_bwd_preprocess", _attn_bwd_preprocess_kernel, (triton.cdiv(Nq, pre_block), H, B),
            (o, do, delta, Nq, D, *o.stride(), *do.stride()),
            dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)()

@@ -1,0 +1,156 @@
+"""Catalogue entry for `tritonkit.attention`: inspector passes and benchmark cases."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..ops.attention import attention, attention_bwd, attention_fwd
+from . import BenchCase, InspectRequest, OpEntry
+
+NAIVE_LIMIT_BYTES = 16 << 30  # naive eager runs only where B*H*Nq*Nk fp32 scores fit in this
+
+
+def packed_qkv(batch: int, heads: int, seq: int, head_dim: int, dtype: torch.dtype, device: torch.device,
+               offset: int = 0, fill: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v (B, H, N, D): views into one packed (B, N, 3, H, D) buffer that starts `offset`
+    elements into its storage, as a model's qkv projection lays them out. fill=False leaves
+    the memory unset (for the inspector, which compiles but never runs the kernels)."""
+    numel = batch * seq * 3 * heads * head_dim
+    make = torch.randn if fill else torch.empty
+    storage = make(numel + offset, dtype=dtype, device=device)
+    packed = storage[offset:].view(batch, seq, 3, heads, head_dim)
+    return tuple(packed[:, :, i].transpose(1, 2) for i in range(3))
+
+
+def _inspect_inputs(request: InspectRequest, device: torch.device):
+    B, H, N, D = request.shape or (4, 32, 4096, 128)
+    dtype = request.dtype or torch.bfloat16
+    return packed_qkv(B, H, N, D, dtype, device, request.offset, fill=False)
+
+
+def _inspect_fwd(request: InspectRequest, device: torch.device) -> None:
+    q, k, v = _inspect_inputs(request, device)
+    attention_fwd(q, k, v, request.causal)
+
+
+def _inspect_bwd(request: InspectRequest, device: torch.device) -> None:
+    q, k, v = _inspect_inputs(request, device)
+    B, H, N, D = q.shape
+    o, do = torch.empty_like(q), torch.empty_like(q)
+    lse = torch.empty((B, H, N), dtype=torch.float32, device=device)
+    attention_bwd(do, q, k, v, o, lse, request.causal)
+
+
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The eager baseline: matmul, (mask,) softmax, matmul, with the whole score matrix in memory."""
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    if causal:
+        seen = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
+        s = s.masked_fill(~seen, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _sdpa(backend: Any) -> Callable:
+    from torch.nn.attention import sdpa_kernel
+
+    def run(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+    return run
+
+
+def _flex(causal: bool, nq: int, nk: int, device: torch.device) -> Callable | None:
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError:
+        return None
+    mask = (create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, nq, nk, device=device)
+            if causal else None)
+    compiled = torch.compile(flex_attention, dynamic=False)
+
+    def run(q, k, v, causal_):
+        return compiled(q, k, v, block_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
+    return run
+
+
+def _providers(device: torch.device, causal: bool, nq: int, nk: int, scores_bytes: int) -> dict[str, Callable]:
+    """name -> f(q, k, v, causal) for every provider that can run here."""
+    found: dict[str, Callable] = {"tritonkit": lambda q, k, v, c: attention(q, k, v, causal=c)}
+    if scores_bytes <= NAIVE_LIMIT_BYTES:
+        found["naive eager"] = naive_attention
+    from torch.nn.attention import SDPBackend
+    if device.type == "cuda":
+        if torch.backends.cuda.flash_sdp_enabled():
+            found["SDPA FA2"] = _sdpa(SDPBackend.FLASH_ATTENTION)
+        if hasattr(SDPBackend, "CUDNN_ATTENTION") and torch.backends.cuda.cudnn_sdp_enabled():
+            found["SDPA cuDNN"] = _sdpa(SDPBackend.CUDNN_ATTENTION)
+        flex = _flex(causal, nq, nk, device)
+        if flex is not None:
+            found["FlexAttention"] = flex
+    else:
+        found["SDPA math"] = _sdpa(SDPBackend.MATH)
+    return found
+
+
+def _case(batch: int, heads: int, kv_heads: int, seq: int, head_dim: int, causal: bool, backward: bool,
+          dtype: torch.dtype = torch.bfloat16, seed_table: bool = False) -> BenchCase:
+    element = torch.empty((), dtype=dtype).element_size()
+    flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0) * (2.5 if backward else 1.0)
+    pass_name = "bwd" if backward else "fwd"
+
+    def setup(device: torch.device):
+        q = torch.randn(batch, heads, seq, head_dim, dtype=dtype, device=device)
+        k = torch.randn(batch, kv_heads, seq, head_dim, dtype=dtype, device=device)
+        v = torch.randn(batch, kv_heads, seq, head_dim, dtype=dtype, device=device)
+        providers = _providers(device, causal, seq, seq, batch * heads * seq * seq * 4)
+        if not backward:
+            return {name: (lambda f=f: f(q, k, v, causal)) for name, f in providers.items()}
+        # Backward alone: build each provider's graph once, then time autograd.grad through it.
+        do = torch.randn_like(q)
+        timed = {}
+        for name, f in providers.items():
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            out = f(*leaves, causal)
+            timed[name] = (lambda out=out, leaves=leaves:
+                           torch.autograd.grad(out, leaves, do, retain_graph=True))
+        return timed
+
+    gqa = f" GQA{heads}/{kv_heads}" if kv_heads != heads else ""
+    label = f"{pass_name} N={seq} D={head_dim}{' causal' if causal else ''}{gqa}"
+    return BenchCase(
+        label=label, group=f"attention {pass_name} D={head_dim}{' causal' if causal else ''}{gqa}",
+        unit="TFLOP/s", work=flops, size=seq, setup=setup, seed_table=seed_table,
+        bytes_in_flight=(8 if backward else 4) * batch * heads * seq * head_dim * element,
+    )
+
+
+def _bench_cases(on_gpu: bool) -> list[BenchCase]:
+    if not on_gpu:
+        return [_case(1, 2, 2, 64, 32, False, False, seed_table=True), _case(1, 2, 2, 64, 32, True, False),
+                _case(1, 2, 2, 64, 32, False, True), _case(1, 2, 2, 64, 32, True, True)]
+    cases = []
+    for backward in (False, True):
+        for causal in (False, True):
+            cases += [_case(4, 32, 32, n, 128, causal, backward,
+                            seed_table=(n, causal, backward) == (4096, False, False))
+                      for n in (1024, 2048, 4096, 8192, 16384)]
+        cases += [_case(4, 32, 32, 4096, 64, False, backward), _case(4, 32, 32, 16384, 64, True, backward),
+                  _case(4, 16, 16, 4096, 256, False, backward), _case(4, 32, 8, 4096, 128, False, backward)]
+    return cases
+
+
+ENTRY = OpEntry(
+    name="attention",
+    summary="fused scaled-dot-product attention (FlashAttention-2 style), causal, GQA; forward and backward",
+    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
+    bench_cases=_bench_cases,
+    peers=("naive eager", "SDPA FA2", "SDPA cuDNN", "FlexAttention"),
+)
