@@ -37,23 +37,20 @@ def sweep_add():
 
 
 def sweep_softmax():
-    """One-pass rows: warps, and a persistent grid (k programs per SM) with a pipelined loop."""
+    """One-pass rows: warps per program. (A persistent grid with a pipelined row loop was
+    tried on 2026-11-29 and lost to one program per row block in every case.)"""
     original = sm_mod._fused_config
     for rows, cols, dtype in ((4096, 4096, torch.float32), (4096, 32768, torch.bfloat16),
                               (4096, 32768, torch.float32), (1823, 781, torch.float32)):
         x = torch.randn(rows, cols, device="cuda", dtype=dtype)
         gbs = lambda ms: 2 * rows * cols * x.element_size() / ms / 1e6
-        block_m, block_n, default_warps = original(rows, cols)
+        block_m, block_n, default_warps = original(rows, cols, x.element_size())
         print(f"softmax {rows}x{cols} {dtype}: torch {gbs(bench(lambda: torch.softmax(x, -1))):.0f} GB/s, "
               f"current {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f} (BLOCK_M {block_m}, {default_warps} warps)")
         for warps in sorted({default_warps // 2, default_warps, min(32, default_warps * 2)}):
-            for per_sm, stages in ((None, 1), (2, 1), (2, 2), (4, 1), (4, 2), (8, 2)):
-                sm_mod._fused_config = lambda r, c, w=warps: (block_m, block_n, w)
-                sm_mod.PROGRAMS_PER_SM, sm_mod.LOOP_STAGES = per_sm, stages
-                print(f"   warps {warps:2d} programs/SM {per_sm} stages {stages}: "
-                      f"{gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f}")
+            sm_mod._fused_config = lambda r, c, e, w=warps: (block_m, block_n, w)
+            print(f"   warps {warps:2d}: {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f}")
         sm_mod._fused_config = original
-        sm_mod.PROGRAMS_PER_SM, sm_mod.LOOP_STAGES = None, 1
 
 
 def host_overhead():

@@ -8,7 +8,6 @@ available does no work on a GPU, so `import tritonkit` stays safe on a laptop.
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
@@ -30,14 +29,6 @@ INTERPRETED: bool = _choose_interpreter()
 def default_device() -> torch.device:
     """The device tritonkit's kernels run on: the current GPU, or the CPU under the interpreter."""
     return torch.device("cpu") if INTERPRETED else torch.device("cuda", torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def multiprocessor_count() -> int:
-    """SMs of the current GPU; under the interpreter, a small stand-in (grid sizes only)."""
-    if INTERPRETED:
-        return 4
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 
 def describe() -> str:

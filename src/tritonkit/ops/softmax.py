@@ -22,14 +22,11 @@ import triton.language as tl
 
 from .._checks import check_same_device, check_tensor
 from .._launch import Launch
-from .._runtime import multiprocessor_count
 from .._layout import collapse_dims, pad_front
 
 MAX_FUSED_COLS = 32768     # longest row held on chip by one program (fp32: 128 KB)
 CHUNK_COLS = 4096          # columns per program for longer rows (4096 beat 8192 and 16384 on the H200)
 ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
-PROGRAMS_PER_SM = None     # one-pass grid: None = a program per row block; k = k per SM, looping
-LOOP_STAGES = 1            # software-pipelining depth of that loop
 
 
 @triton.jit
@@ -52,30 +49,26 @@ def _softmax_rows_kernel(
     as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, BACKWARD: tl.constexpr,
-    LOOP_STAGES: tl.constexpr,
 ):
-    # Programs stride over row blocks: with a grid smaller than the number of blocks (the
-    # launcher's choice) each program pipelines the next block's loads behind this one.
-    for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=LOOP_STAGES):
-        rows = block * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # int64: strides can be large
-        cols = tl.arange(0, BLOCK_N)
-        row_ok = rows < n_rows
-        mask = row_ok[:, None] & (cols[None, :] < n_cols) if not EVEN_N else row_ok[:, None]
-        a_off = _row_offsets(rows, size1, size2, as0, as1, as2)[:, None] + cols[None, :] * a_col
-        o_off = _row_offsets(rows, size1, size2, os0, os1, os2)[:, None] + cols[None, :] * o_col
-        if BACKWARD:
-            b_off = _row_offsets(rows, size1, size2, bs0, bs1, bs2)[:, None] + cols[None, :] * b_col
-            y = tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
-            dot = tl.sum(y * dy, axis=1)
-            result = y * (dy - dot[:, None])
-        else:
-            x = tl.load(a_ptr + a_off, mask=mask, other=-float("inf")).to(tl.float32)
-            # A row of all -inf gives max -inf and exp(nan): NaN, exactly as torch does.
-            row_max = tl.max(x, axis=1)
-            e = tl.exp(x - row_max[:, None])
-            result = e / tl.sum(e, axis=1)[:, None]
-        tl.store(out_ptr + o_off, result.to(out_ptr.dtype.element_ty), mask=mask)
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < n_rows
+    mask = row_ok[:, None] & (cols[None, :] < n_cols) if not EVEN_N else row_ok[:, None]
+    a_off = _row_offsets(rows, size1, size2, as0, as1, as2)[:, None] + cols[None, :] * a_col
+    o_off = _row_offsets(rows, size1, size2, os0, os1, os2)[:, None] + cols[None, :] * o_col
+    if BACKWARD:
+        b_off = _row_offsets(rows, size1, size2, bs0, bs1, bs2)[:, None] + cols[None, :] * b_col
+        y = tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
+        dot = tl.sum(y * dy, axis=1)
+        result = y * (dy - dot[:, None])
+    else:
+        x = tl.load(a_ptr + a_off, mask=mask, other=-float("inf")).to(tl.float32)
+        # A row of all -inf gives max -inf and exp(nan): NaN, exactly as torch does.
+        row_max = tl.max(x, axis=1)
+        e = tl.exp(x - row_max[:, None])
+        result = e / tl.sum(e, axis=1)[:, None]
+    tl.store(out_ptr + o_off, result.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -192,13 +185,10 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
     name = "softmax_bwd" if backward else "softmax_fwd"
     if n_cols <= MAX_FUSED_COLS:
         block_m, block_n, num_warps = _fused_config(n_rows, n_cols)
-        n_blocks = triton.cdiv(n_rows, block_m)
-        grid = n_blocks if PROGRAMS_PER_SM is None else min(n_blocks, PROGRAMS_PER_SM * multiprocessor_count())
         Launch(
-            name, _softmax_rows_kernel, (grid,),
+            name, _softmax_rows_kernel, (triton.cdiv(n_rows, block_m),),
             (a, b, out, n_rows, n_cols, *row_sizes, *a_strides, *b_strides, *o_strides),
-            dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN_N=block_n == n_cols, BACKWARD=backward,
-                 LOOP_STAGES=LOOP_STAGES),
+            dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN_N=block_n == n_cols, BACKWARD=backward),
             num_warps=num_warps, num_stages=1,
         )()
         return
