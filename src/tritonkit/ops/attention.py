@@ -501,29 +501,41 @@ def _shared_bytes(block_m: int, block_n: int, block_d: int, stages: int, residen
 SMEM_LIMIT = 227 * 1024  # the H100/H200 per-block maximum
 
 
-def _prune_fwd(configs, named_args, **kwargs):
-    block_d = kwargs["BLOCK_D"]
-    kept = [c for c in configs
-            if _shared_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], block_d, c.num_stages, 1, 2) <= SMEM_LIMIT
-            and not (block_d > 128 and c.kwargs["BLOCK_N"] > 64)]
-    return kept or configs[:1]
+def _fp32_regs(c: triton.Config, *tiles: int) -> float:
+    """fp32 registers a thread needs for the given accumulator/score tiles (in elements)."""
+    return sum(tiles) / (32 * c.num_warps)
 
 
-def _prune_dkdv(configs, named_args, **kwargs):
-    block_d = kwargs["BLOCK_D"]
-    # here BLOCK_N is resident (K, V) and BLOCK_M streamed (Q, dO)
-    kept = [c for c in configs
-            if _shared_bytes(c.kwargs["BLOCK_N"], c.kwargs["BLOCK_M"], block_d, c.num_stages, 2, 2) <= SMEM_LIMIT
-            and not (block_d > 128 and c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_M"] > 64 * 64)]
-    return kept or configs[:1]
+def _fixed_first(configs: list, kind: str, block_d: int) -> list:
+    """The fixed config first: it is what `tritonkit inspect` shows for an untuned run."""
+    fixed = fixed_configs(block_d)[kind].triton_config()
+    same = [c for c in configs if c.kwargs == fixed.kwargs and
+            (c.num_warps, c.num_stages) == (fixed.num_warps, fixed.num_stages)]
+    return same + [c for c in configs if c not in same]
 
 
-def _prune_dq(configs, named_args, **kwargs):
-    block_d = kwargs["BLOCK_D"]
-    kept = [c for c in configs
-            if _shared_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], block_d, c.num_stages, 2, 2) <= SMEM_LIMIT
-            and not (block_d > 128 and c.kwargs["BLOCK_N"] > 64)]
-    return kept or configs[:1]
+def _fits(kind: str, c: triton.Config, block_d: int) -> bool:
+    """Whether a config fits shared memory and a register budget. The budgets: above them
+    ptxas spilled in sm_90 builds (ptxas -v, triton 3.6); 255 registers a thread hold the
+    fp32 tiles counted here plus operands, pointers and masks."""
+    m, n, s = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_stages
+    if kind == "fwd":     # Q resident; K, V streamed; acc and the score tile in registers
+        smem, regs, budget = _shared_bytes(m, n, block_d, s, 1, 2), _fp32_regs(c, m * block_d, m * n), 160
+    elif kind == "dkdv":  # K, V resident; Q, dO streamed; dK, dV, P^T, dP^T in registers
+        smem, regs, budget = _shared_bytes(n, m, block_d, s, 2, 2), _fp32_regs(c, 2 * n * block_d, 2 * n * m), 192
+    else:                 # Q, dO resident; K, V streamed; dQ, P, dP in registers
+        smem, regs, budget = _shared_bytes(m, n, block_d, s, 2, 2), _fp32_regs(c, m * block_d, 2 * m * n), 160
+    return smem <= SMEM_LIMIT and regs <= budget and not (block_d > 128 and kind != "dkdv" and n > 64)
+
+
+def _pruner(kind: str):
+    def prune(configs, named_args, **kwargs):
+        block_d = kwargs["BLOCK_D"]
+        return _fixed_first([c for c in configs if _fits(kind, c, block_d)], kind, block_d) or configs[:1]
+    return prune
+
+
+_prune_fwd, _prune_dkdv, _prune_dq = _pruner("fwd"), _pruner("dkdv"), _pruner("dq")
 
 
 def autotune_configs(kind: str) -> list[TileConfig]:

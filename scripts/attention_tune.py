@@ -1,0 +1,195 @@
+"""Time every attention tile config on the GPU beside SDPA's FA2 and cuDNN, in one process.
+
+    PYTHONPATH=src python3 scripts/attention_tune.py [--shape 4 32 4096 128] [--extra] [--autotune]
+
+Compiles all configs first in parallel worker processes (they fill Triton's on-disk cache),
+then times each pass with each config (triton.testing.do_bench, median), the forward alone
+and the whole backward (preprocess + dK/dV + dQ; one of the two kernels swept while the
+other keeps its fixed config). --extra times the fixed configs on the other bench shapes;
+--autotune runs the autotuned launchers once and prints what they chose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import time
+
+os.environ.setdefault("TRITONKIT_AUTOTUNE", "0")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import triton.testing  # noqa: E402
+
+from tritonkit.ops import attention as A  # noqa: E402
+
+
+def inputs(B, H, Hkv, N, D, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    return q, k, v, torch.randn_like(q)
+
+
+def tasks_for(D):
+    block_d = A._block_d(D)
+    prunes = {"fwd": A._prune_fwd, "dkdv": A._prune_dkdv, "dq": A._prune_dq}
+    out = []
+    for kind, prune in prunes.items():
+        for c in prune([c.triton_config() for c in A.autotune_configs(kind)], {}, BLOCK_D=block_d):
+            out.append((kind, A.TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)))
+    return out
+
+
+def run_once(kind, cfg, causal, q, k, v, do, o=None, lse=None):
+    if kind == "fwd":
+        return A.attention_fwd(q, k, v, causal, config=cfg)
+    return A.attention_bwd(do, q, k, v, o, lse, causal, **{f"{kind}_config": cfg})
+
+
+def _compile_worker(job):
+    shape, causal, kind, cfg = job
+    B, H, Hkv, N, D = shape
+    q, k, v, do = inputs(B, H, Hkv, min(N, 1024), D)  # same specialisation, less memory
+    try:
+        o, lse = A.attention_fwd(q, k, v, causal)
+        run_once(kind, cfg, causal, q, k, v, do, o, lse)
+        torch.cuda.synchronize()
+        return None
+    except Exception as err:  # reported, and the config is skipped when timing
+        return f"{kind} {cfg} causal={causal}: {type(err).__name__}: {str(err)[:200]}"
+
+
+def precompile(jobs, workers):
+    start = time.time()
+    with mp.get_context("spawn").Pool(workers) as pool:
+        errors = [e for e in pool.map(_compile_worker, jobs) if e]
+    print(f"compiled {len(jobs)} variants in {time.time() - start:.0f}s with {workers} workers")
+    for e in errors:
+        print("  compile failed:", e)
+
+
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+
+def flops(B, H, N, D, causal, backward):
+    return 4 * B * H * N * N * D * (0.5 if causal else 1) * (2.5 if backward else 1)
+
+
+def peers(q, k, v, do, causal):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    found = {}
+    for name, backend in (("FA2", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                gqa = q.shape[1] != k.shape[1]
+                fwd = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa))
+                leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+                out = F.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=gqa)
+                bwd = bench(lambda: torch.autograd.grad(out, leaves, do, retain_graph=True))
+            found[name] = (fwd, bwd)
+        except Exception as err:
+            print(f"  {name}: {type(err).__name__}: {str(err).splitlines()[0][:100]}")
+    return found
+
+
+def sweep(shape, causal):
+    B, H, Hkv, N, D = shape
+    q, k, v, do = inputs(B, H, Hkv, N, D)
+    o, lse = A.attention_fwd(q, k, v, causal)
+    ff, fb = flops(B, H, N, D, causal, False), flops(B, H, N, D, causal, True)
+    rows = []
+    for kind, cfg in tasks_for(D):
+        try:
+            ms = bench(lambda: run_once(kind, cfg, causal, q, k, v, do, o, lse))
+        except Exception as err:
+            print(f"  {kind} {cfg}: {type(err).__name__}")
+            continue
+        rows.append((kind, cfg, ms, (ff if kind == "fwd" else fb) / ms / 1e9))
+    label = f"B={B} H={H}/{Hkv} N={N} D={D} {'causal' if causal else 'full'}"
+    print(f"\n== {label}")
+    fixed = A.fixed_configs(A._block_d(D))
+    for kind in ("fwd", "dkdv", "dq"):
+        mine = sorted((r for r in rows if r[0] == kind), key=lambda r: r[2])
+        unit = "fwd" if kind == "fwd" else "whole bwd"
+        for kind_, cfg, ms, tf in mine[:6]:
+            mark = " (fixed)" if cfg == fixed[kind] else ""
+            print(f"  {kind:5} {cfg.block_m:4} {cfg.block_n:4} w{cfg.num_warps} s{cfg.num_stages}  "
+                  f"{ms:7.3f} ms  {tf:6.1f} TFLOP/s ({unit}){mark}")
+        fixed_row = [r for r in mine if r[1] == fixed[kind]]
+        if fixed_row and fixed_row[0] not in mine[:6]:
+            print(f"  {kind:5} fixed {fixed[kind]}: {fixed_row[0][2]:.3f} ms {fixed_row[0][3]:.1f} TFLOP/s")
+    for name, (fwd, bwd) in peers(q, k, v, do, causal).items():
+        print(f"  peer {name:6} fwd {fwd:7.3f} ms {ff / fwd / 1e9:6.1f} TFLOP/s   "
+              f"bwd {bwd:7.3f} ms {fb / bwd / 1e9:6.1f} TFLOP/s")
+
+
+def fixed_case(shape, causal):
+    B, H, Hkv, N, D = shape
+    q, k, v, do = inputs(B, H, Hkv, N, D)
+    ff, fb = flops(B, H, N, D, causal, False), flops(B, H, N, D, causal, True)
+    fwd = bench(lambda: A.attention_fwd(q, k, v, causal))
+    o, lse = A.attention_fwd(q, k, v, causal)
+    bwd = bench(lambda: A.attention_bwd(do, q, k, v, o, lse, causal))
+    label = f"B={B} H={H}/{Hkv} N={N} D={D} {'causal' if causal else 'full'}"
+    line = f"{label:<36} tritonkit fwd {ff / fwd / 1e9:6.1f} bwd {fb / bwd / 1e9:6.1f}"
+    for name, (pf, pb) in peers(q, k, v, do, causal).items():
+        line += f" | {name} fwd {ff / pf / 1e9:6.1f} bwd {fb / pb / 1e9:6.1f}"
+    print(line + "  (TFLOP/s)")
+
+
+def autotuned(shape, causal):
+    os.environ["TRITONKIT_AUTOTUNE"] = "1"
+    B, H, Hkv, N, D = shape
+    q, k, v, do = inputs(B, H, Hkv, N, D)
+    start = time.time()
+    o, lse = A.attention_fwd(q, k, v, causal)
+    A.attention_bwd(do, q, k, v, o, lse, causal)
+    torch.cuda.synchronize()
+    print(f"\nautotuned {shape} causal={causal}: tuned in {time.time() - start:.0f}s; chose "
+          f"fwd {A._attn_fwd_tuned.best_config}, dkdv {A._attn_bwd_dkdv_tuned.best_config}, "
+          f"dq {A._attn_bwd_dq_tuned.best_config}")
+    fixed_case(shape, causal)
+    os.environ["TRITONKIT_AUTOTUNE"] = "0"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", type=int, nargs=4, default=[4, 32, 4096, 128], metavar=("B", "H", "N", "D"))
+    parser.add_argument("--kv-heads", type=int)
+    parser.add_argument("--no-sweep", action="store_true")
+    parser.add_argument("--extra", action="store_true")
+    parser.add_argument("--autotune", action="store_true")
+    parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
+    args = parser.parse_args()
+    B, H, N, D = args.shape
+    shape = (B, H, args.kv_heads or H, N, D)
+    extra = [((4, 32, 32, 4096, 64), False), ((4, 32, 32, 16384, 64), True), ((4, 16, 16, 4096, 256), False),
+             ((4, 32, 8, 4096, 128), False), ((4, 32, 32, 16384, 128), True), ((4, 32, 32, 16384, 128), False)]
+    jobs = []
+    if not args.no_sweep:
+        jobs += [(shape, c, kind, cfg) for c in (False, True) for kind, cfg in tasks_for(D)]
+    if args.extra:
+        for s, c in extra:
+            fixed = A.fixed_configs(A._block_d(s[4]))
+            jobs += [(s, c, "dkdv", fixed["dkdv"])]
+    if jobs:
+        precompile(jobs, args.workers)
+    if not args.no_sweep:
+        for causal in (False, True):
+            sweep(shape, causal)
+    if args.extra:
+        print()
+        for s, c in extra:
+            fixed_case(s, c)
+    if args.autotune:
+        autotuned(shape, False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
