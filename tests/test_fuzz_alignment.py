@@ -45,6 +45,18 @@ MAX_ELEMENTS = (1 << 24) if ON_GPU else 40_000
 DEVICE = tritonkit.default_device()
 
 
+def fuzz_eps(dtype: torch.dtype, gradient: bool = False) -> float:
+    """`_tolerance.eps_for`, widened for bf16 under the interpreter to one bf16 ulp (2**-7):
+    its fp32 -> bf16 casts truncate, and a truncated result is off by up to one ulp per
+    element. When the output is dominated by a few large entries (a peaked softmax row) the
+    relative error of the whole tensor gets close to that bound (7.1e-3 seen for a 781-long
+    row at 3x randn, where the result was bit-for-bit the truncated fp32 softmax)."""
+    eps = eps_for(dtype, gradient=gradient)
+    if dtype == torch.bfloat16 and tritonkit.INTERPRETED:
+        eps = max(eps, 2.0 ** -7)
+    return eps
+
+
 def seed_from(case) -> None:
     """Tensor values follow from the example, so a failure hypothesis reports replays exactly."""
     torch.manual_seed(zlib.crc32(repr(case).encode()))
@@ -116,7 +128,7 @@ def add_cases(draw):
     return shape, x_dtype, y_dtype, y_shape, x_layout, y_layout, out_layout
 
 
-@fuzz(60)
+@fuzz(150)
 @given(case=add_cases())
 def test_fuzz_add(case):
     seed_from(case)
@@ -133,7 +145,8 @@ def test_fuzz_add(case):
     assert out.dtype == expected_dtype and tuple(out.shape) == tuple(shape)
     note = f"x {describe(x)}, y {describe(y)}"
     # torch's own x + y, and float64: add rounds once from float32 exactly as torch does.
-    assert_close_to_reference(out, x.double() + y.double(), x + y, what=f"add: {note}")
+    assert_close_to_reference(out, x.double() + y.double(), x + y, eps=fuzz_eps(out.dtype),
+                              what=f"add: {note}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -155,7 +168,7 @@ def softmax_cases(draw):
     return shape, dim, dtype, draw(layouts(len(shape))), draw(layouts(len(shape)))
 
 
-@fuzz(40)
+@fuzz(100)
 @given(case=softmax_cases())
 def test_fuzz_softmax_forward(case):
     seed_from(case)
@@ -163,11 +176,11 @@ def test_fuzz_softmax_forward(case):
     x = make_view(shape, dtype, x_layout, scale=3.0)
     out = tritonkit.softmax(x, dim)
     assert out.dtype == dtype and out.shape == x.shape
-    assert_close_to_reference(out, torch.softmax(x.double(), dim), torch.softmax(x, dim),
+    assert_close_to_reference(out, torch.softmax(x.double(), dim), torch.softmax(x, dim), eps=fuzz_eps(dtype),
                               what=f"softmax dim={dim}: x {describe(x)}")
 
 
-@fuzz(40)
+@fuzz(100)
 @given(case=softmax_cases())
 def test_fuzz_softmax_backward(case):
     seed_from(case)
@@ -180,7 +193,7 @@ def test_fuzz_softmax_backward(case):
     y64, g64 = y.double(), grad.double()
     reference = y64 * (g64 - (y64 * g64).sum(dim, keepdim=True))
     torch_same = torch._softmax_backward_data(grad.contiguous(), y.contiguous(), dim, dtype)
-    assert_close_to_reference(dx, reference, torch_same,
+    assert_close_to_reference(dx, reference, torch_same, eps=fuzz_eps(dtype),
                               what=f"softmax backward dim={dim}: y {describe(y)}, grad {describe(grad)}")
 
 
@@ -232,7 +245,7 @@ def _attention_note(q, k, v, causal) -> str:
 
 
 @needs_attention
-@fuzz(25)
+@fuzz(40)
 @given(case=attention_cases())
 def test_fuzz_attention_forward(case):
     seed_from(case)
@@ -241,7 +254,7 @@ def test_fuzz_attention_forward(case):
     assert out.dtype == q.dtype and out.shape == q.shape
     reference = _attention_torch(q, k, v, causal, upcast=True)
     assert_close_to_reference(out, reference, _attention_torch(q, k, v, causal, upcast=False),
-                              what=f"attention: {_attention_note(q, k, v, causal)}")
+                              eps=fuzz_eps(q.dtype), what=f"attention: {_attention_note(q, k, v, causal)}")
 
 
 @needs_attention
@@ -258,5 +271,5 @@ def test_fuzz_attention_backward(case):
     reference = torch.autograd.grad(_attention_torch(*wide, causal, upcast=False), wide, grad.double())
     note = _attention_note(q, k, v, causal)
     for name, a, ref, b in zip(("dq", "dk", "dv"), ours, reference, theirs):
-        assert_close_to_reference(a, ref, b, eps=eps_for(q.dtype, gradient=True),
+        assert_close_to_reference(a, ref, b, eps=fuzz_eps(q.dtype, gradient=True),
                                   what=f"attention {name}: {note}")
