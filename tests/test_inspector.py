@@ -172,10 +172,19 @@ def _attention_entry_present() -> bool:
 
 
 @pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")
-def test_attention_fwd_uses_wgmma_on_hopper():
-    reports = compile_report("attention", pass_="fwd", dtype="fp16", arch="sm_90")
-    assert reports and all(r.tensor_cores["wgmma"] > 0 for r in reports), \
-        [(r.kernel, r.tensor_cores) for r in reports]
+def test_attention_uses_wgmma_on_hopper():
+    reports = compile_report("attention", dtype="bf16", shape=(2, 8, 1024, 128), arch="sm_90")
+    mma_kernels = [r for r in reports if r.launch in ("attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq")]
+    assert {r.launch for r in mma_kernels} == {"attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq"}
+    for r in mma_kernels:
+        assert r.tensor_cores["wgmma"] > 0 and r.tensor_cores["mma"] == 0, (r.kernel, r.tensor_cores)
+        assert "HGMMA" in " ".join(r.sass_memory), r.sass_memory
+        # The inspector sees the GPU's launch (autotuned), not the interpreter's small tiles.
+        assert r.config_source.startswith("autotune"), r.config_source
+        assert r.spill_stores == 0 and r.occupancy.blocks_per_sm >= 1
+    fwd = only(reports, "attention_fwd")
+    for name in ("Q", "K", "V"):
+        assert fwd.load_widths(name) == {128}, (name, instructions(fwd, name))
 
 
 @pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")

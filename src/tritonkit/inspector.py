@@ -338,17 +338,37 @@ def _autotune_choice(tuner: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[A
     everything = {**named, **kwargs}
     key = [everything[k] for k in tuner.keys if k in everything]
     key += [str(v.dtype) for k, v in everything.items() if k in tuner.arg_names and hasattr(v, "dtype")]
-    cached = tuner.cache.get(tuple(key))
+    key = tuple(key)
+    cached = tuner.cache.get(key)
     if cached is not None:
-        return cached, f"autotune: the config this process already tuned for key {tuple(key)}"
+        return cached, f"autotune: the config this process already tuned for key {key}"
     tuner.nargs = named
     try:
         candidates = tuner.prune_configs(kwargs)
     finally:
         tuner.nargs = None
+    if tuner.cache_results and _read_tuning_cache(tuner, key, candidates):
+        return tuner.cache[key], f"autotune: the config an earlier run tuned and cached on disk for key {key}"
     note = f"{len(candidates)} left after pruning" if len(candidates) != n else "none pruned"
     return candidates[0], (f"autotune: NOT benchmarked here; the first of {n} configs ({note}); "
                            "a tuned run may pick another")
+
+
+class _NotTunedYet(Exception):
+    pass
+
+
+def _read_tuning_cache(tuner: Any, key: tuple, candidates: list) -> bool:
+    """Triton's own on-disk tuning cache (Autotuner.check_disk_cache), read without tuning:
+    the benchmark it would run on a miss raises instead. Needs the GPU driver; without one,
+    or on a miss, there is nothing to read."""
+    def refuse_to_benchmark():
+        raise _NotTunedYet
+
+    try:
+        return bool(tuner.check_disk_cache(key, candidates, refuse_to_benchmark))
+    except Exception:       # a miss, no driver (CPU), or a config with a pre-hook: not cached
+        return False
 
 
 def _specialise(resolved: _Resolved, args: tuple, arch: int):
@@ -903,11 +923,12 @@ def explain(report: KernelReport, aligned: KernelReport | None = None) -> list[s
                        + (f"; the narrower ones ({_instructions_text([m for m in ops if m.bits < wide.bits])}) "
                           "are for tails or other code paths." if narrow.bits < wide.bits else "."))
         else:
-            reason = ("the compiler cannot prove that neighbouring elements are contiguous and 16-byte aligned"
-                      + (f" (integer arguments not divisible by 16, any of which may enter the address: "
-                         f"{', '.join(f'{i.name}={i.value}' for i in ints_not_16)})"
-                         if ints_not_16 else " (a strided or broadcast layout, or a stride not known to be "
-                                             "a multiple of 16)"))
+            reason = ("either each thread holds fewer than 16 contiguous bytes of it in this kernel's layout, "
+                      "or the compiler cannot prove that neighbouring elements are contiguous and 16-byte "
+                      "aligned (a strided or broadcast view, or a stride not known to be a multiple of 16"
+                      + (f"; integers here not divisible by 16: "
+                         f"{', '.join(f'{i.name}={i.value}' for i in ints_not_16)}" if ints_not_16 else "")
+                      + ")")
             out.append(f"{a.name} is 16-byte aligned but its {word} are only {wide.bits}-bit "
                        f"({_instructions_text(ops)}): {reason}.")
     misaligned = [a for a in report.args if a.kind == "pointer" and a.bytes_past_16]
