@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import functools
 import importlib
-import inspect as pyinspect
 import json
 import os
 import re
