@@ -30,7 +30,7 @@ def eps_for(dtype: torch.dtype, gradient: bool = False) -> float:
     truncated forward output (saved for backward) is amplified by the backward's cancellation."""
     base = {torch.float32: 1e-6, torch.float16: 1e-4, torch.bfloat16: 1e-3}[dtype]
     if dtype == torch.bfloat16 and tritonkit.INTERPRETED:
-        base = 1.5e-2 if gradient else 4e-3  # truncating casts; see the module docstring
+        base = 1.5e-2 if gradient else 8e-3  # truncating casts cost up to one bf16 step (2**-7)
     return base
 
 
