@@ -485,9 +485,9 @@ def fixed_configs(block_d: int) -> dict[str, TileConfig]:
     if block_d <= 64:
         return {"fwd": TileConfig(128, 64, 4, 3), "dkdv": TileConfig(64, 128, 8, 2),
                 "dq": TileConfig(128, 64, 8, 2)}
-    if block_d <= 128:
-        return {"fwd": TileConfig(128, 64, 8, 3), "dkdv": TileConfig(64, 128, 8, 2),
-                "dq": TileConfig(128, 64, 8, 2)}
+    if block_d <= 128:  # the fastest at D=128, N=4096 on the H200 (notes/attention.md)
+        return {"fwd": TileConfig(128, 128, 8, 3), "dkdv": TileConfig(64, 128, 8, 3),
+                "dq": TileConfig(128, 32, 8, 3)}
     return {"fwd": TileConfig(128, 32, 8, 2), "dkdv": TileConfig(32, 64, 8, 2),
             "dq": TileConfig(64, 32, 4, 2)}
 
