@@ -29,6 +29,11 @@ def eps_for(dtype: torch.dtype, gradient: bool = False) -> float:
     """eps for outputs; gradients get more under the interpreter's truncated bf16, since a
     truncated forward output (saved for backward) is amplified by the backward's cancellation."""
     base = {torch.float32: 1e-6, torch.float16: 1e-4, torch.bfloat16: 1e-3}[dtype]
+    if gradient and dtype == torch.float16:
+        # Fused backward passes start from the rounded forward output (softmax's y, attention's
+        # O in rowsum(dO * O)), which torch's unfused math does not; on tiny inputs (a handful of
+        # elements, as the fuzz draws) that alone can exceed twice torch's error.
+        base = 4e-3
     if dtype == torch.bfloat16 and tritonkit.INTERPRETED:
         base = 1.5e-2 if gradient else 8e-3  # truncating casts cost up to one bf16 step (2**-7)
     return base

@@ -12,17 +12,19 @@ kernels run compiled, and TRITONKIT_FUZZ_EXAMPLES=500 gives a longer search.
 
 from __future__ import annotations
 
+import math
 import os
 import zlib
 
 import pytest
+
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tritonkit
 from tritonkit.ops import softmax as softmax_module
-from _tolerance import assert_close_to_reference, eps_for
+from _tolerance import assert_close_to_reference, eps_for, relative_error
 from conftest import ON_GPU
 
 
@@ -257,6 +259,25 @@ def test_fuzz_attention_forward(case):
                               eps=fuzz_eps(q.dtype), what=f"attention: {_attention_note(q, k, v, causal)}")
 
 
+def _flash_recipe_grads(q, k, v, o, grad, causal):
+    """float64 gradients computed the way a flash backward computes them: delta = rowsum(dO * O)
+    from the forward output O as stored (rounded to q's dtype). Their gap to the exact gradient is
+    the algorithm's own error in that dtype, which SDPA's unfused math does not share; on tiny,
+    nearly one-hot rows it can be several times torch's error (dP - delta cancels)."""
+    q, k, v, o, do = (t.detach().double() for t in (q, k, v, o, grad))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    p = torch.softmax(s, -1)
+    ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
+    dq, dk, dv = ds @ k * scale, ds.transpose(-1, -2) @ q * scale, p.transpose(-1, -2) @ do
+    fold = lambda t: t.view(t.shape[0], -1, group, *t.shape[2:]).sum(2)
+    return dq, fold(dk), fold(dv)
+
+
 @needs_attention
 @fuzz(25)
 @given(case=attention_cases())
@@ -264,12 +285,16 @@ def test_fuzz_attention_backward(case):
     seed_from(case)
     q, k, v, grad, causal = _attention_inputs(case)
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    ours = torch.autograd.grad(tritonkit.attention(*leaves, causal=causal), leaves, grad)
+    out = tritonkit.attention(*leaves, causal=causal)
+    ours = torch.autograd.grad(out, leaves, grad)
+    recipe = _flash_recipe_grads(q, k, v, out, grad, causal)
     same = [t.detach().requires_grad_() for t in (q, k, v)]
     theirs = torch.autograd.grad(_attention_torch(*same, causal, upcast=False), same, grad)
     wide = [t.detach().double().requires_grad_() for t in (q, k, v)]
     reference = torch.autograd.grad(_attention_torch(*wide, causal, upcast=False), wide, grad.double())
     note = _attention_note(q, k, v, causal)
-    for name, a, ref, b in zip(("dq", "dk", "dv"), ours, reference, theirs):
-        assert_close_to_reference(a, ref, b, eps=fuzz_eps(q.dtype, gradient=True),
+    for name, a, ref, b, c in zip(("dq", "dk", "dv"), ours, reference, theirs, recipe):
+        # The yardstick is the larger of torch's error and the flash recipe's own error.
+        yardstick = max((b, c), key=lambda t: relative_error(t, ref))
+        assert_close_to_reference(a, ref, yardstick, eps=fuzz_eps(q.dtype, gradient=True),
                                   what=f"attention {name}: {note}")
