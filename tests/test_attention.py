@@ -4,7 +4,8 @@ Under the interpreter (CPU), bf16 operands of tl.dot are upcast to fp32 inside t
 (Triton 3.6's interpreter multiplies two bf16 operands wrongly; the launcher sets the
 kernel's DOT_FP32 flag there only), and fp32 -> bf16 casts truncate, so bf16 results are
 checked with the wider eps of `_tolerance.eps_for`. On the GPU the real bf16 tensor-core
-path runs with the ordinary eps. SDPA runs its math backend on the CPU.
+path runs with the ordinary eps. SDPA runs its math backend on the CPU for the forward
+(see `sdpa` for the gradients' yardstick).
 """
 
 import contextlib
@@ -28,6 +29,7 @@ DTYPES = [torch.float16, torch.bfloat16]
 CASES = {
     (1, 1, 1, 1, 1, 16, False): "one query, one key",
     (1, 2, 2, 1, 67, 64, True): "one query row, causal: it sees key 0 only",
+    (1, 1, 1, 2, 2, 16, True): "two rows, causal: dS of a 2-key row cancels",
     (2, 2, 2, 17, 17, 16, True): "the smallest head dim; one ragged block",
     (1, 2, 2, 67, 130, 80, False): "Nq != Nk; D=80 padded to a 128 block",
     (1, 2, 2, 130, 67, 96, True): "causal, Nq > Nk: rows past Nk see every key",
@@ -65,10 +67,17 @@ def make_qkv(B, H, Hkv, Nq, Nk, D, dtype, device, requires_grad=False):
     return [t.requires_grad_(requires_grad) for t in (q, k, v)]
 
 
-def sdpa(q, k, v, causal, scale=None, math_backend=not ON_GPU):
+def sdpa(q, k, v, causal, scale=None, math_backend=not ON_GPU, flash_first=False):
     """torch's own attention in the inputs' dtype: the math backend on the CPU, SDPA's own
-    choice on the GPU."""
-    ctx = sdpa_kernel(SDPBackend.MATH) if math_backend else contextlib.nullcontext()
+    choice on the GPU. flash_first: torch's FlashAttention where it takes the inputs (on the
+    CPU too), the yardstick for gradients. A FlashAttention backward computes
+    delta = rowsum(dO * O) from the half-precision O it saved, as ours does; with few keys
+    and cancelling terms that rounding shows in dq and dk (torch's CPU flash backward and
+    ours erred 2.9e-3 on a 2-key fp16 case where the math backend erred 2.5e-4)."""
+    if flash_first:
+        ctx = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]) if not ON_GPU else contextlib.nullcontext()
+    else:
+        ctx = sdpa_kernel(SDPBackend.MATH) if math_backend else contextlib.nullcontext()
     with ctx:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
                                               enable_gqa=q.shape[1] != k.shape[1])
