@@ -20,6 +20,12 @@ Passes:
 
 Exponentials use exp2, with log2(e) folded into the scale. Causal tiles are split into
 blocks that need no mask (strictly below the diagonal) and the diagonal band (masked).
+All loads are plain pointer loads, right for any strides and element offset; there is no
+tensor-descriptor (TMA) path yet, so no alignment check is needed.
+
+Tile sizes: on a GPU, `triton.autotune` per (head-dim block, causal, GROUP, a power-of-two
+bucket of the length, dtypes), results cached on disk; TRITONKIT_AUTOTUNE=0 (set by the
+tests), an explicit `config`, or the interpreter use one fixed config per pass instead.
 """
 
 import math
@@ -36,7 +42,6 @@ from .._launch import Launch
 from .._runtime import INTERPRETED
 
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 MAX_GRID_YZ = 65535  # CUDA's limit on grid dims 1 and 2 (heads, batch)
 
@@ -242,7 +247,7 @@ def _attn_bwd_dkdv_tiles(
     BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CHECK_M: tl.constexpr,
     PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
 ):
-    # For query blocks [lo, hi), with the key block's K, V held in registers:
+    # For query blocks [lo, hi), with the key block's K, V loaded once by the caller:
     #   P^T = 2^(K Q^T qk_scale - lse2),  dV += P^T dO,
     #   dP^T = V dO^T,  dS^T = P^T * (dP^T - delta),  dK += dS^T Q  (times scale at the end).
     # Rows past Nq load as zeros with lse = delta = 0, so they add exactly nothing; keys past
