@@ -270,7 +270,7 @@ def _flash_recipe_grads(q, k, v, o, grad, causal):
     scale = 1.0 / math.sqrt(q.shape[-1])
     s = (q @ k.transpose(-1, -2)) * scale
     if causal:
-        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(), float("-inf"))
     p = torch.softmax(s, -1)
     ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
     dq, dk, dv = ds @ k * scale, ds.transpose(-1, -2) @ q * scale, p.transpose(-1, -2) @ do

@@ -179,9 +179,12 @@ def test_attention_uses_wgmma_on_hopper():
     for r in mma_kernels:
         assert r.tensor_cores["wgmma"] > 0 and r.tensor_cores["mma"] == 0, (r.kernel, r.tensor_cores)
         assert "HGMMA" in " ".join(r.sass_memory), r.sass_memory
-        # The inspector sees the GPU's launch (autotuned), not the interpreter's small tiles.
-        assert r.config_source.startswith("autotune"), r.config_source
-        assert r.spill_stores == 0 and r.occupancy.blocks_per_sm >= 1
+        # The inspector sees the GPU's launch (autotuned, or the fixed GPU config when
+        # TRITONKIT_AUTOTUNE=0), not the interpreter's 16-32 row tiles.
+        assert r.config_source.startswith("autotune") or r.config_source == "launcher", r.config_source
+        assert int(r.constexprs["BLOCK_M"]) >= 64 or int(r.constexprs["BLOCK_N"]) >= 64, r.constexprs
+        # The fixed D=128 dK/dV tile (64x128, 8 warps; fastest on the H200) spills 8 bytes.
+        assert r.spill_stores <= 64 and r.occupancy.blocks_per_sm >= 1, (r.kernel, r.spill_stores)
     fwd = only(reports, "attention_fwd")
     for name in ("Q", "K", "V"):
         assert fwd.load_widths(name) == {128}, (name, instructions(fwd, name))
