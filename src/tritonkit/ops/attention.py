@@ -645,6 +645,20 @@ def _block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
+def _head_dim_innermost(t: torch.Tensor) -> torch.Tensor:
+    """`t` itself when its head dim is innermost (unit stride), else a contiguous copy.
+
+    On the H200 with Triton 3.6 the compiled kernels gave wrong results (relative error
+    ~1, no fault) for K stored transposed (sequence stride 1, head-dim stride 130), while
+    the interpreter was right: found by the alignment fuzz, reproduced by
+    scripts/repro_attention_strides.py on 2026-11-29, cause inside the compiler not yet
+    isolated. A query with head-dim stride 2 was right. Until that is understood, any
+    operand whose head dim is not innermost is copied; every layout a model produces
+    (B,H,N,D), (B,N,H,D) and packed qkv has a unit head-dim stride and is never copied.
+    """
+    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+
+
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                   scale: float | None = None, *, config: TileConfig | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -655,6 +669,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     and uses `fixed_configs` otherwise.
     """
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
+    q, k, v = (_head_dim_innermost(t) for t in (q, k, v))
     scale = _resolve_scale(scale, D)
     causal = bool(causal)
     o = _empty_like_order(q, (B, H, Nq, D), q.dtype)
@@ -698,6 +713,7 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
         raise ValueError(f"lse has shape {tuple(lse.shape)}; expected {(B, H, Nq)}")
     check_same_device(q=q, do=do, o=o, lse=lse)
     lse = lse.contiguous()
+    q, k, v, do, o = (_head_dim_innermost(t) for t in (q, k, v, do, o))
 
     dq = _empty_like_order(q, (B, H, Nq, D), q.dtype)
     dk = _empty_like_order(k, (B, Hkv, Nk, D), k.dtype)
