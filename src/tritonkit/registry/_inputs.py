@@ -27,6 +27,11 @@ def peer_compile(fn: Callable) -> Callable:
     def call(*args):
         nonlocal compiled
         if compiled is None:
+            # Every case compiles the same function for a new shape; past dynamo's recompile
+            # limit (8 by default) it would silently run the peer eagerly.
+            for limit in ("recompile_limit", "cache_size_limit"):
+                if hasattr(torch._dynamo.config, limit):
+                    setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 256))
             compiled = torch.compile(fn, dynamic=False)
         return compiled(*args)
 
