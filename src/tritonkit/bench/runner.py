@@ -71,7 +71,7 @@ def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling:
     for rows in measured.values():
         providers += [m.provider for m in rows if m.provider not in providers]
     unit = next(iter(measured.values()))[0].unit
-    head = f"{'case':<28}" + "".join(f"{p[:14]:>16}" for p in providers)
+    head = f"{'case':<28}" + "".join(f"{p[:18]:>21}" for p in providers)
     head += "".join(f"{'vs ' + p[:11]:>16}" for p in providers[1:]) + f"{'% ceiling':>11}"
     lines = [f"{entry.name}: {unit} (ms), speedup of tritonkit over each peer, tritonkit as % of the "
              f"measured {'copy' if unit == 'GB/s' else 'matmul'} ceiling ({ceiling:.0f} {unit})", head]
@@ -86,7 +86,7 @@ def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling:
         ratios = [(_fmt(by[p].ms / ours.ms, 2) + "x") if ours and ours.ms and p in by and by[p].ms else "-"
                   for p in providers[1:]]
         pct = _fmt(100 * ours.rate / ceiling, 0) + "%" if ours and ours.rate else "-"
-        lines.append(f"{label:<28}" + "".join(f"{c:>16}" for c in cells)
+        lines.append(f"{label:<28}" + "".join(f"{c:>21}" for c in cells)
                      + "".join(f"{r:>16}" for r in ratios) + f"{pct:>11}")
         for m in rows:
             if m.note:
@@ -214,4 +214,6 @@ def main(argv: list[str] | None = None) -> int:
         _plot(args.plot, results)
         print(f"wrote {args.plot}")
     print(_summary(results, ceilings))
+    if not on_gpu:
+        print("(interpreter run: these rates are not GPU timings; run on a CUDA machine to measure speed)")
     return 0
