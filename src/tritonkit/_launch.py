@@ -38,6 +38,12 @@ class Launch:
                 if v is not None}
 
 
+def launches_execute() -> bool:
+    """False inside record_launches(execute=False), where launches are only recorded (the
+    inspector compiles them for a GPU, so launchers should pick their GPU configs)."""
+    return all(run for _, run in _recorders)
+
+
 @contextlib.contextmanager
 def record_launches(execute: bool = True) -> Iterator[list[Launch]]:
     """Collect every Launch made in this block; with execute=False the kernels do not run."""

@@ -478,7 +478,7 @@ class TileConfig:
 def _interpreting() -> bool:
     """Kernels will run through the interpreter. Not so inside record_launches(execute=False),
     where `tritonkit inspect` compiles the launches for the GPU: they must be the GPU's."""
-    return INTERPRETED and all(run for _, run in _launch._recorders)
+    return INTERPRETED and _launch.launches_execute()
 
 
 def fixed_configs(block_d: int) -> dict[str, TileConfig]:
