@@ -9,6 +9,7 @@ available does no work on a GPU, so `import tritonkit` stays safe on a laptop.
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -23,7 +24,16 @@ def _choose_interpreter() -> bool:
     return True
 
 
+def _switched_too_late() -> bool:
+    """True when triton's language was imported before the interpreter was switched on: its
+    own @jit helpers (tl.max, tl.sum, ...) are then compiled-mode functions that the
+    interpreter cannot call, and every kernel would fail inside Triton."""
+    standard = sys.modules.get("triton.language.standard")
+    return standard is not None and type(standard.max).__name__ != "InterpretedFunction"
+
+
 INTERPRETED: bool = _choose_interpreter()
+_SWITCHED_TOO_LATE: bool = INTERPRETED and _switched_too_late()
 
 
 def default_device() -> torch.device:
@@ -42,6 +52,11 @@ def describe() -> str:
 def check_device(name: str, t: torch.Tensor) -> None:
     """Refuse tensors on a device where the kernels cannot run, naming the argument."""
     if INTERPRETED:
+        if _SWITCHED_TOO_LATE:
+            raise RuntimeError(
+                "tritonkit's kernels run through Triton's interpreter here, which must be switched on "
+                "before triton is first imported, but triton was imported earlier. Import tritonkit "
+                "before triton, or start Python with TRITON_INTERPRET=1 in the environment.")
         if t.device.type != "cpu":
             raise ValueError(f"{name} is on {t.device}, but tritonkit runs through the Triton "
                              "interpreter here and needs CPU tensors")
