@@ -1,0 +1,123 @@
+"""The Python API: the catalogue's ops, their recorded launches, and a report per kernel."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+import torch
+
+from .. import _runtime
+from .._launch import Launch, record_launches
+from .arguments import _describe_args
+from .compiling import _compile, _resolve, _specialise, parse_arch
+from .hopper import occupancy
+from .report import KernelReport
+
+_DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
+           "float16": torch.float16, "half": torch.float16, "bf16": torch.bfloat16,
+           "bfloat16": torch.bfloat16}
+
+
+def available_ops() -> dict[str, Any]:
+    """The catalogue's entries; an entry module listed there but not written yet is skipped."""
+    from .. import registry
+    try:
+        return registry.entries()
+    except ModuleNotFoundError:
+        found = {}
+        for module_name in registry._ENTRY_MODULES:
+            try:
+                module = importlib.import_module(f"{registry.__name__}.{module_name}")
+            except ModuleNotFoundError as err:
+                if err.name and err.name.startswith(registry.__name__):
+                    continue
+                raise
+            found[module.ENTRY.name] = module.ENTRY
+        return found
+
+
+def record(op: str, pass_name: str, request: Any, device: torch.device | None = None) -> list[Launch]:
+    """The launches one pass of an op makes for this request, recorded without running."""
+    entry = _entry(op)
+    device = device or _runtime.default_device()
+    with record_launches(execute=False) as launches:
+        entry.passes[pass_name](request, device)
+    return launches
+
+
+def _entry(op: str):
+    entries = available_ops()
+    if op not in entries:
+        raise ValueError(f"unknown op {op!r}; known: {', '.join(entries)}")
+    return entries[op]
+
+
+def _dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype.lower() not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r}: expected fp32, fp16 or bf16")
+    return _DTYPES[dtype.lower()]
+
+
+def compile_report(op: str, pass_: str = "all", shape: tuple[int, ...] | None = None,
+                   dtype: str | torch.dtype | None = None, offset: int = 0, causal: bool = False,
+                   arch: str | int | None = None) -> list[KernelReport]:
+    """Compile every kernel the op's pass(es) would launch for this input; one report each.
+
+    pass_: a pass name from the op's catalogue entry ("fwd", "bwd") or "all".
+    shape, dtype: the input; None gives the entry's default. offset: the input is a view
+    that many elements into its buffer. arch: "sm_90" by default (the local GPU's if any).
+    """
+    from ..registry import InspectRequest
+
+    entry = _entry(op)
+    passes = list(entry.passes) if pass_ in ("all", None) else [pass_]
+    for name in passes:
+        if name not in entry.passes:
+            raise ValueError(f"{op} has no pass {name!r}; it has: {', '.join(entry.passes)}")
+    target = parse_arch(arch)
+    request = InspectRequest(shape=tuple(shape) if shape else None, dtype=_dtype(dtype),
+                             offset=offset, causal=causal)
+    asked = {"shape": list(shape) if shape else None, "dtype": _dtype_name(request.dtype),
+             "offset": offset, "causal": causal}
+    reports = []
+    for name in passes:
+        for launch in record(op, name, request):
+            reports.append(kernel_report(launch, target, op=op, pass_name=name, asked=asked))
+    return reports
+
+
+def kernel_report(launch: Launch, arch: int = 90, op: str = "", pass_name: str = "",
+                  asked: dict[str, Any] | None = None) -> KernelReport:
+    """Specialise and compile one recorded launch for `arch`, and read the result."""
+    resolved = _resolve(launch)
+    bound, specialization, options, signature, constexprs, attrs = _specialise(resolved, launch.args, arch)
+    compiled = _compile(resolved.jit, signature, constexprs, attrs, options, arch)
+    meta = compiled.metadata
+    usage = compiled.ptxas
+    fn = resolved.jit.fn
+    args = _describe_args(resolved.jit, bound, specialization)
+    return KernelReport(
+        op=op, pass_name=pass_name, launch=launch.name, kernel=fn.__name__,
+        source=f"{os.path.relpath(fn.__code__.co_filename)}:{fn.__code__.co_firstlineno}",
+        arch=arch, input=asked or {}, grid=resolved.grid,
+        num_warps=meta.num_warps, num_stages=meta.num_stages, num_ctas=meta.num_ctas,
+        config_source=resolved.config_source, args=args,
+        constexprs={a.name: a.value for a in args if a.kind == "constexpr"},
+        memory=compiled.memory,
+        tma=any(m.kind.startswith("tma") for m in compiled.memory),
+        cp_async=any(m.kind == "cp.async" for m in compiled.memory),
+        tensor_cores=compiled.tensor_cores, sass_memory=compiled.sass_memory,
+        registers=usage["registers"], spill_stores=usage["spill_stores"],
+        spill_loads=usage["spill_loads"], stack_bytes=usage["stack"], shared_bytes=meta.shared,
+        occupancy=occupancy(usage["registers"], meta.shared, meta.num_warps),
+        compile_seconds=compiled.seconds, asm=compiled.asm,
+    )
+
+
+def _dtype_name(dtype: torch.dtype | None) -> str | None:
+    return None if dtype is None else {torch.float32: "fp32", torch.float16: "fp16",
+                                       torch.bfloat16: "bf16"}.get(dtype, str(dtype))
