@@ -140,3 +140,25 @@ def test_more_than_2_pow_31_elements():
     tail = slice(n - 100_000, n)
     assert torch.equal(out[tail], x[tail] + y[tail])
     assert torch.equal(out[:100_000], x[:100_000] + y[:100_000])
+
+
+def test_torch_compile_fullgraph_traces_add(device):
+    # add is a torch custom op: dynamo keeps it whole (no graph break), forward and backward.
+    torch._dynamo.reset()
+    x = torch.randn(5, 1, 7, device=device, requires_grad=True)
+    y = torch.randn(3, 1, device=device, dtype=torch.float16, requires_grad=True)
+    compiled = torch.compile(lambda a, b: tritonkit.add(a, b) * 2, fullgraph=True, backend="aot_eager")
+    out = compiled(x, y)
+    grad = torch.randn_like(out)
+    ours = torch.autograd.grad(out, (x, y), grad)
+    theirs = torch.autograd.grad((x + y) * 2, (x, y), grad)
+    assert torch.equal(out, (x + y) * 2)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b)
+
+
+def test_custom_op_registrations(device):
+    from tritonkit.ops.add import _add_op
+    x = torch.randn(4, 9, device=device, requires_grad=True)
+    y = torch.randn(9, device=device, requires_grad=True)
+    torch.library.opcheck(_add_op, (x, y))

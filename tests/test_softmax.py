@@ -125,3 +125,23 @@ def test_every_element_written(device):
 @pytest.mark.gpu
 def test_million_element_rows_bf16():
     check_forward(torch.randn(4, 1_048_576 + 7, device="cuda", dtype=torch.bfloat16), -1)
+
+
+def test_torch_compile_fullgraph_traces_softmax(device):
+    # softmax is a torch custom op: dynamo keeps it whole (no graph break), forward and backward.
+    torch._dynamo.reset()
+    x = torch.randn(6, 333, device=device, requires_grad=True)
+    compiled = torch.compile(lambda t: tritonkit.softmax(t, -1) * 3, fullgraph=True, backend="aot_eager")
+    out = compiled(x)
+    grad = torch.randn_like(out)
+    (ours,) = torch.autograd.grad(out, x, grad)
+    (theirs,) = torch.autograd.grad(torch.softmax(x, -1) * 3, x, grad)
+    torch.testing.assert_close(out, torch.softmax(x, -1) * 3)
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_custom_op_registrations(device):
+    x = torch.randn(3, 5, 7, device=device, requires_grad=True)
+    torch.library.opcheck(softmax_module._softmax_fwd_op, (x, 1))
+    y = torch.softmax(x.detach(), 1)
+    torch.library.opcheck(softmax_module._softmax_bwd_op, (torch.randn_like(y), y, 1))

@@ -158,17 +158,33 @@ def add_fwd(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -
     return out
 
 
-class _AddFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.x_meta = (x.shape, x.dtype)
-        ctx.y_meta = (y.shape, y.dtype)
-        return add_fwd(x, y)
+# Torch custom op: opaque to torch.compile (fullgraph traces it), with fake and autograd
+# registrations. Eager calls without a gradient skip the op's dispatch overhead.
 
-    @staticmethod
-    def backward(ctx, grad):
-        # d(x + y)/dx = 1: the gradient is the upstream one summed over broadcast dims.
-        return _unbroadcast(grad, *ctx.x_meta), _unbroadcast(grad, *ctx.y_meta)
+@torch.library.custom_op("tritonkit::add", mutates_args=())
+def _add_op(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return add_fwd(x, y)
+
+
+@_add_op.register_fake
+def _add_fake(x, y):
+    # add_fwd moves a 0-d operand to the other operand's device, as torch does.
+    device = y.device if x.dim() == 0 and y.dim() > 0 else x.device
+    return torch.empty(torch.broadcast_shapes(x.shape, y.shape), dtype=torch.result_type(x, y), device=device)
+
+
+def _add_setup_context(ctx, inputs, output):
+    x, y = inputs
+    ctx.x_meta = (x.shape, x.dtype)
+    ctx.y_meta = (y.shape, y.dtype)
+
+
+def _add_backward(ctx, grad):
+    # d(x + y)/dx = 1: the gradient is the upstream one summed over broadcast dims.
+    return _unbroadcast(grad, *ctx.x_meta), _unbroadcast(grad, *ctx.y_meta)
+
+
+_add_op.register_autograd(_add_backward, setup_context=_add_setup_context)
 
 
 def _unbroadcast(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
@@ -186,13 +202,14 @@ def add(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None) ->
     shapes broadcast (0-d tensors act as scalars). The result has the broadcast shape
     and torch's promoted dtype (float16 + float32 gives float32). ``out``, if given,
     must have that shape and a float dtype the result can be cast to; it is written and
-    returned (no gradient through ``out``).
+    returned (no gradient through ``out``, and ``out=`` calls are not traced by torch.compile).
 
     Raises TypeError for non-tensors and unsupported dtypes, ValueError for shapes that
     do not broadcast, a wrong ``out`` shape, or tensors on different devices.
     """
     if out is not None:
         return add_fwd(x, y, out)
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (x, y)):
-        return _AddFunction.apply(x, y)
+    tensors = isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)  # else add_fwd says which is not
+    if tensors and (torch.compiler.is_compiling() or (torch.is_grad_enabled() and (x.requires_grad or y.requires_grad))):
+        return _add_op(x, y)
     return add_fwd(x, y)

@@ -255,18 +255,40 @@ def softmax_bwd(grad_out: torch.Tensor, y: torch.Tensor, dim: int = -1) -> torch
     return grad_in
 
 
-class _SoftmaxFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dim):
-        y = softmax_fwd(x, dim)
-        ctx.save_for_backward(y)
-        ctx.dim = dim
-        return y
+# Torch custom ops: opaque to torch.compile (fullgraph traces them), with fake and
+# autograd registrations. Eager calls without a gradient skip the op's dispatch overhead.
 
-    @staticmethod
-    def backward(ctx, grad_out):
-        (y,) = ctx.saved_tensors
-        return softmax_bwd(grad_out, y, ctx.dim), None
+@torch.library.custom_op("tritonkit::softmax_fwd", mutates_args=())
+def _softmax_fwd_op(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return softmax_fwd(x, dim)
+
+
+@_softmax_fwd_op.register_fake
+def _softmax_fwd_fake(x, dim):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("tritonkit::softmax_bwd", mutates_args=())
+def _softmax_bwd_op(grad_out: torch.Tensor, y: torch.Tensor, dim: int) -> torch.Tensor:
+    return softmax_bwd(grad_out, y, dim)
+
+
+@_softmax_bwd_op.register_fake
+def _softmax_bwd_fake(grad_out, y, dim):
+    return torch.empty_like(y)
+
+
+def _softmax_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(output)
+    ctx.dim = inputs[1]
+
+
+def _softmax_backward(ctx, grad_out):
+    (y,) = ctx.saved_tensors
+    return _softmax_bwd_op(grad_out, y, ctx.dim), None
+
+
+_softmax_fwd_op.register_autograd(_softmax_backward, setup_context=_softmax_setup_context)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -280,6 +302,6 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """
     check_tensor("x", x)
     dim = _normalize_dim("dim", x, dim)
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _SoftmaxFunction.apply(x, dim)
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
+        return _softmax_fwd_op(x, dim)
     return softmax_fwd(x, dim)
