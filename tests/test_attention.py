@@ -213,3 +213,12 @@ def test_head_dim_not_innermost(dtype, device):
     assert_close_to_reference(out, ref, torch_out)
     for name, a, r, b in zip(("dq", "dk", "dv"), ours, refs, theirs):
         assert_close_to_reference(a, r, b, eps=eps_for(dtype, gradient=True), what=name)
+
+
+def test_expanded_sequence_dim(device):
+    # k and v broadcast along the sequence (stride 0): rows overlap, the launcher copies them.
+    q = torch.randn(1, 2, 37, 32, dtype=torch.float16, device=device)
+    k = torch.randn(1, 2, 1, 32, dtype=torch.float16, device=device).expand(1, 2, 41, 32)
+    v = torch.randn(1, 2, 41, 32, dtype=torch.float16, device=device)
+    out = tritonkit.attention(q, k, v)
+    assert_close_to_reference(out, attention_reference(q, k, v), attention_reference(q, k, v, upcast=False))

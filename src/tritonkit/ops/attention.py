@@ -653,10 +653,12 @@ def _head_dim_innermost(t: torch.Tensor) -> torch.Tensor:
     the interpreter was right: found by the alignment fuzz, reproduced by
     scripts/repro_attention_strides.py on 2026-11-29, cause inside the compiler not yet
     isolated. A query with head-dim stride 2 was right. Until that is understood, any
-    operand whose head dim is not innermost is copied; every layout a model produces
-    (B,H,N,D), (B,N,H,D) and packed qkv has a unit head-dim stride and is never copied.
+    operand whose head dim is not innermost, or whose rows overlap (an expanded sequence
+    dim), is copied; every layout a model produces ((B,H,N,D), (B,N,H,D), packed qkv) has
+    a unit head-dim stride and rows apart, and is never copied.
     """
-    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+    rows_apart = t.shape[-2] == 1 or t.stride(-2) >= t.shape[-1]  # not expanded or overlapping
+    return t if t.stride(-1) == 1 and rows_apart else t.contiguous()
 
 
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
