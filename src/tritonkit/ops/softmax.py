@@ -300,8 +300,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     a row of all ``-inf`` gives NaN. Raises TypeError for non-tensors or other dtypes,
     ValueError for an out-of-range ``dim``.
     """
-    check_tensor("x", x)
-    dim = _normalize_dim("dim", x, dim)
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
-        return _softmax_fwd_op(x, dim)
-    return softmax_fwd(x, dim)
+    if isinstance(x, torch.Tensor) and (torch.compiler.is_compiling()
+                                        or (torch.is_grad_enabled() and x.requires_grad)):
+        check_tensor("x", x)
+        return _softmax_fwd_op(x, _normalize_dim("dim", x, dim))
+    return softmax_fwd(x, dim)  # validates x and dim itself
