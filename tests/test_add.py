@@ -85,8 +85,9 @@ def test_zero_dim_tensors_act_as_scalars(device):
     scalar = torch.tensor(1.5, device=device)  # a 0-d fp32 tensor does not promote fp16
     assert check_add(x, scalar).dtype == torch.float16
     assert check_add(scalar, torch.randn((), device=device)).shape == ()
-    # A 0-d CPU tensor beside a device tensor, as torch allows.
+    # A 0-d CPU tensor beside a device tensor, on either side, as torch allows.
     check_add(x, torch.tensor(2.25))
+    check_add(torch.tensor(2.25), x)
 
 
 def test_empty(device):

@@ -88,11 +88,14 @@ def add_reference(x: torch.Tensor, y: torch.Tensor, upcast: bool = True) -> torc
     return x.double() + y.double() if upcast else x + y
 
 
-def _prepare_operand(name: str, t: object, like: torch.Tensor | None) -> torch.Tensor:
-    if isinstance(t, torch.Tensor) and t.dim() == 0 and like is not None and t.device != like.device:
-        # torch lets a 0-d CPU tensor act as a scalar beside a CUDA tensor.
-        t = t.to(like.device)
-    return check_tensor(name, t)
+def _scalars_to_device(x: object, y: object) -> tuple[object, object]:
+    """torch lets a 0-d tensor on another device (a CPU scalar) act as a scalar: move it over."""
+    if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.device != y.device:
+        if y.dim() == 0:
+            y = y.to(x.device)
+        elif x.dim() == 0:
+            x = x.to(y.device)
+    return x, y
 
 
 def _launch(x, y, out, n, sizes, strides, result_dtype, contiguous):
@@ -118,10 +121,9 @@ def add_fwd(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         _launch(x, y, out, x.numel(), *_UNUSED_LAYOUT, x.dtype, contiguous=True)
         return out
-    x = _prepare_operand("x", x, None)
-    y = _prepare_operand("y", y, x)
-    if x.dim() == 0 and y.dim() > 0 and x.device != y.device:
-        x = x.to(y.device)
+    x, y = _scalars_to_device(x, y)
+    check_tensor("x", x)
+    check_tensor("y", y)
     check_same_device(x=x, y=y)
     try:
         shape = x.shape if x.shape == y.shape else torch.broadcast_shapes(x.shape, y.shape)
