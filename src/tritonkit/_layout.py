@@ -35,7 +35,3 @@ def pad_front(values: Sequence[int], length: int, fill: int) -> list[int]:
     """Left-pad to `length` entries, so kernels can take a fixed number of dims."""
     return [fill] * (length - len(values)) + list(values)
 
-
-def element_offset_alignment(ptr: int, element_size: int) -> int:
-    """How many elements `ptr` sits past the last 16-byte boundary (0 means aligned)."""
-    return (ptr % 16) // element_size

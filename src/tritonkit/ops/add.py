@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import FLOAT_DTYPES, check_same_device, check_tensor
+from .._checks import check_same_device, check_tensor
 from .._launch import Launch
 from .._layout import collapse_dims, pad_front
 
@@ -70,16 +70,13 @@ def _add_kernel(
 _TL_DTYPE = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
-_ELEMENT_BYTES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
-
-
 def _block_config(dtype: torch.dtype, contiguous: bool) -> tuple[int, int]:
     """(BLOCK, num_warps): 16-byte vectors on the contiguous path; a smaller block on the
     index-heavy strided path. On the H200 every setting from 1 to 8 vectors a thread and
     4 to 16 warps moved 2**28 fp32 elements within 1% of each other (benchmarks/sweep_elementwise.py)."""
     if not contiguous:
         return 1024, 4
-    per_vector = 16 // _ELEMENT_BYTES[dtype]
+    per_vector = 16 // dtype.itemsize
     return per_vector * 2 * 32 * 4, 4
 
 
