@@ -18,7 +18,7 @@ def _inspect_add(request: InspectRequest, device: torch.device) -> None:
 
 
 def _case(n: int, dtype: torch.dtype, offset: int, seed_table: bool = False) -> BenchCase:
-    element = torch.empty((), dtype=dtype).element_size()
+    element = dtype.itemsize
 
     def setup(device: torch.device):
         x = offset_view((n,), dtype, device, offset)

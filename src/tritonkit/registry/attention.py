@@ -105,7 +105,7 @@ def _providers(device: torch.device, causal: bool, nq: int, nk: int, scores_byte
 
 def _case(batch: int, heads: int, kv_heads: int, seq: int, head_dim: int, causal: bool, backward: bool,
           dtype: torch.dtype = torch.bfloat16, seed_table: bool = False) -> BenchCase:
-    element = torch.empty((), dtype=dtype).element_size()
+    element = dtype.itemsize
     flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0) * (2.5 if backward else 1.0)
     pass_name = "bwd" if backward else "fwd"
 

@@ -30,7 +30,7 @@ def _inspect_bwd(request: InspectRequest, device: torch.device) -> None:
 
 
 def _case(rows: int, cols: int, dtype: torch.dtype) -> BenchCase:
-    element = torch.empty((), dtype=dtype).element_size()
+    element = dtype.itemsize
     name = "fp32" if dtype == torch.float32 else "bf16"
 
     def setup(device: torch.device):
