@@ -8,6 +8,7 @@ the launchers' config helpers are replaced for the duration of each timing.
 from __future__ import annotations
 
 import torch
+import triton
 import triton.testing
 
 from tritonkit.ops import add as add_mod
@@ -37,20 +38,45 @@ def sweep_add():
 
 
 def sweep_softmax():
-    """One-pass rows: warps per program. (A persistent grid with a pipelined row loop was
-    tried on 2026-11-29 and lost to one program per row block in every case.)"""
-    original = sm_mod._fused_config
-    for rows, cols, dtype in ((4096, 4096, torch.float32), (4096, 32768, torch.bfloat16),
-                              (4096, 32768, torch.float32), (1823, 781, torch.float32)):
+    """Row configs: held whole (warps, rows a program) against walked in steps (step, warps),
+    beside torch.softmax and the copy ceiling of the same run. (A persistent grid with a
+    pipelined row loop was tried on 2026-11-29 and lost to one program per row block.)"""
+    original = sm_mod._row_config
+    RowConfig = sm_mod.RowConfig
+    cases = ((4096, 4096, torch.float32), (4096, 4096, torch.bfloat16), (4096, 32768, torch.float32),
+             (4096, 32768, torch.bfloat16), (32768, 4096, torch.float32), (32768, 4096, torch.bfloat16),
+             (1823, 781, torch.float32), (1024, 131072, torch.float32))
+    src = torch.empty(1 << 28, device="cuda")
+    dst = torch.empty_like(src)
+    ceiling = 2 * src.numel() * 4 / bench(lambda: dst.copy_(src)) / 1e6
+    print(f"copy ceiling {ceiling:.0f} GB/s")
+    for rows, cols, dtype in cases:
         x = torch.randn(rows, cols, device="cuda", dtype=dtype)
         gbs = lambda ms: 2 * rows * cols * x.element_size() / ms / 1e6
-        block_m, block_n, default_warps = original(rows, cols, x.element_size())
+        default = original(rows, cols, x.element_size())
         print(f"softmax {rows}x{cols} {dtype}: torch {gbs(bench(lambda: torch.softmax(x, -1))):.0f} GB/s, "
-              f"current {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f} (BLOCK_M {block_m}, {default_warps} warps)")
-        for warps in sorted({default_warps // 2, default_warps, min(32, default_warps * 2)}):
-            sm_mod._fused_config = lambda r, c, e, w=warps: (block_m, block_n, w)
-            print(f"   warps {warps:2d}: {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f}")
-        sm_mod._fused_config = original
+              f"default {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f} ({default})")
+        candidates = []
+        block_n = triton.next_power_of_2(cols)
+        if block_n <= 32768:
+            for block_m in sorted({max(1, 4096 // block_n), max(1, 8192 // block_n)}):
+                for warps in (4, 8, 16, 32):
+                    if block_m * block_n // (32 * warps) >= 4:
+                        candidates.append(RowConfig(block_m, block_n, warps, False))
+        for step in (2048, 4096, 8192):
+            for warps in (4, 8, 16):
+                if step < cols and step // (32 * warps) >= 4:
+                    candidates.append(RowConfig(1, step, warps, True))
+        results = []
+        for cfg in candidates:
+            sm_mod._row_config = lambda r, c, e, cfg=cfg: cfg
+            try:
+                results.append((gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))), cfg))
+            except Exception as err:  # out of resources, say
+                print(f"   {cfg}: {type(err).__name__}")
+        sm_mod._row_config = original
+        for value, cfg in sorted(results, key=lambda r: -r[0])[:6]:
+            print(f"   {value:6.0f} GB/s  {100 * value / ceiling:3.0f}%  {cfg}")
 
 
 def host_overhead():

@@ -4,13 +4,15 @@ import pytest
 import torch
 
 import tritonkit
+from tritonkit._launch import record_launches
 from tritonkit.ops import softmax as softmax_module
 from tritonkit.ops.softmax import softmax_reference
 from _tolerance import assert_close_to_reference, eps_for
 from conftest import ON_GPU
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-LONG = softmax_module.MAX_FUSED_COLS + 1   # the first row length that takes the split path
+LONG = softmax_module.MAX_FUSED_COLS + 1   # the first row length that takes the split path (few rows)
+WALKED = 3 * 4096 + 5                        # fp32 rows past LOOP_FROM_BYTES: walked in steps, 4 of them
 
 # (shape, dim, why)
 SHAPES = [
@@ -22,6 +24,7 @@ SHAPES = [
     ((9, 4), 0),             # along dim 0
     ((2, LONG), -1),         # just past the one-pass limit: chunked rows
     ((2, 3 * softmax_module.CHUNK_COLS + 5), -1),
+    ((3, WALKED), -1),       # fp32: walked in 4096-column steps (half types: held whole)
 ] + ([((4096, 4096), -1), ((3, 1_000_003), -1), ((1823, 781), 0)] if ON_GPU else [])
 
 
@@ -86,7 +89,7 @@ def test_many_row_dims(device):
     check_backward(x, 2)
 
 
-@pytest.mark.parametrize("n_cols", [10, LONG])
+@pytest.mark.parametrize("n_cols", [10, WALKED, LONG])
 def test_minus_infinity(n_cols, device):
     x = torch.randn(4, n_cols, device=device)
     x[0] = -float("inf")                     # whole row: NaN, as torch gives
@@ -95,6 +98,36 @@ def test_minus_infinity(n_cols, device):
     out = tritonkit.softmax(x, -1)
     torch.testing.assert_close(out, torch.softmax(x, -1), equal_nan=True)
     assert torch.isnan(out[0]).all()
+
+
+@pytest.mark.parametrize("path", ["held", "walked", "split"])
+def test_each_long_row_path(path, monkeypatch, device):
+    # The same rows through each of the three ways a row can be handled.
+    x = torch.randn(5, LONG + 3, device=device)
+    grad = torch.randn_like(x)
+    if path == "held":
+        monkeypatch.setattr(softmax_module, "MAX_FUSED_COLS", 1 << 20)
+        monkeypatch.setattr(softmax_module, "LOOP_FROM_BYTES", 1 << 30)
+    elif path == "walked":
+        monkeypatch.setattr(softmax_module, "MIN_ROWS_LOOPED", 2)
+    softmax_module._row_config.cache_clear()
+    try:
+        with record_launches() as launches:
+            out = softmax_module.softmax_fwd(x, -1)
+            dx = softmax_module.softmax_bwd(grad, out, -1)
+    finally:
+        softmax_module._row_config.cache_clear()
+    kinds = {"held": {False}, "walked": {True}}
+    if path == "split":
+        assert all(launch.name.endswith(("_chunk_stats", "_chunk_apply")) for launch in launches)
+    else:
+        assert {launch.constexprs["LOOPED"] for launch in launches} == kinds[path]
+    assert_close_to_reference(out, softmax_reference(x, -1), torch.softmax(x, -1))
+    y = torch.softmax(x, -1)
+    ref = torch._softmax_backward_data(grad.double(), y.double(), -1, torch.float64)
+    assert_close_to_reference(softmax_module.softmax_bwd(grad, y, -1), ref,
+                              torch._softmax_backward_data(grad, y, -1, x.dtype), what="backward kernel")
+    assert dx.shape == x.shape
 
 
 def test_zero_dim_and_empty(device):

@@ -15,6 +15,7 @@ forward and backward through the BACKWARD flag.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -24,7 +25,8 @@ from .._checks import check_same_device, check_tensor
 from .._launch import Launch
 from .._layout import collapse_dims, pad_front
 
-MAX_FUSED_COLS = 32768     # longest row held on chip by one program (fp32: 128 KB)
+MAX_FUSED_COLS = 32768     # longest row handled by one program when rows are few
+MIN_ROWS_LOOPED = 1024     # longer rows still get one program each when there are this many
 CHUNK_COLS = 4096          # columns per program for longer rows (4096 beat 8192 and 16384 on the H200)
 ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
 
@@ -40,6 +42,18 @@ def _row_offsets(rows, size1, size2, s0, s1, s2):
 
 
 @triton.jit
+def _load_tile(a_ptr, b_ptr, a_row, b_row, cols, a_col, b_col, mask, BACKWARD: tl.constexpr):
+    """A [rows, cols] tile in float32: (y, dy) backward; (x, x) forward, -inf where masked."""
+    if BACKWARD:
+        first = tl.load(a_ptr + a_row + cols[None, :] * a_col, mask=mask, other=0.0).to(tl.float32)
+        second = tl.load(b_ptr + b_row + cols[None, :] * b_col, mask=mask, other=0.0).to(tl.float32)
+    else:
+        first = tl.load(a_ptr + a_row + cols[None, :] * a_col, mask=mask, other=-float("inf")).to(tl.float32)
+        second = first
+    return first, second
+
+
+@triton.jit
 def _softmax_rows_kernel(
     # pointers: forward reads a=x and writes out=y; backward reads a=y, b=dy, writes out=dx
     a_ptr, b_ptr, out_ptr,
@@ -49,26 +63,57 @@ def _softmax_rows_kernel(
     as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, BACKWARD: tl.constexpr,
+    LOOPED: tl.constexpr,
 ):
+    # BLOCK_M rows a program. Not LOOPED: the whole row is one [BLOCK_M, BLOCK_N] tile held in
+    # registers. LOOPED: the program walks its rows twice in BLOCK_N-column steps, first for
+    # the row statistics (online max and sum, or sum(y * dy)), then to write the result; the
+    # second walk reads from L2, and the small tile leaves room for several programs per SM,
+    # whose loads then overlap each other's arithmetic.
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
     row_ok = rows < n_rows
-    mask = row_ok[:, None] & (cols[None, :] < n_cols) if not EVEN_N else row_ok[:, None]
-    a_off = _row_offsets(rows, size1, size2, as0, as1, as2)[:, None] + cols[None, :] * a_col
-    o_off = _row_offsets(rows, size1, size2, os0, os1, os2)[:, None] + cols[None, :] * o_col
-    if BACKWARD:
-        b_off = _row_offsets(rows, size1, size2, bs0, bs1, bs2)[:, None] + cols[None, :] * b_col
-        y = tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
-        dot = tl.sum(y * dy, axis=1)
-        result = y * (dy - dot[:, None])
+    a_row = _row_offsets(rows, size1, size2, as0, as1, as2)[:, None]
+    b_row = _row_offsets(rows, size1, size2, bs0, bs1, bs2)[:, None]
+    o_row = _row_offsets(rows, size1, size2, os0, os1, os2)[:, None]
+    if LOOPED:
+        dot = tl.zeros([BLOCK_M], tl.float32)
+        row_max = tl.full([BLOCK_M], -float("inf"), tl.float32)
+        row_sum = tl.zeros([BLOCK_M], tl.float32)
+        for start in tl.range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = row_ok[:, None] & (cols[None, :] < n_cols)
+            x, dy = _load_tile(a_ptr, b_ptr, a_row, b_row, cols, a_col, b_col, mask, BACKWARD)
+            if BACKWARD:
+                dot += tl.sum(x * dy, axis=1)  # x holds y here
+            else:
+                new_max = tl.maximum(row_max, tl.max(x, axis=1))
+                # While a row has seen only -inf, shift by 0 so that its sum stays 0, not NaN.
+                shift = tl.where(new_max == -float("inf"), 0.0, new_max)
+                row_sum = row_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(x - shift[:, None]), axis=1)
+                row_max = new_max
+        inv_sum = 1.0 / row_sum
+        for start in tl.range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = row_ok[:, None] & (cols[None, :] < n_cols)
+            x, dy = _load_tile(a_ptr, b_ptr, a_row, b_row, cols, a_col, b_col, mask, BACKWARD)
+            if BACKWARD:
+                result = x * (dy - dot[:, None])
+            else:
+                # An all -inf row has max -inf: exp(nan) gives NaN, as torch does.
+                result = tl.exp(x - row_max[:, None]) * inv_sum[:, None]
+            tl.store(out_ptr + o_row + cols[None, :] * o_col, result.to(out_ptr.dtype.element_ty), mask=mask)
     else:
-        x = tl.load(a_ptr + a_off, mask=mask, other=-float("inf")).to(tl.float32)
-        # A row of all -inf gives max -inf and exp(nan): NaN, exactly as torch does.
-        row_max = tl.max(x, axis=1)
-        e = tl.exp(x - row_max[:, None])
-        result = e / tl.sum(e, axis=1)[:, None]
-    tl.store(out_ptr + o_off, result.to(out_ptr.dtype.element_ty), mask=mask)
+        cols = tl.arange(0, BLOCK_N)
+        mask = row_ok[:, None] & (cols[None, :] < n_cols) if not EVEN_N else row_ok[:, None]
+        x, dy = _load_tile(a_ptr, b_ptr, a_row, b_row, cols, a_col, b_col, mask, BACKWARD)
+        if BACKWARD:
+            result = x * (dy - tl.sum(x * dy, axis=1)[:, None])
+        else:
+            # A row of all -inf gives max -inf and exp(nan): NaN, exactly as torch does.
+            row_max = tl.max(x, axis=1)
+            e = tl.exp(x - row_max[:, None])
+            result = e * (1.0 / tl.sum(e, axis=1))[:, None]
+        tl.store(out_ptr + o_row + cols[None, :] * o_col, result.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -142,20 +187,33 @@ def _softmax_chunk_apply_kernel(
     tl.store(out_ptr + o_off, result.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@dataclass(frozen=True)
+class RowConfig:
+    block_m: int      # rows a program
+    block_n: int      # columns a tile: the whole (padded) row, or a LOOPED step
+    num_warps: int
+    looped: bool      # walk the row in block_n steps (twice) instead of holding it
+
+
+LOOP_FROM_BYTES = 32768   # rows longer than this many bytes are walked, not held (see _row_config)
+
+
 @functools.lru_cache(maxsize=1024)
-def _fused_config(n_rows: int, n_cols: int, element_bytes: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps) for one-pass rows: short rows are packed several to a
-    program so each moves at least 4096 elements; 16 elements a thread up to 4096 columns,
-    32 beyond (the H200 sweep in benchmarks/sweep_elementwise.py favoured 16-32 warps for
-    32768-column rows and 8 warps with 4 rows a program for 781 columns)."""
+def _row_config(n_rows: int, n_cols: int, element_bytes: int) -> RowConfig:
+    """Tile and warps for rows of up to MAX_FUSED_COLS columns, and for longer rows when
+    there are enough of them to fill the GPU. Short rows are packed several to a program so
+    each moves at least 4096 elements, 16 elements a thread. Rows longer than LOOP_FROM_BYTES
+    are walked in 4096-column steps by 8 warps: a row held whole needs so many registers
+    that one program fills an SM, and its loads cannot overlap another program's
+    exponentials (on the H200, 4096x32768 bf16 reached 72% of the copy ceiling held whole)."""
+    if n_cols * element_bytes > LOOP_FROM_BYTES:
+        return RowConfig(1, 4096, 8, True)
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, min(triton.next_power_of_2(n_rows), 4096 // block_n))
     elements = block_m * block_n
-    # 16 elements a thread up to 4096 per program; beyond, 128 bytes a thread (32 fp32 or
-    # 64 bf16): on the H200, 16 warps beat 32 for 32768-column bf16 rows (3117 vs 2973 GB/s).
-    per_thread = 16 if elements <= 4096 else 128 // element_bytes
+    per_thread = 16 if elements <= 4096 else 32
     num_warps = min(32, max(4, elements // (32 * per_thread)))
-    return block_m, block_n, num_warps
+    return RowConfig(block_m, block_n, num_warps, False)
 
 
 def _row_layout(a, b, out, dim: int):
@@ -185,13 +243,14 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
         return
     row_sizes, (a_strides, b_strides, o_strides) = layout
     name = "softmax_bwd" if backward else "softmax_fwd"
-    if n_cols <= MAX_FUSED_COLS:
-        block_m, block_n, num_warps = _fused_config(n_rows, n_cols, a.element_size())
+    if n_cols <= MAX_FUSED_COLS or n_rows >= MIN_ROWS_LOOPED:
+        cfg = _row_config(n_rows, n_cols, a.element_size())
         Launch(
-            name, _softmax_rows_kernel, (triton.cdiv(n_rows, block_m),),
+            name, _softmax_rows_kernel, (triton.cdiv(n_rows, cfg.block_m),),
             (a, b, out, n_rows, n_cols, *row_sizes, *a_strides, *b_strides, *o_strides),
-            dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN_N=block_n == n_cols, BACKWARD=backward),
-            num_warps=num_warps, num_stages=1,
+            dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EVEN_N=cfg.block_n == n_cols, BACKWARD=backward,
+                 LOOPED=cfg.looped),
+            num_warps=cfg.num_warps, num_stages=1,
         )()
         return
     n_chunks = triton.cdiv(n_cols, CHUNK_COLS)
