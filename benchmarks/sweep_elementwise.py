@@ -79,6 +79,39 @@ def sweep_softmax():
             print(f"   {value:6.0f} GB/s  {100 * value / ceiling:3.0f}%  {cfg}")
 
 
+def sweep_long_rows():
+    """Rows too long for one program (16 x 2^20): one launch (stats and applies interleaved,
+    several lags and program counts) against two launches, beside torch.softmax."""
+    src = torch.empty(1 << 28, device="cuda")
+    dst = torch.empty_like(src)
+    ceiling = 2 * src.numel() * 4 / bench(lambda: dst.copy_(src)) / 1e6
+    saved = {k: getattr(sm_mod, k) for k in ("ONE_LAUNCH_LONG_ROWS", "LAG_BYTES", "CHUNK_COLS", "_resident_programs")}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for rows, cols, dtype in ((16, 1 << 20, torch.float32), (16, 1 << 20, torch.bfloat16), (64, 1 << 20, torch.float32)):
+        x = torch.randn(rows, cols, device="cuda", dtype=dtype)
+        expect = torch.softmax(x.float(), -1)
+        gbs = lambda ms: 2 * rows * cols * x.element_size() / ms / 1e6
+        print(f"softmax {rows}x{cols} {dtype}: torch {gbs(bench(lambda: torch.softmax(x, -1))):.0f} GB/s "
+              f"(ceiling {ceiling:.0f})")
+        variants = [("two launches", dict(ONE_LAUNCH_LONG_ROWS=False))]
+        for lag_mb in (8, 16, 32):
+            for per_sm in (4, 8, 16):
+                for chunk in (2048, 4096, 8192):
+                    variants.append((f"one launch, lag {lag_mb} MB, {per_sm}/SM, chunk {chunk}",
+                                     dict(LAG_BYTES=lag_mb << 20, CHUNK_COLS=chunk,
+                                          _resident_programs=lambda d, p=per_sm: p * sms)))
+        results = []
+        for label, patch in variants:
+            for k, v in patch.items():
+                setattr(sm_mod, k, v)
+            err = (sm_mod.softmax_fwd(x, -1).float() - expect).abs().max().item()
+            results.append((gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))), label, err))
+            for k, v in saved.items():
+                setattr(sm_mod, k, v)
+        for value, label, err in sorted(results, key=lambda r: -r[0])[:8] + [r for r in results if r[1] == "two launches"]:
+            print(f"   {value:6.0f} GB/s {100 * value / ceiling:3.0f}%  {label}  (max err {err:.1e})")
+
+
 def host_overhead():
     """Microseconds of host time per call on tiny inputs (the GPU work is negligible)."""
     import time
@@ -131,6 +164,6 @@ def host_overhead():
 if __name__ == "__main__":
     import sys
 
-    parts = sys.argv[1:] or ["overhead", "add", "softmax"]
+    parts = sys.argv[1:] or ["overhead", "add", "softmax", "long"]
     for part in parts:
-        {"overhead": host_overhead, "add": sweep_add, "softmax": sweep_softmax}[part]()
+        {"overhead": host_overhead, "add": sweep_add, "softmax": sweep_softmax, "long": sweep_long_rows}[part]()

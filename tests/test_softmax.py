@@ -100,7 +100,7 @@ def test_minus_infinity(n_cols, device):
     assert torch.isnan(out[0]).all()
 
 
-@pytest.mark.parametrize("path", ["held", "walked", "split"])
+@pytest.mark.parametrize("path", ["held", "walked", "split", "split, two launches"])
 def test_each_long_row_path(path, monkeypatch, device):
     # The same rows through each of the three ways a row can be handled.
     x = torch.randn(5, LONG + 3, device=device)
@@ -110,6 +110,11 @@ def test_each_long_row_path(path, monkeypatch, device):
         monkeypatch.setattr(softmax_module, "LOOP_FROM_BYTES", 1 << 30)
     elif path == "walked":
         monkeypatch.setattr(softmax_module, "MIN_ROWS_LOOPED", 2)
+    elif path == "split":
+        # The smallest lag the schedule allows (one row of chunks): stats and applies interleave.
+        monkeypatch.setattr(softmax_module, "LAG_BYTES", 1)
+    elif path == "split, two launches":
+        monkeypatch.setattr(softmax_module, "ONE_LAUNCH_LONG_ROWS", False)
     softmax_module._row_config.cache_clear()
     try:
         with record_launches() as launches:
@@ -119,7 +124,12 @@ def test_each_long_row_path(path, monkeypatch, device):
         softmax_module._row_config.cache_clear()
     kinds = {"held": {False}, "walked": {True}}
     if path == "split":
-        assert all(launch.name.endswith(("_chunk_stats", "_chunk_apply")) for launch in launches)
+        assert [launch.constexprs["PHASE"] for launch in launches] == [2, 2]
+    elif path == "split":
+        # The smallest lag the schedule allows (one row of chunks): stats and applies interleave.
+        monkeypatch.setattr(softmax_module, "LAG_BYTES", 1)
+    elif path == "split, two launches":
+        assert [launch.constexprs["PHASE"] for launch in launches] == [0, 1, 0, 1]
     else:
         assert {launch.constexprs["LOOPED"] for launch in launches} == kinds[path]
     assert_close_to_reference(out, softmax_reference(x, -1), torch.softmax(x, -1))

@@ -27,7 +27,9 @@ from .._layout import collapse_dims, pad_front
 
 MAX_FUSED_COLS = 32768     # longest row handled by one program when rows are few
 MIN_ROWS_LOOPED = 1024     # longer rows still get one program each when there are this many
-CHUNK_COLS = 4096          # columns per program for longer rows (4096 beat 8192 and 16384 on the H200)
+CHUNK_COLS = 4096          # columns per chunk for longer rows (4096 beat 8192 and 16384 on the H200)
+LAG_BYTES = 16 << 20       # how far the one-launch long-row schedule reads ahead (well inside L2)
+ONE_LAUNCH_LONG_ROWS = True  # long rows in one launch (stats and apply interleaved) or two
 ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
 
 
@@ -117,74 +119,115 @@ def _softmax_rows_kernel(
 
 
 @triton.jit
-def _softmax_chunk_stats_kernel(
-    # pointers: inputs as in _softmax_rows_kernel; two float32 [n_rows, n_chunks] outputs
-    a_ptr, b_ptr, stat1_ptr, stat2_ptr,
-    # shape
-    n_rows, n_cols, n_chunks, size1, size2,
-    # strides in elements
-    as0, as1, as2, a_col, bs0, bs1, bs2, b_col,
-    # meta
-    CHUNK: tl.constexpr, BACKWARD: tl.constexpr,
+def _chunk_stats(
+    item, a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
+    as0, as1, as2, a_col, bs0, bs1, bs2, b_col, CHUNK: tl.constexpr, BACKWARD: tl.constexpr,
 ):
-    pid = tl.program_id(0).to(tl.int64)
-    row = pid // n_chunks
-    chunk = pid % n_chunks
-    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    # Chunk `item` (row item // n_chunks): its (max, sum of exp(x - max)), or sum(y * dy).
+    row = item // n_chunks
+    cols = (item % n_chunks) * CHUNK + tl.arange(0, CHUNK)
     mask = cols < n_cols
     a_base = _row_offsets(row, size1, size2, as0, as1, as2)
     if BACKWARD:
         b_base = _row_offsets(row, size1, size2, bs0, bs1, bs2)
         y = tl.load(a_ptr + a_base + cols * a_col, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(b_ptr + b_base + cols * b_col, mask=mask, other=0.0).to(tl.float32)
-        tl.store(stat1_ptr + pid, tl.sum(y * dy, axis=0))
+        tl.store(stat1_ptr + item, tl.sum(y * dy, axis=0))
     else:
         x = tl.load(a_ptr + a_base + cols * a_col, mask=mask, other=-float("inf")).to(tl.float32)
         chunk_max = tl.max(x, axis=0)
         # An all -inf chunk contributes nothing (sum 0) rather than NaN to its row.
         shifted = tl.where(chunk_max == -float("inf"), -float("inf"), x - chunk_max)
-        tl.store(stat1_ptr + pid, chunk_max)
-        tl.store(stat2_ptr + pid, tl.sum(tl.exp(shifted), axis=0))
+        tl.store(stat1_ptr + item, chunk_max)
+        tl.store(stat2_ptr + item, tl.sum(tl.exp(shifted), axis=0))
 
 
 @triton.jit
-def _softmax_chunk_apply_kernel(
-    # pointers: inputs, output, and the stats written by _softmax_chunk_stats_kernel
-    a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr,
-    # shape
-    n_rows, n_cols, n_chunks, size1, size2,
-    # strides in elements
+def _chunk_apply(
+    item, a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
     as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
-    # meta
     CHUNK: tl.constexpr, BLOCK_CHUNKS: tl.constexpr, BACKWARD: tl.constexpr,
 ):
-    # Walk the chunks in the reverse of the stats pass's order: the chunks it read last
-    # are the likeliest to still be in L2.
-    pid = n_rows * n_chunks - 1 - tl.program_id(0).to(tl.int64)
-    row = pid // n_chunks
-    chunk = pid % n_chunks
+    # Chunk `item` of the output, from its row's chunk stats. The stats are read past L1
+    # (.cg): in the one-launch schedule an L1 line could hold a neighbouring row's stats
+    # from before they were final.
+    row = item // n_chunks
     stat_idx = row * n_chunks + tl.arange(0, BLOCK_CHUNKS)
     stat_mask = tl.arange(0, BLOCK_CHUNKS) < n_chunks
-    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    cols = (item % n_chunks) * CHUNK + tl.arange(0, CHUNK)
     mask = cols < n_cols
     a_off = _row_offsets(row, size1, size2, as0, as1, as2) + cols * a_col
     o_off = _row_offsets(row, size1, size2, os0, os1, os2) + cols * o_col
     if BACKWARD:
-        dot = tl.sum(tl.load(stat1_ptr + stat_idx, mask=stat_mask, other=0.0), axis=0)
+        dot = tl.sum(tl.load(stat1_ptr + stat_idx, mask=stat_mask, other=0.0, cache_modifier=".cg"), axis=0)
         b_off = _row_offsets(row, size1, size2, bs0, bs1, bs2) + cols * b_col
         y = tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
         result = y * (dy - dot)
     else:
         # Online-softmax merge: sum_c s_c * exp(m_c - M), with M the row max.
-        chunk_max = tl.load(stat1_ptr + stat_idx, mask=stat_mask, other=-float("inf"))
-        chunk_sum = tl.load(stat2_ptr + stat_idx, mask=stat_mask, other=0.0)
+        chunk_max = tl.load(stat1_ptr + stat_idx, mask=stat_mask, other=-float("inf"), cache_modifier=".cg")
+        chunk_sum = tl.load(stat2_ptr + stat_idx, mask=stat_mask, other=0.0, cache_modifier=".cg")
         row_max = tl.max(chunk_max, axis=0)
         scale = tl.where(chunk_max == -float("inf"), 0.0, tl.exp(chunk_max - row_max))
         row_sum = tl.sum(chunk_sum * scale, axis=0)
         x = tl.load(a_ptr + a_off, mask=mask, other=-float("inf")).to(tl.float32)
-        result = tl.exp(x - row_max) / row_sum
+        result = tl.exp(x - row_max) * (1.0 / row_sum)
     tl.store(out_ptr + o_off, result.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_chunks_kernel(
+    # pointers: inputs and output as in _softmax_rows_kernel; float32 stats [n_rows, n_chunks];
+    # int32 sync [1 + n_rows], zeroed: a ticket counter, then chunks finished per row
+    a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr, sync_ptr,
+    # shape; lag: how many stats items the schedule runs ahead of the apply items
+    n_rows, n_cols, n_chunks, lag, size1, size2,
+    # strides in elements
+    as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
+    # meta: PHASE 0 = stats only, 1 = apply only (two launches), 2 = both in one launch
+    CHUNK: tl.constexpr, BLOCK_CHUNKS: tl.constexpr, BACKWARD: tl.constexpr, PHASE: tl.constexpr,
+):
+    # Rows too long for one program: each row is cut into CHUNK-column chunks. A stats item
+    # reduces one chunk; an apply item merges its row's chunk stats and writes one chunk.
+    # PHASE 2 runs all 2T items (T chunks) in one launch, in the order of tickets taken from
+    # a counter: stats 0..lag-1, then stats lag+i and apply i alternately, then the last
+    # applies. An apply waits until its row's stats are all finished; those items have
+    # smaller tickets (lag >= n_chunks), so they were taken by running programs that never
+    # wait themselves: the schedule cannot deadlock, however many programs are resident
+    # (the interpreter, which runs one program at a time, runs it too). Running lag chunks
+    # ahead keeps the chunk an apply re-reads in L2, so the input is read from memory once.
+    total = n_rows * n_chunks
+    if PHASE == 0:
+        _chunk_stats(tl.program_id(0).to(tl.int64), a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks,
+                     size1, size2, as0, as1, as2, a_col, bs0, bs1, bs2, b_col, CHUNK, BACKWARD)
+    elif PHASE == 1:
+        # Apply in the reverse of the stats order: the chunks read last are likeliest in L2.
+        _chunk_apply(total - 1 - tl.program_id(0).to(tl.int64), a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr,
+                     n_cols, n_chunks, size1, size2, as0, as1, as2, a_col, bs0, bs1, bs2, b_col,
+                     os0, os1, os2, o_col, CHUNK, BLOCK_CHUNKS, BACKWARD)
+    else:
+        ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
+        while ticket < 2 * total:
+            k = ticket - lag
+            middle = (k >= 0) & (ticket < 2 * total - lag)
+            is_stats = (k < 0) | (middle & (k % 2 == 0))
+            item = tl.where(k < 0, ticket, tl.where(middle, tl.where(k % 2 == 0, lag + k // 2, k // 2),
+                                                    ticket - total)).to(tl.int64)
+            row_done = sync_ptr + 1 + item // n_chunks
+            if is_stats:
+                _chunk_stats(item, a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
+                             as0, as1, as2, a_col, bs0, bs1, bs2, b_col, CHUNK, BACKWARD)
+                tl.debug_barrier()  # every thread's stats stores happen before the release below
+                tl.atomic_add(row_done, 1, sem="release")
+            else:
+                done = tl.atomic_add(row_done, 0, sem="acquire")
+                while done < n_chunks:
+                    done = tl.atomic_add(row_done, 0, sem="acquire")
+                _chunk_apply(item, a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
+                             as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
+                             CHUNK, BLOCK_CHUNKS, BACKWARD)
+            ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
 
 
 @dataclass(frozen=True)
@@ -254,20 +297,30 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
         )()
         return
     n_chunks = triton.cdiv(n_cols, CHUNK_COLS)
+    total = n_rows * n_chunks
     stat1, stat2 = torch.empty((2, n_rows, n_chunks), dtype=torch.float32, device=a.device)
-    shape_args = (n_rows, n_cols, n_chunks, *row_sizes)
-    grid = (n_rows * n_chunks,)
-    Launch(
-        name + "_chunk_stats", _softmax_chunk_stats_kernel, grid,
-        (a, b, stat1, stat2, *shape_args, *a_strides, *b_strides),
-        dict(CHUNK=CHUNK_COLS, BACKWARD=backward), num_warps=4, num_stages=1,
-    )()
-    Launch(
-        name + "_chunk_apply", _softmax_chunk_apply_kernel, grid,
-        (a, b, out, stat1, stat2, *shape_args, *a_strides, *b_strides, *o_strides),
-        dict(CHUNK=CHUNK_COLS, BLOCK_CHUNKS=triton.next_power_of_2(n_chunks), BACKWARD=backward),
-        num_warps=4, num_stages=1,
-    )()
+    sync = torch.zeros(1 + n_rows, dtype=torch.int32, device=a.device)
+    lag = min(total, max(n_chunks, LAG_BYTES // (CHUNK_COLS * a.element_size())))
+    args = (a, b, out, stat1, stat2, sync, n_rows, n_cols, n_chunks, lag, *row_sizes,
+            *a_strides, *b_strides, *o_strides)
+    meta = dict(CHUNK=CHUNK_COLS, BLOCK_CHUNKS=triton.next_power_of_2(n_chunks), BACKWARD=backward)
+    if ONE_LAUNCH_LONG_ROWS:
+        programs = min(2 * total, _resident_programs(a.device))
+        Launch(name + "_chunks", _softmax_chunks_kernel, (programs,), args, dict(meta, PHASE=2),
+               num_warps=4, num_stages=1)()
+    else:
+        for phase in (0, 1):
+            Launch(name + ("_chunk_stats", "_chunk_apply")[phase], _softmax_chunks_kernel, (total,), args,
+                   dict(meta, PHASE=phase), num_warps=4, num_stages=1)()
+
+
+@functools.lru_cache(maxsize=16)
+def _resident_programs(device: torch.device) -> int:
+    """Programs of the chunk kernel to launch for the one-launch schedule: about as many
+    as the GPU holds at once (8 of 4 warps per SM), so none waits for a slot."""
+    if device.type != "cuda":
+        return 2  # the interpreter runs programs one after the other; the first takes every ticket
+    return 8 * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _normalize_dim(name: str, x: torch.Tensor, dim: int) -> int:
