@@ -20,32 +20,6 @@ def _triton_specialization(arg):
     return native_specialize_impl(BaseBackend, arg, False, True, True)
 
 
-def _sample_arguments():
-    buffer = torch.randn(64)
-    tensors = [buffer[i:] for i in range(6)] + [buffer.half()[1:], buffer.bfloat16(), buffer.double()[2:]]
-    ints = [0, 1, 2, 15, 16, 17, 32, -1, -16, 2**31 - 16, 2**31 - 1, 2**31, 2**32, 2**32 + 16, 2**63 - 1, 2**63, 2**64 - 16]
-    return tensors + ints + [0.5, -3.0, True, False, None]
-
-
-def test_argument_key_is_at_least_as_fine_as_triton():
-    samples = _sample_arguments()
-    for a, b in itertools.combinations(samples, 2):
-        if type(a) is not type(b):
-            continue
-        if _launch._argument_key(a) == _launch._argument_key(b):
-            assert _triton_specialization(a) == _triton_specialization(b), (a, b)
-
-
-def test_argument_key_separates_alignment_and_special_ints():
-    buffer = torch.randn(64)
-    assert _launch._argument_key(buffer) != _launch._argument_key(buffer[1:])
-    assert _launch._argument_key(buffer[4:]) == _launch._argument_key(buffer)  # 16 bytes in
-    assert _launch._argument_key(1) != _launch._argument_key(3)
-    assert _launch._argument_key(16) != _launch._argument_key(17)
-    assert _launch._argument_key(2**31 + 16) != _launch._argument_key(16)
-    assert _launch._argument_key(object()) is _launch._UNKNOWN
-
-
 def _scale_kernel(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr, EVEN: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * factor, mask=offs < n)
@@ -68,17 +42,66 @@ def _key(kernel, x, n, block=128, **constexprs):
     return _launch._specialization_key(Launch("t", kernel, (1,), (x, x, n, 2.0), constexprs))
 
 
+def test_key_is_at_least_as_fine_as_triton(jit_kernel):
+    # Launches that differ in one tensor: equal keys must mean equal Triton specialisations.
+    buffer = torch.randn(64)
+    tensors = [buffer[i:] for i in range(6)] + [buffer.half()[1:], buffer.bfloat16(), buffer.double()[2:]]
+    for a, b in itertools.combinations(tensors, 2):
+        if _key(jit_kernel, a, 33) == _key(jit_kernel, b, 33):
+            assert _triton_specialization(a) == _triton_specialization(b), (a, b)
+    # Ints and floats enter the key by value, which is finer than any specialisation.
+    assert _key(jit_kernel, buffer, 33) == _key(jit_kernel, buffer, 33)
+
+
 def test_specialization_key(jit_kernel):
     x = torch.randn(100)
-    assert _key(jit_kernel, x, 33) == _key(jit_kernel, x, 35)          # same specialisation
+    assert _key(jit_kernel, x, 33) == _key(jit_kernel, x[4:], 33)      # both 16-byte aligned
+    assert _key(jit_kernel, x, 33) != _key(jit_kernel, x, 35)          # exact values
     assert _key(jit_kernel, x, 33) != _key(jit_kernel, x[1:], 33)      # alignment
     assert _key(jit_kernel, x, 32) != _key(jit_kernel, x, 33)          # divisibility
     assert _key(jit_kernel, x, 33) != _key(jit_kernel, x, 33, block=256)
     assert _key(jit_kernel, x.half(), 33) != _key(jit_kernel, x, 33)
     # Launches the key cannot describe take Triton's own path.
     assert _launch._specialization_key(Launch("t", jit_kernel, (1,), (x, x, 3), {"BLOCK": 128, "EVEN": True})) is None
-    assert _launch._specialization_key(Launch("t", jit_kernel, (1,), (x, x, 3, 2.0), {"BLOCK": 128})) is None
-    assert _launch._specialization_key(Launch("t", jit_kernel, (1,), (x, x, 3, object()),
-                                              {"BLOCK": 128, "EVEN": True})) is None
     assert _launch._specialization_key(Launch("t", triton.autotune([triton.Config({})], key=[])(jit_kernel),
                                               (1,), (x, x, 3, 2.0), {"BLOCK": 128, "EVEN": True})) is None
+
+
+def test_cached_launch_passes_every_parameter_in_order(jit_kernel, monkeypatch):
+    # The second launch of a key goes straight to the compiled launcher: grid padded to 3 dims,
+    # then every kernel parameter in order, constexprs included.
+    calls = []
+
+    class FakeCompiled:
+        packed_metadata = function = None
+
+        def run(self, *args):
+            calls.append(args)
+
+    class FakeDriver:
+        @staticmethod
+        def get_current_device():
+            return 0
+
+        @staticmethod
+        def get_current_stream(device):
+            return 1234
+
+    monkeypatch.setattr(_launch, "_driver", lambda: FakeDriver)
+    monkeypatch.setattr(_launch, "INTERPRETED", False)
+    x = torch.randn(100)
+    launch = Launch("t", jit_kernel, (7,), (x, x, 33, 2.0), {"BLOCK": 128, "EVEN": True})
+    monkeypatch.setitem(_launch._compiled, _launch._specialization_key(launch), FakeCompiled())
+    launch()
+    assert calls == [(7, 1, 1, 1234, None, None, None, None, None, x, x, 33, 2.0, 128, True)]
+
+
+def test_launch_hooks_seen(monkeypatch):
+    from triton import knobs
+    assert not _launch._launch_hooks_set()  # Triton 3.6's empty HookChain objects
+    hook = lambda metadata: None  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        assert _launch._launch_hooks_set()
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)

@@ -22,12 +22,14 @@ from typing import Any
 
 import torch
 
-from ._runtime import INTERPRETED
+from ._runtime import INTERPRETED  # first: it may switch on the interpreter before triton loads
+
+import triton  # noqa: E402
+from triton import knobs  # noqa: E402
 
 _recorders: list[tuple[list["Launch"], bool]] = []
 _compiled: dict[tuple, Any] = {}  # specialisation key -> triton CompiledKernel
-_INT32 = (-(1 << 31), 1 << 31)  # Triton passes ints as i32, i64 or u64 by range
-_INT64_END = 1 << 63
+MAX_CACHED_LAUNCHES = 4096  # keys hold exact shapes; start afresh past this many
 
 
 @dataclass
@@ -53,7 +55,10 @@ class Launch:
         compiled = _compiled.get(key) if key is not None else None
         if compiled is None or _launch_hooks_set():
             result = self.kernel[self.grid](*self.args, **self.constexprs, **self.launch_options())
-            if key is not None and hasattr(result, "packed_metadata"):
+            if (key is not None and hasattr(result, "packed_metadata")
+                    and set(self.constexprs) == set(_constexpr_names(self.kernel))):
+                if len(_compiled) >= MAX_CACHED_LAUNCHES:
+                    _compiled.clear()
                 _compiled[key] = result
             return
         grid = self.grid + (1,) * (3 - len(self.grid))
@@ -67,64 +72,48 @@ class Launch:
 
 
 def _specialization_key(launch: Launch) -> tuple | None:
-    """Everything Triton 3.6 specialises a compiled kernel on: per tensor its dtype and
-    whether its address is 16-byte aligned; per int whether it is 1, a multiple of 16 and
-    inside int32; the constexprs and launch options; the kernel and the device. None (take
-    Triton's path) for a kernel that is not a plain JITFunction or an argument of a type this
-    key does not cover (tensor descriptors, say)."""
+    """A key that determines everything Triton 3.6 specialises a compiled kernel on. Triton
+    looks at each tensor's dtype and whether its address is 16-byte aligned, and at whether
+    each int is 1, a multiple of 16, and inside int32 or int64; this key holds the tensors'
+    dtype and alignment and every other argument's exact value (finer than needed: a new
+    shape takes Triton's own path once), the constexprs, launch options, kernel and device.
+    Built in one pass with no calls per argument: it runs on every launch. None (take
+    Triton's path) for anything but a plain JITFunction given all its arguments."""
     kernel = launch.kernel
     names = _constexpr_names(kernel) if type(kernel).__name__ == "JITFunction" else None
-    if names is None or len(launch.args) + len(names) != len(kernel.params) or set(launch.constexprs) != set(names):
+    if names is None or len(launch.args) + len(names) != len(kernel.params):
         return None
-    parts = tuple(map(_argument_key, launch.args))
-    if _UNKNOWN in parts:
-        return None
-    try:
-        constexprs = tuple(sorted(launch.constexprs.items()))
-        hash(constexprs)
-    except TypeError:
-        return None
-    return (kernel, _driver().get_current_device(), parts, constexprs, launch.num_warps, launch.num_stages)
+    Tensor = torch.Tensor
+    values = tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, Tensor) else a for a in launch.args)
+    return (id(kernel), _driver().get_current_device(), values, tuple(launch.constexprs.items()),
+            launch.num_warps, launch.num_stages)
 
 
-_UNKNOWN = object()
-
-
-def _argument_key(a: Any) -> Any:
-    """What Triton specialises one runtime argument on (or finer)."""
-    if isinstance(a, torch.Tensor):
-        return (a.dtype, a.data_ptr() % 16 == 0)
-    if isinstance(a, bool) or a is None:
-        return a
-    if isinstance(a, int):
-        return (a == 1, a % 16 == 0, _INT32[0] <= a < _INT32[1], a < _INT64_END)
-    if isinstance(a, float):
-        return float
-    return _UNKNOWN
-
-
-_constexpr_names_cache: dict[Any, tuple[str, ...] | None] = {}
+_constexpr_names_cache: dict[int, tuple[str, ...] | None] = {}
 
 
 def _constexpr_names(kernel: Any) -> tuple[str, ...] | None:
     """The kernel's constexpr parameters, in order; the compiled launcher takes every
     parameter positionally. None when a constexpr has a default (the launch may omit it)."""
-    if kernel not in _constexpr_names_cache:
+    names = _constexpr_names_cache.get(id(kernel), False)
+    if names is False:
         params = [p for p in kernel.params if p.is_constexpr]
         names = tuple(p.name for p in params)
         tail_ok = all(p.num >= len(kernel.params) - len(params) for p in params)
-        _constexpr_names_cache[kernel] = names if tail_ok and not any(p.has_default for p in params) else None
-    return _constexpr_names_cache[kernel]
+        names = names if tail_ok and not any(p.has_default for p in params) else None
+        _constexpr_names_cache[id(kernel)] = names  # kernels live as long as their modules
+    return names
 
 
 def _driver():
-    from triton.runtime import driver
-    return driver.active
+    return triton.runtime.driver.active
 
 
 def _launch_hooks_set() -> bool:
-    from triton import knobs
-    return knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
+    """Whether a profiler (proton, say) hooks launches. Triton 3.6 keeps the hooks in
+    HookChain objects that are never None; an empty chain calls nothing."""
+    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+    return any(hook is not None and getattr(hook, "calls", True) for hook in hooks)
 
 
 def launches_execute() -> bool:

@@ -27,8 +27,9 @@ from .._layout import collapse_dims, pad_front
 
 MAX_FUSED_COLS = 32768     # longest row handled by one program when rows are few
 MIN_ROWS_LOOPED = 1024     # longer rows still get one program each when there are this many
-CHUNK_COLS = 4096          # columns per chunk for longer rows (4096 beat 8192 and 16384 on the H200)
+CHUNK_COLS = 8192          # columns per chunk for long rows, when few (H200 sweep, 2026-11-29)
 LAG_BYTES = 16 << 20       # how far the one-launch long-row schedule reads ahead (well inside L2)
+PROGRAMS_PER_SM = 16       # programs the one-launch schedule starts per SM
 ONE_LAUNCH_LONG_ROWS = True  # long rows in one launch (stats and apply interleaved) or two
 ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
 
@@ -238,23 +239,21 @@ class RowConfig:
     looped: bool      # walk the row in block_n steps (twice) instead of holding it
 
 
-LOOP_FROM_BYTES = 32768   # rows longer than this many bytes are walked, not held (see _row_config)
-
-
 @functools.lru_cache(maxsize=1024)
 def _row_config(n_rows: int, n_cols: int, element_bytes: int) -> RowConfig:
-    """Tile and warps for rows of up to MAX_FUSED_COLS columns, and for longer rows when
-    there are enough of them to fill the GPU. Short rows are packed several to a program so
-    each moves at least 4096 elements, 16 elements a thread. Rows longer than LOOP_FROM_BYTES
-    are walked in 4096-column steps by 8 warps: a row held whole needs so many registers
-    that one program fills an SM, and its loads cannot overlap another program's
-    exponentials (on the H200, 4096x32768 bf16 reached 72% of the copy ceiling held whole)."""
-    if n_cols * element_bytes > LOOP_FROM_BYTES:
-        return RowConfig(1, 4096, 8, True)
+    """Tile and warps for one program per row block. Rows up to MAX_FUSED_COLS are held
+    whole: short rows packed several to a program so each moves at least 4096 elements, 16
+    elements a thread, then 128 bytes a thread (the H200 sweep of 2026-11-29: 16-32 warps
+    for 32768-column rows, 97% of the copy ceiling in fp32). Longer rows, when there are
+    enough of them to fill the GPU, are walked in 8192-column steps by 16 warps (1024 x
+    131072 fp32: 64% of the ceiling, torch.softmax 48%). Walking shorter rows lost to
+    holding them: 66% against 97% at 4096 x 32768 fp32."""
+    if n_cols > MAX_FUSED_COLS:
+        return RowConfig(1, 8192, 16, True)
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, min(triton.next_power_of_2(n_rows), 4096 // block_n))
     elements = block_m * block_n
-    per_thread = 16 if elements <= 4096 else 32
+    per_thread = 16 if elements <= 4096 else 128 // element_bytes
     num_warps = min(32, max(4, elements // (32 * per_thread)))
     return RowConfig(block_m, block_n, num_warps, False)
 
@@ -317,10 +316,10 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
 @functools.lru_cache(maxsize=16)
 def _resident_programs(device: torch.device) -> int:
     """Programs of the chunk kernel to launch for the one-launch schedule: about as many
-    as the GPU holds at once (8 of 4 warps per SM), so none waits for a slot."""
+    as the GPU holds at once; the ones that do not fit start as others finish."""
     if device.type != "cuda":
         return 2  # the interpreter runs programs one after the other; the first takes every ticket
-    return 8 * torch.cuda.get_device_properties(device).multi_processor_count
+    return PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _normalize_dim(name: str, x: torch.Tensor, dim: int) -> int:
