@@ -1,13 +1,19 @@
 """Time every attention tile config on the GPU beside SDPA's FA2 and cuDNN, in one process.
 
     PYTHONPATH=src python3 scripts/attention_tune.py [--shapes 4,32,32,4096,128,2 ...]
-        [--extra] [--autotune]
+        [--extra] [--autotune] [--atomic]
 
 Compiles all configs first in parallel worker processes (they fill Triton's on-disk cache),
 then times each pass with each config (triton.testing.do_bench, median), the forward alone
 and the whole backward (preprocess + dK/dV + dQ; one of the two kernels swept while the
 other keeps its fixed config). --extra times the fixed configs on the other bench shapes;
 --autotune runs the autotuned launchers once and prints what they chose.
+
+--atomic instead studies the atomic-dQ backward (deterministic=False): on each of
+ATOMIC_SHAPES (or --shapes) it times the whole backward (preprocess, zeroing, dK/dV with
+atomic dQ, the final cast) with a handful of dK/dV configs, each first checked against
+the deterministic backward, beside the deterministic backward and SDPA's FA2 and cuDNN
+backward, and ends with a table. Under 4 minutes on the H200.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ def tasks_for(D):
 def run_once(kind, cfg, causal, q, k, v, do, o=None, lse=None):
     if kind == "fwd":
         return A.attention_fwd(q, k, v, causal, config=cfg)
+    if kind == "dkdv_atomic":
+        return A.attention_bwd(do, q, k, v, o, lse, causal, deterministic=False, dkdv_config=cfg)
     return A.attention_bwd(do, q, k, v, o, lse, causal, **{f"{kind}_config": cfg})
 
 
@@ -149,6 +157,83 @@ def sweep(shape, causal):
               f"bwd {bwd:7.3f} ms {fb / bwd / 1e9:6.1f} TFLOP/s")
 
 
+# The atomic study: bench shapes (B, H, Hkv, N, D), causal; and the dK/dV configs to try,
+# of which each head dim keeps those that fit (`A._fits`), its fixed config first, 5 at most.
+ATOMIC_SHAPES = [((4, 32, 32, 4096, 64), False), ((4, 32, 32, 4096, 128), False),
+                 ((4, 32, 32, 4096, 128), True), ((4, 16, 16, 4096, 256), False),
+                 ((4, 32, 8, 4096, 128), False), ((4, 32, 32, 16384, 128), True)]
+ATOMIC_CANDIDATES = [A.TileConfig(*c) for c in ((64, 128, 8, 3), (64, 128, 8, 2), (64, 64, 8, 3), (64, 64, 4, 3),
+                                                (32, 128, 8, 3), (32, 64, 8, 2), (32, 64, 8, 3))]
+
+
+def atomic_candidates(D):
+    block_d = A._block_d(D)
+    fixed = A.fixed_configs(block_d)["dkdv_atomic"]
+    fit = [c for c in ATOMIC_CANDIDATES if c != fixed and A._fits("dkdv_atomic", c.triton_config(), block_d)]
+    return [fixed, *fit][:5]
+
+
+def rel_diff(got, want):
+    return max(((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(got, want))
+
+
+def atomic_case(shape, causal):
+    """The atomic backward per config, checked against the deterministic one, beside it and SDPA."""
+    B, H, Hkv, N, D = shape
+    q, k, v, do = inputs(B, H, Hkv, N, D)
+    fb = flops(B, H, N, D, causal, True)
+    o, lse = A.attention_fwd(q, k, v, causal)
+    want = A.attention_bwd(do, q, k, v, o, lse, causal)
+    label = f"B={B} H={H}/{Hkv} N={N} D={D} {'causal' if causal else 'full'}"
+    print(f"\n== {label}")
+    rates = {"deterministic": fb / bench(lambda: A.attention_bwd(do, q, k, v, o, lse, causal)) / 1e9}
+    print(f"  deterministic (fixed configs)      {rates['deterministic']:6.1f} TFLOP/s")
+    fixed = A.fixed_configs(A._block_d(D))["dkdv_atomic"]
+    atomic = []
+    for cfg in atomic_candidates(D):
+        name = f"{cfg.block_m}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}"
+        try:
+            err = rel_diff(run_once("dkdv_atomic", cfg, causal, q, k, v, do, o, lse), want)
+            if not err < 2e-2:
+                print(f"  atomic {name:16} WRONG: relative difference {err:.2e} from the deterministic backward")
+                continue
+            tf = fb / bench(lambda: run_once("dkdv_atomic", cfg, causal, q, k, v, do, o, lse)) / 1e9
+        except Exception as err:
+            print(f"  atomic {name:16} failed: {type(err).__name__}: {str(err).splitlines()[0][:100]}")
+            continue
+        atomic.append((tf, name, cfg == fixed))
+        print(f"  atomic {name:16} {'(fixed)' if cfg == fixed else '':9}  {tf:6.1f} TFLOP/s  "
+              f"(difference from deterministic {err:.1e})")
+    for peer, (_, bwd) in peers(q, k, v, do, causal).items():
+        rates[peer] = fb / bwd / 1e9
+        print(f"  SDPA {peer:6} backward                {rates[peer]:6.1f} TFLOP/s")
+    best = max(atomic, default=None)
+    rates["atomic fixed"] = next((tf for tf, _, is_fixed in atomic if is_fixed), None)
+    rates["atomic best"] = best[0] if best else None
+    return label, rates, best[1] if best else "-"
+
+
+def atomic_study(cases, workers):
+    jobs = {}  # one compile per specialisation: N only matters through its divisibility
+    for s, c in cases:
+        kinds = [("dkdv_atomic", cfg) for cfg in atomic_candidates(s[4])]
+        kinds += [(kind, cfg) for kind, cfg in A.fixed_configs(A._block_d(s[4])).items() if kind != "dkdv_atomic"]
+        for kind, cfg in kinds:
+            jobs.setdefault((s[:3], s[4], c, kind, cfg), (s, c, kind, cfg))
+    if DEVICE.type == "cuda":
+        precompile(list(jobs.values()), workers)
+    start = time.time()
+    rows = [atomic_case(s, c) for s, c in cases]
+    cols = ["deterministic", "atomic fixed", "atomic best", "FA2", "cuDNN"]
+    print(f"\nAtomic-dQ backward, bf16, TFLOP/s (2.5 x 4*B*H*N^2*D, half when causal); timed in {time.time() - start:.0f}s")
+    print(f"{'case':<34}" + "".join(f"{c:>14}" for c in cols) + f"{'best/cuDNN':>12}{'best/det':>10}  best config")
+    for label, rates, best_name in rows:
+        cells = "".join(f"{rates[c]:>14.1f}" if rates.get(c) else f"{'-':>14}" for c in cols)
+        ratios = [f"{rates['atomic best'] / rates[c]:.2f}" if rates.get("atomic best") and rates.get(c) else "-"
+                  for c in ("cuDNN", "deterministic")]
+        print(f"{label:<34}{cells}{ratios[0]:>12}{ratios[1]:>10}  {best_name}")
+
+
 def fixed_case(shape, causal):
     B, H, Hkv, N, D = shape
     q, k, v, do = inputs(B, H, Hkv, N, D)
@@ -180,16 +265,22 @@ def autotuned(shape, causal):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shapes", nargs="+", default=["4,32,32,4096,128,2"], metavar="B,H,Hkv,N,D,C",
-                        help="shapes to sweep every config on; C: 0 full, 1 causal, 2 both")
+    parser.add_argument("--shapes", nargs="+", metavar="B,H,Hkv,N,D,C",
+                        help="shapes to sweep every config on (default 4,32,32,4096,128,2), or with "
+                             "--atomic the shapes to study (default ATOMIC_SHAPES); C: 0 full, 1 causal, 2 both")
     parser.add_argument("--no-sweep", action="store_true")
     parser.add_argument("--extra", action="store_true")
     parser.add_argument("--autotune", action="store_true")
+    parser.add_argument("--atomic", action="store_true", help="study the atomic-dQ backward only")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     args = parser.parse_args()
-    parsed = [tuple(int(x) for x in s.split(",")) for s in args.shapes]
+    parsed = [tuple(int(x) for x in s.split(",")) for s in args.shapes or ["4,32,32,4096,128,2"]]
     shapes = [p[:5] for p in parsed]
     causals = [{0: (False,), 1: (True,), 2: (False, True)}[p[5] if len(p) > 5 else 2] for p in parsed]
+    if args.atomic:
+        atomic_study([(s, c) for s, cs in zip(shapes, causals) for c in cs] if args.shapes else ATOMIC_SHAPES,
+                     args.workers)
+        return 0
     extra = [((4, 32, 32, 4096, 64), False), ((4, 32, 32, 16384, 64), True), ((4, 16, 16, 4096, 256), False),
              ((4, 32, 8, 4096, 128), False), ((4, 32, 32, 16384, 128), True), ((4, 32, 32, 16384, 128), False)]
     jobs = []

@@ -183,8 +183,10 @@ def test_attention_uses_wgmma_on_hopper():
         # TRITONKIT_AUTOTUNE=0), not the interpreter's 16-32 row tiles.
         assert r.config_source.startswith("autotune") or r.config_source == "launcher", r.config_source
         assert int(r.constexprs["BLOCK_M"]) >= 64 or int(r.constexprs["BLOCK_N"]) >= 64, r.constexprs
-        # The fixed D=128 dK/dV tile (64x128, 8 warps; fastest on the H200) spills 8 bytes.
-        assert r.spill_stores <= 64 and r.occupancy.blocks_per_sm >= 1, (r.kernel, r.spill_stores)
+        # The fixed D=128 dK/dV tile (64x128, 8 warps; fastest on the H200) spills 8 bytes;
+        # with the atomic dQ's extra tile (pass bwd_atomic), 108 bytes.
+        spill_limit = 128 if r.pass_name == "bwd_atomic" else 64
+        assert r.spill_stores <= spill_limit and r.occupancy.blocks_per_sm >= 1, (r.kernel, r.spill_stores)
     fwd = only(reports, "attention_fwd")
     for name in ("Q", "K", "V"):
         assert fwd.load_widths(name) == {128}, (name, instructions(fwd, name))

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .. import _runtime
-from .._launch import Launch
+from .._launch import Launch, record_launches
 from .assembly import _memory_ops, _ptxas_usage, _sass_counts, _ttgir_arg_names
 from .report import MemOp
 
@@ -190,7 +190,10 @@ def _autotune_choice(tuner: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[A
         return cached, f"autotune: the config this process already tuned for key {key}"
     tuner.nargs = named
     try:
-        candidates = tuner.prune_configs(kwargs)
+        # Pruned as for the GPU: inside record_launches(execute=False) the ops' pruners see
+        # their GPU fixed configs (to put first), not the interpreter's.
+        with record_launches(execute=False):
+            candidates = tuner.prune_configs(kwargs)
     finally:
         tuner.nargs = None
     if tuner.cache_results and _read_tuning_cache(tuner, key, candidates):
