@@ -38,11 +38,10 @@ def sweep_add():
 
 
 def sweep_softmax():
-    """Row configs: held whole (warps, rows a program) against walked in steps (step, warps),
-    beside torch.softmax and the copy ceiling of the same run. (A persistent grid with a
-    pipelined row loop was tried on 2026-11-29 and lost to one program per row block.)"""
+    """Row configs (rows a program, warps) beside torch.softmax, the copy ceiling and a copy
+    of the same bytes, in one run. (Tried on 2026-11-29 and dropped: a persistent grid with a
+    pipelined row loop, and walking long rows in steps inside one program.)"""
     original = sm_mod._row_config
-    RowConfig = sm_mod.RowConfig
     cases = ((4096, 4096, torch.float32), (4096, 4096, torch.bfloat16), (4096, 32768, torch.bfloat16),
              (1823, 781, torch.float32), (1823, 781, torch.bfloat16))
     src = torch.empty(1 << 28, device="cuda")
@@ -55,17 +54,14 @@ def sweep_softmax():
         default = original(rows, cols, x.element_size())
         print(f"softmax {rows}x{cols} {dtype}: torch {gbs(bench(lambda: torch.softmax(x, -1))):.0f} GB/s, "
               f"default {gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))):.0f} ({default})")
+        same_bytes = x.new_empty(x.shape)
+        print(f"   copy of the same bytes: {gbs(bench(lambda: same_bytes.copy_(x))):.0f} GB/s")
         candidates = []
         block_n = triton.next_power_of_2(cols)
-        if block_n <= 32768:
-            for block_m in sorted({max(1, 4096 // block_n), max(1, 8192 // block_n)}):
-                for warps in (4, 8, 16, 32):
-                    if block_m * block_n // (32 * warps) >= 4:
-                        candidates.append(RowConfig(block_m, block_n, warps, False))
-        for step in (2048, 4096, 8192):
-            for warps in (4, 8, 16):
-                if step < cols and step // (32 * warps) >= 4:
-                    candidates.append(RowConfig(1, step, warps, True))
+        for block_m in sorted({max(1, 4096 // block_n), max(1, 8192 // block_n)}):
+            for warps in (4, 8, 16, 32):
+                if block_m * block_n // (32 * warps) >= 4:
+                    candidates.append((block_m, block_n, warps))
         results = []
         for cfg in candidates:
             sm_mod._row_config = lambda r, c, e, cfg=cfg: cfg
@@ -84,8 +80,7 @@ def sweep_long_rows():
     src = torch.empty(1 << 28, device="cuda")
     dst = torch.empty_like(src)
     ceiling = 2 * src.numel() * 4 / bench(lambda: dst.copy_(src)) / 1e6
-    saved = {k: getattr(sm_mod, k) for k in ("ONE_LAUNCH_LONG_ROWS", "LAG_BYTES", "CHUNK_COLS", "_resident_programs",
-                                            "MIN_ROWS_LOOPED")}
+    saved = {k: getattr(sm_mod, k) for k in ("ONE_LAUNCH_LONG_ROWS", "LAG_BYTES", "CHUNK_COLS", "_resident_programs")}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for rows, cols, dtype in ((16, 1 << 20, torch.float32), (16, 1 << 20, torch.bfloat16), (64, 1 << 20, torch.float32),
                               (1024, 131072, torch.float32)):
@@ -95,8 +90,6 @@ def sweep_long_rows():
         print(f"softmax {rows}x{cols} {dtype}: torch {gbs(bench(lambda: torch.softmax(x, -1))):.0f} GB/s "
               f"(ceiling {ceiling:.0f})")
         variants = [("two launches", dict(ONE_LAUNCH_LONG_ROWS=False)), ("default", {})]
-        if rows >= sm_mod.MIN_ROWS_LOOPED:
-            variants.append(("split, not walked", dict(MIN_ROWS_LOOPED=1 << 30)))
         for lag_mb in (8, 32):
             for per_sm in (8, 16):
                 for chunk in (4096, 8192, 16384):
@@ -111,7 +104,7 @@ def sweep_long_rows():
             results.append((gbs(bench(lambda: sm_mod.softmax_fwd(x, -1))), label, err))
             for k, v in saved.items():
                 setattr(sm_mod, k, v)
-        for value, label, err in sorted(results, key=lambda r: -r[0])[:8] + [r for r in results if r[1] in ("two launches", "default", "split, not walked")]:
+        for value, label, err in sorted(results, key=lambda r: -r[0])[:8] + [r for r in results if r[1] in ("two launches", "default")]:
             print(f"   {value:6.0f} GB/s {100 * value / ceiling:3.0f}%  {label}  (max err {err:.1e})")
 
 

@@ -87,10 +87,8 @@ def test_many_row_dims(device):
     check_backward(x, 2)
 
 
-@pytest.mark.parametrize("n_cols,walked", [(10, False), (LONG, True), (LONG, False)])
-def test_minus_infinity(n_cols, walked, monkeypatch, device):
-    if walked:  # long rows walked in steps by one program each, as when there are many
-        monkeypatch.setattr(softmax_module, "MIN_ROWS_LOOPED", 2)
+@pytest.mark.parametrize("n_cols", [10, LONG])
+def test_minus_infinity(n_cols, device):
     x = torch.randn(4, n_cols, device=device)
     x[0] = -float("inf")                     # whole row: NaN, as torch gives
     x[1, : n_cols // 2] = -float("inf")      # half a row, including whole chunks
@@ -100,15 +98,13 @@ def test_minus_infinity(n_cols, walked, monkeypatch, device):
     assert torch.isnan(out[0]).all()
 
 
-@pytest.mark.parametrize("path", ["held", "walked", "split", "split, two launches"])
+@pytest.mark.parametrize("path", ["held", "split", "split, two launches"])
 def test_each_long_row_path(path, monkeypatch, device):
-    # The same rows through each of the three ways a row can be handled.
+    # The same rows held whole by one program, and split into chunks (one launch or two).
     x = torch.randn(5, LONG + 3, device=device)
     grad = torch.randn_like(x)
     if path == "held":
         monkeypatch.setattr(softmax_module, "MAX_FUSED_COLS", 1 << 20)
-    elif path == "walked":
-        monkeypatch.setattr(softmax_module, "MIN_ROWS_LOOPED", 2)
     elif path == "split":
         # The smallest lag the schedule allows (one row of chunks): stats and applies interleave.
         monkeypatch.setattr(softmax_module, "LAG_BYTES", 1)
@@ -121,16 +117,12 @@ def test_each_long_row_path(path, monkeypatch, device):
             dx = softmax_module.softmax_bwd(grad, out, -1)
     finally:
         softmax_module._row_config.cache_clear()
-    kinds = {"held": {False}, "walked": {True}}
     if path == "split":
         assert [launch.constexprs["PHASE"] for launch in launches] == [2, 2]
-    elif path == "split":
-        # The smallest lag the schedule allows (one row of chunks): stats and applies interleave.
-        monkeypatch.setattr(softmax_module, "LAG_BYTES", 1)
     elif path == "split, two launches":
         assert [launch.constexprs["PHASE"] for launch in launches] == [0, 1, 0, 1]
     else:
-        assert {launch.constexprs["LOOPED"] for launch in launches} == kinds[path]
+        assert [launch.name for launch in launches] == ["softmax_fwd", "softmax_bwd"]
     assert_close_to_reference(out, softmax_reference(x, -1), torch.softmax(x, -1))
     y = torch.softmax(x, -1)
     ref = torch._softmax_backward_data(grad.double(), y.double(), -1, torch.float64)

@@ -5,17 +5,17 @@ Backward: dx = y * (dy - sum(y * dy))                          per row
 
 A "row" is the 1-D slice along `dim`; the other dims (up to three after collapsing)
 index rows through their strides, so no input is copied. Rows that fit on chip
-(<= MAX_FUSED_COLS) take one pass: load, reduce, write. Longer rows are split into
-chunks spread over many programs: a stats pass writes each chunk's (max, sum of
-exponentials) -- or, backward, sum(y * dy) -- and an apply pass combines the row's
-chunk stats (the online-softmax merge) and writes its chunk. One kernel pair serves
-forward and backward through the BACKWARD flag.
+(<= MAX_FUSED_COLS) take one pass: load, reduce, write. Longer rows are cut into chunks:
+a stats item writes one chunk's (max, sum of exponentials) -- or, backward, sum(y * dy) --
+and an apply item merges its row's chunk stats (the online-softmax merge) and writes its
+chunk. Both kinds run in one launch, in a ticketed order that keeps the chunk an apply
+re-reads in L2 (see _softmax_chunks_kernel). The same kernels serve forward and backward
+through the BACKWARD flag.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import torch
 import triton
@@ -25,10 +25,9 @@ from .._checks import check_same_device, check_tensor
 from .._launch import Launch
 from .._layout import collapse_dims, pad_front
 
-MAX_FUSED_COLS = 32768     # longest row handled by one program when rows are few
-MIN_ROWS_LOOPED = 1024     # longer rows still get one program each when there are this many
+MAX_FUSED_COLS = 32768     # longest row held on chip by one program (fp32: 128 KB)
 CHUNK_COLS = 8192          # columns per chunk for long rows, when few (H200 sweep, 2026-11-29)
-LAG_BYTES = 16 << 20       # how far the one-launch long-row schedule reads ahead (well inside L2)
+LAG_BYTES = 8 << 20        # how far the one-launch long-row schedule reads ahead (well inside L2)
 PROGRAMS_PER_SM = 16       # programs the one-launch schedule starts per SM
 ONE_LAUNCH_LONG_ROWS = True  # long rows in one launch (stats and apply interleaved) or two
 ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
@@ -66,57 +65,24 @@ def _softmax_rows_kernel(
     as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, BACKWARD: tl.constexpr,
-    LOOPED: tl.constexpr,
 ):
-    # BLOCK_M rows a program. Not LOOPED: the whole row is one [BLOCK_M, BLOCK_N] tile held in
-    # registers. LOOPED: the program walks its rows twice in BLOCK_N-column steps, first for
-    # the row statistics (online max and sum, or sum(y * dy)), then to write the result; the
-    # second walk reads from L2, and the small tile leaves room for several programs per SM,
-    # whose loads then overlap each other's arithmetic.
+    # BLOCK_M rows a program, each row one [BLOCK_M, BLOCK_N] tile held in registers.
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     a_row = _row_offsets(rows, size1, size2, as0, as1, as2)[:, None]
     b_row = _row_offsets(rows, size1, size2, bs0, bs1, bs2)[:, None]
     o_row = _row_offsets(rows, size1, size2, os0, os1, os2)[:, None]
-    if LOOPED:
-        dot = tl.zeros([BLOCK_M], tl.float32)
-        row_max = tl.full([BLOCK_M], -float("inf"), tl.float32)
-        row_sum = tl.zeros([BLOCK_M], tl.float32)
-        for start in tl.range(0, n_cols, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            mask = row_ok[:, None] & (cols[None, :] < n_cols)
-            x, dy = _load_tile(a_ptr, b_ptr, a_row, b_row, cols, a_col, b_col, mask, BACKWARD)
-            if BACKWARD:
-                dot += tl.sum(x * dy, axis=1)  # x holds y here
-            else:
-                new_max = tl.maximum(row_max, tl.max(x, axis=1))
-                # While a row has seen only -inf, shift by 0 so that its sum stays 0, not NaN.
-                shift = tl.where(new_max == -float("inf"), 0.0, new_max)
-                row_sum = row_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(x - shift[:, None]), axis=1)
-                row_max = new_max
-        inv_sum = 1.0 / row_sum
-        for start in tl.range(0, n_cols, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            mask = row_ok[:, None] & (cols[None, :] < n_cols)
-            x, dy = _load_tile(a_ptr, b_ptr, a_row, b_row, cols, a_col, b_col, mask, BACKWARD)
-            if BACKWARD:
-                result = x * (dy - dot[:, None])
-            else:
-                # An all -inf row has max -inf: exp(nan) gives NaN, as torch does.
-                result = tl.exp(x - row_max[:, None]) * inv_sum[:, None]
-            tl.store(out_ptr + o_row + cols[None, :] * o_col, result.to(out_ptr.dtype.element_ty), mask=mask)
+    cols = tl.arange(0, BLOCK_N)
+    mask = row_ok[:, None] & (cols[None, :] < n_cols) if not EVEN_N else row_ok[:, None]
+    x, dy = _load_tile(a_ptr, b_ptr, a_row, b_row, cols, a_col, b_col, mask, BACKWARD)
+    if BACKWARD:
+        result = x * (dy - tl.sum(x * dy, axis=1)[:, None])  # x holds y here
     else:
-        cols = tl.arange(0, BLOCK_N)
-        mask = row_ok[:, None] & (cols[None, :] < n_cols) if not EVEN_N else row_ok[:, None]
-        x, dy = _load_tile(a_ptr, b_ptr, a_row, b_row, cols, a_col, b_col, mask, BACKWARD)
-        if BACKWARD:
-            result = x * (dy - tl.sum(x * dy, axis=1)[:, None])
-        else:
-            # A row of all -inf gives max -inf and exp(nan): NaN, exactly as torch does.
-            row_max = tl.max(x, axis=1)
-            e = tl.exp(x - row_max[:, None])
-            result = e * (1.0 / tl.sum(e, axis=1))[:, None]
-        tl.store(out_ptr + o_row + cols[None, :] * o_col, result.to(out_ptr.dtype.element_ty), mask=mask)
+        # A row of all -inf gives max -inf and exp(nan): NaN, exactly as torch does.
+        row_max = tl.max(x, axis=1)
+        e = tl.exp(x - row_max[:, None])
+        result = e * (1.0 / tl.sum(e, axis=1))[:, None]
+    tl.store(out_ptr + o_row + cols[None, :] * o_col, result.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -231,31 +197,20 @@ def _softmax_chunks_kernel(
             ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
 
 
-@dataclass(frozen=True)
-class RowConfig:
-    block_m: int      # rows a program
-    block_n: int      # columns a tile: the whole (padded) row, or a LOOPED step
-    num_warps: int
-    looped: bool      # walk the row in block_n steps (twice) instead of holding it
-
-
 @functools.lru_cache(maxsize=1024)
-def _row_config(n_rows: int, n_cols: int, element_bytes: int) -> RowConfig:
-    """Tile and warps for one program per row block. Rows up to MAX_FUSED_COLS are held
-    whole: short rows packed several to a program so each moves at least 4096 elements, 16
-    elements a thread, then 128 bytes a thread (the H200 sweep of 2026-11-29: 16-32 warps
-    for 32768-column rows, 97% of the copy ceiling in fp32). Longer rows, when there are
-    enough of them to fill the GPU, are walked in 8192-column steps by 16 warps (1024 x
-    131072 fp32: 64% of the ceiling, torch.softmax 48%). Walking shorter rows lost to
-    holding them: 66% against 97% at 4096 x 32768 fp32."""
-    if n_cols > MAX_FUSED_COLS:
-        return RowConfig(1, 8192, 16, True)
+def _row_config(n_rows: int, n_cols: int, element_bytes: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) for rows held whole (up to MAX_FUSED_COLS): short rows
+    packed several to a program so each moves at least 4096 elements, 16 elements a thread,
+    then 128 bytes a thread (the H200 sweeps of 2026-11-29: 16-32 warps for 32768-column
+    rows, 97% of the copy ceiling in fp32; 8 warps and 4 rows a program for 781 columns).
+    Walking rows in steps inside one program instead lost everywhere it was tried: 66%
+    against 97% at 4096 x 32768 fp32, 62% against 67% for the chunked path at 1024 x 131072."""
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, min(triton.next_power_of_2(n_rows), 4096 // block_n))
     elements = block_m * block_n
     per_thread = 16 if elements <= 4096 else 128 // element_bytes
     num_warps = min(32, max(4, elements // (32 * per_thread)))
-    return RowConfig(block_m, block_n, num_warps, False)
+    return block_m, block_n, num_warps
 
 
 def _row_layout(a, b, out, dim: int):
@@ -285,14 +240,13 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
         return
     row_sizes, (a_strides, b_strides, o_strides) = layout
     name = "softmax_bwd" if backward else "softmax_fwd"
-    if n_cols <= MAX_FUSED_COLS or n_rows >= MIN_ROWS_LOOPED:
-        cfg = _row_config(n_rows, n_cols, a.element_size())
+    if n_cols <= MAX_FUSED_COLS:
+        block_m, block_n, num_warps = _row_config(n_rows, n_cols, a.element_size())
         Launch(
-            name, _softmax_rows_kernel, (triton.cdiv(n_rows, cfg.block_m),),
+            name, _softmax_rows_kernel, (triton.cdiv(n_rows, block_m),),
             (a, b, out, n_rows, n_cols, *row_sizes, *a_strides, *b_strides, *o_strides),
-            dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EVEN_N=cfg.block_n == n_cols, BACKWARD=backward,
-                 LOOPED=cfg.looped),
-            num_warps=cfg.num_warps, num_stages=1,
+            dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN_N=block_n == n_cols, BACKWARD=backward),
+            num_warps=num_warps, num_stages=1,
         )()
         return
     n_chunks = triton.cdiv(n_cols, CHUNK_COLS)
