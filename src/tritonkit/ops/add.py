@@ -13,7 +13,7 @@ import triton.language as tl
 
 from .._checks import check_same_device, check_tensor
 from .._launch import Launch
-from .._layout import collapse_dims, pad_front
+from .._layout import cdiv, collapse_dims, pad_front
 
 # The general (strided/broadcast) path indexes through up to this many collapsed dims;
 # inputs whose layout will not collapse that far are first copied to contiguous memory.
@@ -98,7 +98,7 @@ def _scalars_to_device(x: object, y: object) -> tuple[object, object]:
 def _launch(x, y, out, n, sizes, strides, result_dtype, contiguous):
     block, num_warps = _block_config(out.dtype, contiguous)
     Launch(
-        "add", _add_kernel, (triton.cdiv(n, block),),
+        "add", _add_kernel, (cdiv(n, block),),
         (x, y, out, n, *sizes, *strides),
         dict(RESULT_DTYPE=_TL_DTYPE[result_dtype], BLOCK=block, CONTIGUOUS=contiguous),
         num_warps=num_warps, num_stages=1,

@@ -42,6 +42,7 @@ import triton.language as tl
 from .._checks import check_same_device, check_tensor, dtype_name
 from .. import _launch
 from .._launch import Launch
+from .._layout import cdiv
 from .._runtime import INTERPRETED
 
 LOG2E = 1.4426950408889634
@@ -740,11 +741,11 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
                       DOT_FP32=_dot_fp32(q.dtype))
     if config is None and _autotune_enabled():
         Launch("attention_fwd", _attn_fwd_tuned,
-               lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), H, B),
+               lambda meta: (cdiv(Nq, meta["BLOCK_M"]), H, B),
                args, constexprs, num_warps=None, num_stages=None)()
     else:
         cfg = config or fixed_configs(block_d)["fwd"]
-        Launch("attention_fwd", _attn_fwd_kernel, (triton.cdiv(Nq, cfg.block_m), H, B), args,
+        Launch("attention_fwd", _attn_fwd_kernel, (cdiv(Nq, cfg.block_m), H, B), args,
                dict(constexprs, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
                num_warps=cfg.num_warps, num_stages=cfg.num_stages)()
     return o, lse
@@ -797,7 +798,7 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
 
     delta = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     pre_block = 32 if _interpreting() else 64
-    Launch("attention_bwd_preprocess", _attn_bwd_preprocess_kernel, (triton.cdiv(Nq, pre_block), H, B),
+    Launch("attention_bwd_preprocess", _attn_bwd_preprocess_kernel, (cdiv(Nq, pre_block), H, B),
            (o, do, delta, Nq, D, *o.stride(), *do.stride()),
            dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)()
 
@@ -813,12 +814,12 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
         # CHECK_M, CHECK_N must not depend on the tuned blocks: mask query rows (keys) unless
         # every block of the largest size (128) is full.
         Launch("attention_bwd_dkdv", _attn_bwd_dkdv_tuned,
-               lambda meta: (triton.cdiv(Nk, meta["BLOCK_N"]), Hkv, B), dkdv_args,
+               lambda meta: (cdiv(Nk, meta["BLOCK_N"]), Hkv, B), dkdv_args,
                dict(dkdv_flags, CHECK_M=Nq % 128 != 0, CHECK_N=atomic and Nk % 128 != 0),
                num_warps=None, num_stages=None)()
     else:
         cfg = dkdv_config or fixed["dkdv_atomic" if atomic else "dkdv"]
-        Launch("attention_bwd_dkdv", _attn_bwd_dkdv_kernel, (triton.cdiv(Nk, cfg.block_n), Hkv, B),
+        Launch("attention_bwd_dkdv", _attn_bwd_dkdv_kernel, (cdiv(Nk, cfg.block_n), Hkv, B),
                dkdv_args, dict(dkdv_flags, CHECK_M=Nq % cfg.block_m != 0, CHECK_N=atomic and Nk % cfg.block_n != 0,
                                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
                num_warps=cfg.num_warps, num_stages=cfg.num_stages)()
@@ -832,11 +833,11 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
                *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride())
     if dq_config is None and tuned:
         Launch("attention_bwd_dq", _attn_bwd_dq_tuned,
-               lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), H, B), dq_args, common,
+               lambda meta: (cdiv(Nq, meta["BLOCK_M"]), H, B), dq_args, common,
                num_warps=None, num_stages=None)()
     else:
         cfg = dq_config or fixed["dq"]
-        Launch("attention_bwd_dq", _attn_bwd_dq_kernel, (triton.cdiv(Nq, cfg.block_m), H, B), dq_args,
+        Launch("attention_bwd_dq", _attn_bwd_dq_kernel, (cdiv(Nq, cfg.block_m), H, B), dq_args,
                dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
                num_warps=cfg.num_warps, num_stages=cfg.num_stages)()
     return dq, dk, dv

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from .._checks import check_same_device, check_tensor
 from .._launch import Launch
-from .._layout import collapse_dims, pad_front
+from .._layout import cdiv, collapse_dims, pad_front
 
 MAX_FUSED_COLS = 32768     # longest row held on chip by one program (fp32: 128 KB)
 CHUNK_COLS = 8192          # columns per chunk for long rows, when few (H200 sweep, 2026-11-29)
@@ -243,13 +243,13 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
     if n_cols <= MAX_FUSED_COLS:
         block_m, block_n, num_warps = _row_config(n_rows, n_cols, a.element_size())
         Launch(
-            name, _softmax_rows_kernel, (triton.cdiv(n_rows, block_m),),
+            name, _softmax_rows_kernel, (cdiv(n_rows, block_m),),
             (a, b, out, n_rows, n_cols, *row_sizes, *a_strides, *b_strides, *o_strides),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN_N=block_n == n_cols, BACKWARD=backward),
             num_warps=num_warps, num_stages=1,
         )()
         return
-    n_chunks = triton.cdiv(n_cols, CHUNK_COLS)
+    n_chunks = cdiv(n_cols, CHUNK_COLS)
     total = n_rows * n_chunks
     stat1, stat2 = torch.empty((2, n_rows, n_chunks), dtype=torch.float32, device=a.device)
     sync = torch.zeros(1 + n_rows, dtype=torch.int32, device=a.device)
