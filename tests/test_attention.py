@@ -339,7 +339,7 @@ def test_tuner_tries_the_configs_of_the_chosen_path():
                                                   BLOCK_D=block_d, USE_TMA=False)
             fixed = attention_module.fixed_configs(block_d)
             assert tma[0] == fixed["fwd_tma"].triton_config() and pointer[0] == fixed["fwd"].triton_config()
-            assert tma and all(c.kwargs["BLOCK_M"] == 128 for c in tma)
+            assert tma and all(c.kwargs["BLOCK_M"] == 128 and "WARP_SPECIALIZE" not in c.kwargs for c in tma)
             assert {str(c) for c in pointer} <= {str(c.triton_config()) for c in attention_module.autotune_configs("fwd")}
     assert "USE_TMA" in attention_module._attn_fwd_tuned.keys
 
@@ -350,6 +350,8 @@ PATH_CASES = [(2, 4, 2, 67, 130, 80, False), (1, 2, 2, 130, 67, 96, True), (1, 4
 PATHS = {  # path -> attention_fwd keyword arguments
     "tensor descriptors": dict(tma=True),
     "pointers": dict(tma=False),
+    "warp-specialized": dict(tma=True, config=TileConfig(128, 64, 4, 2, warp_specialize=True) if ON_GPU
+                             else TileConfig(32, 16, 4, 2, warp_specialize=True)),
 }
 
 
@@ -386,13 +388,14 @@ def test_model_layouts_through_descriptors(name, device):
 @pytest.mark.slow
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_every_tensor_descriptor_config(D, device):
-    # Every config the TMA path's tuner may pick, against the pointer path's fixed config.
+    # Every config the TMA path's tuner may pick, and the opt-in warp-specialized ones,
+    # against the pointer path's fixed config.
     q, k, v = make_qkv(1, 4, 2, 333, 333, D, torch.bfloat16, device)
     ref, _ = attention_fwd(q, k, v, True, tma=False)
     block_d = attention_module._block_d(D)
     configs = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, {}, BLOCK_D=block_d, USE_TMA=True)
     tiles = [TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in configs]
-    for cfg in tiles:
+    for cfg in tiles + attention_module.autotune_configs("fwd_ws"):
         try:
             out, _ = attention_fwd(q, k, v, True, config=cfg, tma=True)
         except triton.runtime.errors.OutOfResources:
