@@ -14,11 +14,18 @@ ATOMIC_SHAPES (or --shapes) it times the whole backward (preprocess, zeroing, dK
 atomic dQ, the final cast) with a handful of dK/dV configs, each first checked against
 the deterministic backward, beside the deterministic backward and SDPA's FA2 and cuDNN
 backward, and ends with a table. Under 4 minutes on the H200.
+
+--tma (alone, or with the others): the forward through pointers, through tensor descriptors
+(TMA) and warp-specialized, over a few configs each, on the bench shapes (D=64, D=128 at
+N=4096 and 16384 full and causal, D=256 with 16 heads, GQA 32 over 8 heads, and packed qkv),
+each config checked against SDPA, beside SDPA's FA2 and cuDNN; ends with a table.
+    PYTHONPATH=src python3 scripts/attention_tune.py --tma
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import sys
@@ -30,7 +37,9 @@ import tritonkit  # noqa: E402  (first: on a CPU it switches Triton to its inter
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import triton.testing  # noqa: E402
+from tritonkit._launch import record_launches  # noqa: E402
 from tritonkit.ops import attention as A  # noqa: E402
+from tritonkit.registry.attention import packed_qkv  # noqa: E402
 
 DEVICE = tritonkit.default_device()  # a CPU dry run goes through the interpreter
 
@@ -76,10 +85,10 @@ def _compile_worker(job):
         return f"{kind} {cfg} causal={causal}: {type(err).__name__}: {str(err)[:200]}"
 
 
-def precompile(jobs, workers):
+def precompile(jobs, workers, worker=_compile_worker):
     start = time.time()
     with mp.get_context("spawn").Pool(workers) as pool:
-        errors = [e for e in pool.map(_compile_worker, jobs) if e]
+        errors = [e for e in pool.map(worker, jobs) if e]
     print(f"compiled {len(jobs)} variants in {time.time() - start:.0f}s with {workers} workers")
     for e in errors:
         print("  compile failed:", e)
@@ -263,6 +272,139 @@ def autotuned(shape, causal):
     os.environ["TRITONKIT_AUTOTUNE"] = "0"
 
 
+# ---------------------------------------------------------------------------------------
+# --tma: the forward's pointer, tensor-descriptor and warp-specialized paths side by side
+# ---------------------------------------------------------------------------------------
+
+# (label, (B, H, Hkv, N, D), causal, layout): the bench shapes of notes/attention.md
+TMA_CASES = [
+    ("D=64 N=4096", (4, 32, 32, 4096, 64), False, "bhnd"),
+    ("D=128 N=4096", (4, 32, 32, 4096, 128), False, "bhnd"),
+    ("D=128 N=4096 causal", (4, 32, 32, 4096, 128), True, "bhnd"),
+    ("D=128 N=16384", (4, 32, 32, 16384, 128), False, "bhnd"),
+    ("D=128 N=16384 causal", (4, 32, 32, 16384, 128), True, "bhnd"),
+    ("D=256 N=4096 H=16", (4, 16, 16, 4096, 256), False, "bhnd"),
+    ("D=128 N=4096 GQA32/8", (4, 32, 8, 4096, 128), False, "bhnd"),
+    ("D=128 N=4096 packed qkv", (4, 32, 32, 4096, 128), False, "packed"),
+]
+TMA_SMALL = (1, 2, 2, 64)  # B, H, Hkv, N for a dry run through the interpreter (no GPU)
+
+
+def tma_candidates(D, layout):
+    """(path, config) pairs: the pointer path's fixed config; the TMA path's fixed config and
+    the next few its tuner keeps; the warp-specialized configs that fit shared memory."""
+    block_d = A._block_d(D)
+    with record_launches(execute=False):  # the GPU's configs, also on a CPU dry run
+        fixed = A.fixed_configs(block_d)
+        kept = A._prune_fwd(A._attn_fwd_tuned.configs, {}, BLOCK_D=block_d, USE_TMA=True)
+    tma = [A.TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in kept]
+    ws = [c for c in A.autotune_configs("fwd_ws")  # two 64-row consumers: registers are not the limit
+          if A._shared_bytes(c.block_m, c.block_n, block_d, c.num_stages, 1, 2) <= A.SMEM_LIMIT
+          and not (block_d > 128 and c.block_n > 64)]
+    if layout == "packed":  # a layout check: the fixed configs only
+        return [("pointer", fixed["fwd"]), ("tma", fixed["fwd_tma"]), ("ws", ws[0])]
+    return ([("pointer", fixed["fwd"])] + [("tma", c) for c in tma if c.num_stages < 4 or c == fixed["fwd_tma"]]
+            + [("ws", c) for c in ws[:3]])
+
+
+def tma_inputs(shape, layout):
+    B, H, Hkv, N, D = shape
+    if layout == "packed":  # views into one (B, N, 3, H, D) projection, as a model makes them
+        return packed_qkv(B, H, N, D, torch.bfloat16, DEVICE)
+    return inputs(B, H, Hkv, N, D)[:3]
+
+
+def _compile_fwd_worker(job):
+    shape, causal, layout, path, cfg = job
+    B, H, Hkv, N, D = shape
+    q, k, v = tma_inputs((B, H, Hkv, N, D), layout)
+    try:
+        A.attention_fwd(q, k, v, causal, config=cfg, tma=path != "pointer")
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()
+        return None
+    except Exception as err:  # reported, and the config is skipped when timing
+        return f"{path} {cfg} D={D} causal={causal}: {type(err).__name__}: {str(err)[:200]}"
+
+
+def _fwd_peer_times(q, k, v, causal):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    found = {}
+    if DEVICE.type != "cuda":
+        return found
+    gqa = q.shape[1] != k.shape[1]
+    for name, backend in (("FA2", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                found[name] = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa))
+        except Exception as err:
+            print(f"  {name}: {type(err).__name__}: {str(err).splitlines()[0][:100]}")
+    return found
+
+
+def tma_sweep(workers):
+    on_gpu = DEVICE.type == "cuda"
+    cases = [(label, shape if on_gpu else TMA_SMALL + shape[4:], causal, layout)
+             for label, shape, causal, layout in TMA_CASES]
+    if on_gpu:
+        jobs = list(dict.fromkeys(  # N=4096 and 16384 compile alike (the worker uses N=1024)
+            (shape[:3] + (min(shape[3], 1024),) + shape[4:], causal, layout, path, cfg)
+            for _, shape, causal, layout in cases for path, cfg in tma_candidates(shape[4], layout)))
+        precompile(jobs, workers, _compile_fwd_worker)
+    table = []
+    for label, shape, causal, layout in cases:
+        B, H, Hkv, N, D = shape
+        q, k, v = tma_inputs(shape, layout)
+        want = _sdpa(q, k, v, causal).float()
+        work = flops(B, H, N, D, causal, False)
+        print(f"\n== {label}: B={B} H={H}/{Hkv} N={N} D={D}{' causal' if causal else ''} ({layout}); "
+              f"TMA allowed: {A._tma_ok(q, k, v)}")
+        best = {}
+        for path, cfg in tma_candidates(D, layout):
+            name = f"{path:7} {_tile_text(cfg)}"
+            try:
+                out, _ = A.attention_fwd(q, k, v, causal, config=cfg, tma=path != "pointer")
+                err = ((out.float() - want).norm() / want.norm()).item()
+                if not err < 2e-2:
+                    print(f"  {name}  WRONG: relative error {err:.2e} against SDPA; not timed")
+                    continue
+                ms = bench(lambda: A.attention_fwd(q, k, v, causal, config=cfg, tma=path != "pointer"))
+            except Exception as e:
+                print(f"  {name}  {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+                continue
+            tf = work / ms / 1e9
+            print(f"  {name}  err {err:.1e}  {ms:8.3f} ms  {tf:6.1f} TFLOP/s")
+            if path not in best or tf > best[path][1]:
+                best[path] = (cfg, tf)
+        peers = {name: work / ms / 1e9 for name, ms in _fwd_peer_times(q, k, v, causal).items()}
+        for name, tf in peers.items():
+            print(f"  peer SDPA {name:5}  {tf:6.1f} TFLOP/s")
+        table.append((label, best, peers))
+        del q, k, v, want
+    print("\nforward TFLOP/s (4*B*H*N^2*D / time, half when causal; bf16; best config of each path)")
+    print(f"{'case':<26} {'pointer':>8} {'TMA':>8} {'TMA+WS':>8} {'FA2':>7} {'cuDNN':>7} "
+          f"{'best/cuDNN':>10} {'best/FA2':>8}  best config")
+    for label, best, peers in table:
+        cell = {p: best[p][1] if p in best else None for p in ("pointer", "tma", "ws")}
+        top = max(best.items(), key=lambda item: item[1][1]) if best else None
+        ratio = lambda peer: f"{top[1][1] / peers[peer]:.2f}" if top and peer in peers else "-"
+        text = lambda x: f"{x:.1f}" if x is not None else "-"
+        print(f"{label:<26} {text(cell['pointer']):>8} {text(cell['tma']):>8} {text(cell['ws']):>8} "
+              f"{text(peers.get('FA2')):>7} {text(peers.get('cuDNN')):>7} {ratio('cuDNN'):>10} {ratio('FA2'):>8}  "
+              + (f"{top[0]} {_tile_text(top[1][0])}" if top else "-"))
+
+
+def _tile_text(cfg):
+    return f"{cfg.block_m}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}"
+
+
+def _sdpa(q, k, v, causal):
+    """SDPA's own choice of kernel on the GPU; its math backend on a CPU dry run."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with contextlib.nullcontext() if DEVICE.type == "cuda" else sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", nargs="+", metavar="B,H,Hkv,N,D,C",
@@ -272,8 +414,13 @@ def main():
     parser.add_argument("--extra", action="store_true")
     parser.add_argument("--autotune", action="store_true")
     parser.add_argument("--atomic", action="store_true", help="study the atomic-dQ backward only")
+    parser.add_argument("--tma", action="store_true", help="the forward's pointer/TMA/warp-specialized paths")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     args = parser.parse_args()
+    if args.tma:
+        tma_sweep(args.workers)
+        if not (args.extra or args.autotune or args.atomic or "--shapes" in sys.argv):
+            return 0
     parsed = [tuple(int(x) for x in s.split(",")) for s in args.shapes or ["4,32,32,4096,128,2"]]
     shapes = [p[:5] for p in parsed]
     causals = [{0: (False,), 1: (True,), 2: (False, True)}[p[5] if len(p) > 5 else 2] for p in parsed]

@@ -14,11 +14,14 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 import tritonkit
+from tritonkit._launch import record_launches
 from tritonkit.ops import attention as attention_module
-from tritonkit.ops.attention import attention_fwd, attention_reference
+from tritonkit.ops.attention import TileConfig, attention_fwd, attention_reference
 from tritonkit.registry.attention import packed_qkv
 from _tolerance import assert_close_to_reference, eps_for
 from conftest import ON_GPU
@@ -222,3 +225,179 @@ def test_expanded_sequence_dim(device):
     v = torch.randn(1, 2, 41, 32, dtype=torch.float16, device=device)
     out = tritonkit.attention(q, k, v)
     assert_close_to_reference(out, attention_reference(q, k, v), attention_reference(q, k, v, upcast=False))
+
+
+# ---------------------------------------------------------------------------------------
+# The tensor-descriptor (TMA) forward: which inputs take it, and what every path computes.
+# The interpreter reads host-side and in-kernel descriptors as TMA does (zero fill out of
+# bounds), so on the CPU these run the very kernel code of each path.
+# ---------------------------------------------------------------------------------------
+
+def recorded_fwd(q, k, v, **kwargs):
+    """The forward's one launch for these inputs, recorded without running (the GPU's view,
+    as `tritonkit inspect` sees it: GPU tile configs, TRITONKIT_AUTOTUNE=0 from the fixture)."""
+    with record_launches(execute=False) as launches:
+        attention_fwd(q, k, v, **kwargs)
+    (launch,) = launches
+    return launch
+
+
+def _buffer_view(shape, strides, offset=0, dtype=torch.bfloat16):
+    size = offset + 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+    return torch.randn(size, dtype=dtype).as_strided(shape, strides, offset)
+
+
+def _layout(name):
+    """(q, k, v) in a named layout, bf16, B=2, H=4 over Hkv=2, N=40, D=64."""
+    B, H, Hkv, N, D = 2, 4, 2, 40, 64
+    if name == "contiguous (B, H, N, D)":
+        return make_qkv(B, H, Hkv, N, N, D, torch.bfloat16, "cpu")
+    if name == "(B, N, H, D) memory, transposed views":
+        return [torch.randn(B, N, h, D, dtype=torch.bfloat16).transpose(1, 2) for h in (H, Hkv, Hkv)]
+    if name.startswith("packed qkv at offset"):
+        return packed_qkv(B, H, N, D, torch.bfloat16, "cpu", offset=int(name.split()[-1]))
+    q, k, v = make_qkv(B, H, Hkv, N, N, D, torch.bfloat16, "cpu")
+    if name == "k rows 68 elements apart (136 B)":
+        k = torch.randn(B, Hkv, N, D + 4, dtype=torch.bfloat16)[..., :D]
+    elif name == "v heads 8 bytes off a 16-byte multiple apart":
+        v = _buffer_view((B, Hkv, N, D), (Hkv * (N * D + 4), N * D + 4, D, 1))
+    elif name == "k broadcast over the batch (stride 0)":
+        k = torch.randn(1, Hkv, N, D, dtype=torch.bfloat16).expand(B, Hkv, N, D)
+    elif name == "q head dim not innermost (copied)":
+        q = torch.randn(B, H, D, N, dtype=torch.bfloat16).transpose(-1, -2)
+    return q, k, v
+
+
+TMA_LAYOUTS = {  # layout -> whether the forward reads it through tensor descriptors
+    "contiguous (B, H, N, D)": True,
+    "(B, N, H, D) memory, transposed views": True,
+    "packed qkv at offset 0": True,
+    "packed qkv at offset 8": True,     # 16 bytes in: aligned again
+    "packed qkv at offset 1": False,    # the seed's crashing pointer
+    "packed qkv at offset 4": False,
+    "k rows 68 elements apart (136 B)": False,
+    "v heads 8 bytes off a 16-byte multiple apart": False,
+    "k broadcast over the batch (stride 0)": False,
+    "q head dim not innermost (copied)": True,  # the launcher's contiguous copy is aligned
+}
+
+
+@pytest.mark.parametrize("name", list(TMA_LAYOUTS))
+def test_tma_path_is_taken_only_where_the_host_check_allows(name):
+    q, k, v = _layout(name)
+    launch = recorded_fwd(q, k, v)
+    want = TMA_LAYOUTS[name]
+    assert launch.constexprs["USE_TMA"] is want
+    Q, K, V = launch.args[:3]
+    assert all(isinstance(t, TensorDescriptor) is want for t in (Q, K, V))
+    assert attention_module._tma_ok(*(attention_module._head_dim_innermost(t) for t in (q, k, v))) is want
+    if want:  # the real 4-d tensors, their own strides, one (batch, head) tile at a time
+        block_m, block_n, block_d = (launch.constexprs[n] for n in ("BLOCK_M", "BLOCK_N", "BLOCK_D"))
+        assert Q.block_shape == [1, 1, block_m, block_d] and K.block_shape == [1, 1, block_n, block_d]
+        for desc, t in zip((K, V), (k, v)):
+            assert desc.base is t and desc.shape == list(t.shape) and desc.strides == list(t.stride())
+
+
+def test_tma_can_be_refused_or_insisted_on():
+    q, k, v = _layout("contiguous (B, H, N, D)")
+    assert recorded_fwd(q, k, v, tma=False).constexprs["USE_TMA"] is False
+    assert recorded_fwd(q, k, v, tma=True).constexprs["USE_TMA"] is True
+    with pytest.raises(ValueError, match="tensor descriptors"):
+        recorded_fwd(*_layout("packed qkv at offset 1"), tma=True)
+
+
+def test_tma_needs_hopper(monkeypatch):
+    capability = {"value": (8, 0)}
+    monkeypatch.setattr(attention_module.torch.cuda, "get_device_capability", lambda device: capability["value"])
+    attention_module._has_tma.cache_clear()
+    try:
+        assert not attention_module._has_tma(torch.device("cuda", 0))      # A100: no TMA
+        attention_module._has_tma.cache_clear()
+        capability["value"] = (9, 0)
+        assert attention_module._has_tma(torch.device("cuda", 0))          # H100/H200
+        assert attention_module._has_tma(torch.device("cpu"))              # interpreter, inspector
+    finally:
+        attention_module._has_tma.cache_clear()
+
+
+def test_descriptors_take_the_tile_of_the_config_that_launches():
+    # The autotuner picks BLOCK_M/BLOCK_N after the launcher built the descriptors: the
+    # kernel's pre-run hook reshapes them (Triton compiles for the block shape they carry).
+    q, k, v = (torch.randn(1, 2, 64, 64, dtype=torch.float16) for _ in range(3))
+    descs = [attention_module._descriptor(t, 16, 64) for t in (q, k, v)]
+    attention_module._fit_descriptors(*descs, USE_TMA=True, BLOCK_M=128, BLOCK_N=64, BLOCK_D=64)
+    assert [d.block_shape for d in descs] == [[1, 1, 128, 64], [1, 1, 64, 64], [1, 1, 64, 64]]
+    assert attention_module._fit_descriptors in attention_module._attn_fwd_kernel.pre_run_hooks
+
+
+def test_tuner_tries_the_configs_of_the_chosen_path():
+    with record_launches(execute=False):  # the GPU's fixed configs
+        for block_d in (64, 128, 256):
+            tma = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, {},
+                                              BLOCK_D=block_d, USE_TMA=True)
+            pointer = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, {},
+                                                  BLOCK_D=block_d, USE_TMA=False)
+            fixed = attention_module.fixed_configs(block_d)
+            assert tma[0] == fixed["fwd_tma"].triton_config() and pointer[0] == fixed["fwd"].triton_config()
+            assert tma and all(c.kwargs["BLOCK_M"] == 128 and "WARP_SPECIALIZE" not in c.kwargs for c in tma)
+            assert {str(c) for c in pointer} <= {str(c.triton_config()) for c in attention_module.autotune_configs("fwd")}
+    assert "USE_TMA" in attention_module._attn_fwd_tuned.keys
+
+
+# (B, H, Hkv, Nq, Nk, D, causal): ragged blocks, padded head dims, GQA, both masks
+PATH_CASES = [(2, 4, 2, 67, 130, 80, False), (1, 2, 2, 130, 67, 96, True), (1, 4, 1, 64, 64, 32, True),
+              (1, 2, 2, 17, 17, 16, False)]
+PATHS = {  # path -> attention_fwd keyword arguments
+    "tensor descriptors": dict(tma=True),
+    "pointers": dict(tma=False),
+    "warp-specialized": dict(tma=True, config=TileConfig(128, 64, 4, 2, warp_specialize=True) if ON_GPU
+                             else TileConfig(32, 16, 4, 2, warp_specialize=True)),
+}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal", PATH_CASES)
+def test_forward_paths(B, H, Hkv, Nq, Nk, D, causal, path, device):
+    q, k, v = make_qkv(B, H, Hkv, Nq, Nk, D, torch.float16, device)
+    out, lse = attention_fwd(q, k, v, causal, **PATHS[path])
+    assert_close_to_reference(out, attention_reference(q, k, v, causal), sdpa(q, k, v, causal))
+    torch.testing.assert_close(lse.double(), lse_reference(q, k, causal), atol=2e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_rows_past_the_end_are_never_read(path, device):
+    # k and v are the first 50 rows of 64 per head; the 14 rows after them hold NaN. A tile
+    # that reached past row 50 (or into the next head) would turn the output NaN.
+    B, H, N, D = 1, 2, 50, 32
+    q = torch.randn(B, H, 37, D, dtype=torch.float16, device=device)
+    k, v = (torch.full((B, H, 64, D), float("nan"), dtype=torch.float16, device=device) for _ in range(2))
+    k[:, :, :N], v[:, :, :N] = torch.randn(2, B, H, N, D, dtype=torch.float16, device=device)
+    k, v = k[:, :, :N], v[:, :, :N]
+    out, _ = attention_fwd(q, k, v, False, **PATHS[path])
+    assert_close_to_reference(out, attention_reference(q, k, v), sdpa(q, k, v, False))
+
+
+@pytest.mark.parametrize("name", ["(B, N, H, D) memory, transposed views", "packed qkv at offset 8"])
+def test_model_layouts_through_descriptors(name, device):
+    q, k, v = (t.to(device) for t in _layout(name))
+    assert attention_module._tma_ok(q, k, v)
+    check_forward(q, k, v, causal=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_every_tensor_descriptor_config(D, device):
+    # Every config the TMA path's tuner may pick, and the opt-in warp-specialized ones,
+    # against the pointer path's fixed config.
+    q, k, v = make_qkv(1, 4, 2, 333, 333, D, torch.bfloat16, device)
+    ref, _ = attention_fwd(q, k, v, True, tma=False)
+    block_d = attention_module._block_d(D)
+    configs = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, {}, BLOCK_D=block_d, USE_TMA=True)
+    tiles = [TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in configs]
+    for cfg in tiles + attention_module.autotune_configs("fwd_ws"):
+        try:
+            out, _ = attention_fwd(q, k, v, True, config=cfg, tma=True)
+        except triton.runtime.errors.OutOfResources:
+            continue  # the pruning's shared-memory estimate is rough; the tuner skips these too
+        torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2, msg=f"{cfg}")

@@ -187,9 +187,21 @@ def test_attention_uses_wgmma_on_hopper():
         # with the atomic dQ's extra tile (pass bwd_atomic), 108 bytes.
         spill_limit = 128 if r.pass_name == "bwd_atomic" else 64
         assert r.spill_stores <= spill_limit and r.occupancy.blocks_per_sm >= 1, (r.kernel, r.spill_stores)
+    # Aligned q, k, v: the forward reads them through tensor descriptors (TMA), whose tile is
+    # the config's (the kernel's pre-run hook sets it, the inspector runs the hook too).
     fwd = only(reports, "attention_fwd")
+    assert fwd.tma and not fwd.cp_async and fwd.constexprs["USE_TMA"] == "True"
+    block_m, block_n, block_d = (fwd.constexprs[n] for n in ("BLOCK_M", "BLOCK_N", "BLOCK_D"))
+    for name, rows in (("Q", block_m), ("K", block_n), ("V", block_n)):
+        arg = fwd.arg(name)
+        assert arg.kind == "tensor descriptor" and arg.bytes_past_16 == 0
+        assert arg.type == f"tensordesc<bf16[1, 1, {rows}, {block_d}]>", arg.type
+        assert {m.kind for m in fwd.loads(name)} == {"tma load"}, instructions(fwd, name)
+    # The pointer path (--no-tma) stages the same tiles with 16-byte cp.async.
+    pointer = only(compile_report("attention", pass_="fwd", dtype="bf16", shape=(2, 8, 1024, 128), tma=False))
+    assert not pointer.tma and pointer.constexprs["USE_TMA"] == "False"
     for name in ("Q", "K", "V"):
-        assert fwd.load_widths(name) == {128}, (name, instructions(fwd, name))
+        assert pointer.load_widths(name) == {128}, (name, instructions(pointer, name))
 
 
 @pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")
@@ -198,3 +210,15 @@ def test_attention_tensor_descriptors_only_for_aligned_inputs():
         for report in compile_report("attention", pass_=pass_name, dtype="fp16", offset=1):
             assert not report.tma, f"{report.kernel} uses TMA on a misaligned input"
             assert all(a.kind != "tensor descriptor" for a in report.args)
+
+
+@pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")
+@pytest.mark.parametrize("extra,tma", [((), True), (("--no-tma",), False), (("--offset", "1"), False)])
+def test_attention_cli_says_which_path(capsys, extra, tma):
+    # The forward at D=64: tensor descriptors (TMA) for the aligned input; pointers with
+    # --no-tma and for a view one element into its buffer.
+    code, out, _ = run_cli(capsys, "attention", "--pass", "fwd", "--shape", "1,2,256,64", "--dtype", "bf16", *extra)
+    assert code == 0
+    assert ("TMA (cp.async.bulk.tensor): yes (tensor descriptors: Q, K, V)" in out) is tma, out
+    assert ("TMA (cp.async.bulk.tensor): no" in out) is not tma
+    assert ("pointer path (--no-tma)" in out) is (extra == ("--no-tma",))

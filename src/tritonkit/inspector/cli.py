@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--offset", type=int, default=0,
                         help="make the input a view N elements into its buffer (N=1: misaligned)")
     parser.add_argument("--causal", action="store_true", help="causal masking (attention)")
+    parser.add_argument("--no-tma", dest="tma", action="store_false", default=None,
+                        help="the pointer path even where the op could use tensor descriptors (attention fwd)")
     parser.add_argument("--arch", default=None, help="target, e.g. sm_90 (default: this GPU, else sm_90)")
     parser.add_argument("--emit", choices=EMIT_CHOICES, help="print this IR of each kernel")
     parser.add_argument("--json", action="store_true", help="print the facts as JSON")
@@ -57,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if opts.list else 2
     try:
         arch = parse_arch(opts.arch)
-        common = dict(pass_=opts.pass_, shape=opts.shape, dtype=opts.dtype, causal=opts.causal, arch=arch)
+        common = dict(pass_=opts.pass_, shape=opts.shape, dtype=opts.dtype, causal=opts.causal, arch=arch,
+                      tma=opts.tma)
         if opts.compare:
             offset = opts.offset or 1
             left = compile_report(opts.op, offset=0, **common)
@@ -107,12 +110,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _heading(opts: argparse.Namespace, arch: int, offset: int, reports: list[KernelReport]) -> str:
-    first = next((a for r in reports for a in r.args if a.kind == "pointer"), None)
+    first = next((a for r in reports for a in r.args if a.kind in ("pointer", "tensor descriptor")), None)
     if opts.shape or opts.dtype or first is None:
         shape = "x".join(map(str, opts.shape)) if opts.shape else "default shape"
         what = [shape, opts.dtype or "default dtype"]
     else:                                   # the entry's defaults: say what they were
-        what = [f"input {first.name}: {first.value.split(' offset')[0]}"]
+        what = [f"input {first.name}: {first.value.split(' offset')[0].split(' block')[0]}"]
     parts = [f"tritonkit inspect {opts.op}", f"pass {opts.pass_}", *what]
     if opts.compare:
         parts.append(f"offset 0 vs offset {offset}")
@@ -120,5 +123,7 @@ def _heading(opts: argparse.Namespace, arch: int, offset: int, reports: list[Ker
         parts.append(f"offset {offset}")
     if opts.causal:
         parts.append("causal")
+    if opts.tma is False:
+        parts.append("pointer path (--no-tma)")
     where = "compiled on the CPU, no GPU used" if _runtime.INTERPRETED else _runtime.describe()
     return " · ".join(parts) + f"\ntarget sm_{arch} ({where})"

@@ -150,7 +150,8 @@ class _Resolved:
 
 
 def _resolve(launch: Launch) -> _Resolved:
-    """Walk autotune/heuristics wrappers the way their run() methods would."""
+    """Walk autotune/heuristics wrappers the way their run() methods would, then run the
+    kernel's pre-run hooks as JITFunction.run does."""
     from triton.runtime.autotuner import Autotuner, Heuristics
 
     kernel = launch.kernel
@@ -167,6 +168,8 @@ def _resolve(launch: Launch) -> _Resolved:
                 config.pre_hook({**named, **kwargs, **config.all_kwargs()})
             kwargs.update(config.all_kwargs())
         kernel = kernel.fn
+    for hook in getattr(kernel, "pre_run_hooks", ()):  # as JITFunction.run: e.g. sizes descriptors
+        hook(*launch.args, **kwargs)
     grid = launch.grid
     if callable(grid):
         named = dict(zip(kernel.arg_names, launch.args))

@@ -35,7 +35,9 @@ def format_report(report: KernelReport) -> str:
         lines.append(f"    {a.name:<16} {a.type:<12} {a.value:<44} {a.specialisation}".rstrip())
     lines.append("  global memory, by PTX instruction (static count in the kernel)")
     lines += _memory_lines(report)
-    lines.append(f"  TMA (cp.async.bulk.tensor): {'yes' if report.tma else 'no'} · "
+    descriptors = [a.name for a in report.args if a.kind == "tensor descriptor"]
+    lines.append(f"  TMA (cp.async.bulk.tensor): {'yes' if report.tma else 'no'}"
+                 f"{' (tensor descriptors: ' + ', '.join(descriptors) + ')' if descriptors else ''} · "
                  f"cp.async: {'yes' if report.cp_async else 'no'} · tensor cores: {_tensor_core_text(report)}")
     if report.sass_memory:
         lines.append("  SASS: " + ", ".join(f"{k} x{v}" for k, v in report.sass_memory.items()))
@@ -212,7 +214,8 @@ def _short_spec(arg: ArgInfo) -> str:
     if arg.kind in ("pointer", "tensor descriptor"):
         if arg.bytes_past_16 is None:
             return "?"
-        return "16-byte aligned" if arg.bytes_past_16 == 0 else f"{arg.bytes_past_16} B past 16-byte boundary"
+        where = "16-byte aligned" if arg.bytes_past_16 == 0 else f"{arg.bytes_past_16} B past 16-byte boundary"
+        return f"TMA descriptor, {where}" if arg.kind == "tensor descriptor" else where
     return f"{arg.value} ({arg.specialisation})" if arg.specialisation else arg.value
 
 

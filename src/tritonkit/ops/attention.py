@@ -23,14 +23,19 @@ Passes:
 
 Exponentials use exp2, with log2(e) folded into the scale. Causal tiles are split into
 blocks that need no mask (strictly below the diagonal) and the diagonal band (masked).
-All loads are plain pointer loads, right for any strides and element offset; there is no
-tensor-descriptor (TMA) path yet, so no alignment check is needed.
+Loads are plain pointer loads, right for any strides and element offset, except in the
+forward on Hopper and later: there q, k, v are read through tensor descriptors (TMA) when
+`_tma_ok` has checked on the host that their bases and strides allow it (USE_TMA), and
+otherwise, silently, through pointers. An explicit forward config may also ask for
+Triton's Hopper warp specialization (WARP_SPECIALIZE; see `attention_fwd`).
 
 Tile sizes: on a GPU, `triton.autotune` per (head-dim block, causal, GROUP, a power-of-two
 bucket of the length, dtypes), results cached on disk; TRITONKIT_AUTOTUNE=0 (set by the
 tests), an explicit `config`, or the interpreter use one fixed config per pass instead.
 """
 
+import dataclasses
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .._checks import check_same_device, check_tensor, dtype_name
 from .. import _launch
@@ -109,21 +115,27 @@ def _atomic_add(ptrs, x, rows_ok, d_ok, CHECK_ROWS: tl.constexpr, CHECK_D: tl.co
 @triton.jit
 def _attn_fwd_tiles(
     acc, l_i, m_i, q,
-    k_base, v_base, stride_kn, stride_vn, kt_offs, v_offs,
+    k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk,
     offs_m, offs_n0, d_row, d_col,
     lo, hi, Nk, qk_scale,
-    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, SCALE_POS: tl.constexpr,
-    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    SCALE_POS: tl.constexpr, PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     # Online softmax over key blocks [lo, hi), in base 2 (qk_scale = scale * log2(e)):
     #   m' = max(m, rowmax(s)),  p = 2^(s - m'),  l' = l 2^(m - m') + rowsum(p),
     #   acc' = acc 2^(m - m') + p V.
     # MASKED blocks hide keys past Nk and, when CAUSAL, keys after the query. The first
     # block a program visits holds key 0, which every row sees, so m is finite after it.
-    for start_n in tl.range(lo, hi, BLOCK_N):
+    # k_src, v_src: the kv head's base pointers, or (USE_TMA) descriptors of all of K and V,
+    # read at [b, hk, key, 0]; TMA fills keys past Nk and columns past D with zeros.
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         offs_n = start_n + offs_n0
-        n64 = tl.cast(start_n, tl.int64)
-        kT = _load(k_base + n64 * stride_kn + kt_offs, offs_n[None, :] < Nk, d_col, MASKED, PAD_D)
+        if USE_TMA:
+            kT = tl.trans(k_src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D))
+        else:
+            n64 = tl.cast(start_n, tl.int64)
+            kT = _load(k_src + n64 * stride_kn + kt_offs, offs_n[None, :] < Nk, d_col, MASKED, PAD_D)
         qk = _mm(q, kT, DOT_FP32)
         if MASKED:
             ok = offs_n[None, :] < Nk
@@ -143,7 +155,10 @@ def _attn_fwd_tiles(
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = _load(v_base + n64 * stride_vn + v_offs, offs_n[:, None] < Nk, d_row, MASKED, PAD_D)
+        if USE_TMA:
+            v = v_src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        else:
+            v = _load(v_src + n64 * stride_vn + v_offs, offs_n[:, None] < Nk, d_row, MASKED, PAD_D)
         acc = _mma(p.to(v.dtype), v, acc, DOT_FP32)
         m_i = m_new
     return acc, l_i, m_i
@@ -151,7 +166,8 @@ def _attn_fwd_tiles(
 
 @triton.jit
 def _attn_fwd_kernel(
-    # pointers
+    # pointers; with USE_TMA, K, V and (unless WARP_SPECIALIZE) Q are tensor descriptors
+    # of the whole (B, H, N, D) tensors
     Q, K, V, O, LSE,
     # shapes and scale (GROUP = query heads per kv head; N_BUCKET only keys the autotuner)
     Nq, Nk, D, GROUP, qk_scale, N_BUCKET,
@@ -164,16 +180,19 @@ def _attn_fwd_kernel(
     CAUSAL: tl.constexpr, SCALE_POS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+    USE_TMA: tl.constexpr = False, WARP_SPECIALIZE: tl.constexpr = False,
 ):
+    tl.static_assert(USE_TMA or not WARP_SPECIALIZE, "warp specialization reads K and V through TMA")
     pid_m = tl.program_id(0)
     if CAUSAL:
         pid_m = tl.num_programs(0) - 1 - pid_m  # the longest rows start first
     h = tl.program_id(1)
     b = tl.program_id(2)
     H = tl.num_programs(1)
+    hk = h // GROUP
     b64 = b.to(tl.int64)
     h64 = h.to(tl.int64)
-    hk64 = (h // GROUP).to(tl.int64)
+    hk64 = hk.to(tl.int64)
     start_m = pid_m * BLOCK_M
 
     # Offsets inside a tile stay int32; batch, head and block offsets go through int64.
@@ -185,11 +204,25 @@ def _attn_fwd_kernel(
     d_col = offs_d[:, None] < D
     m_ok = offs_m[:, None] < Nq
 
-    q_ptrs = (Q + b64 * stride_qb + h64 * stride_qh + start_m.to(tl.int64) * stride_qn
-              + rows_m[:, None] * stride_qn + offs_d[None, :] * stride_qd)
-    q = _load(q_ptrs, m_ok, d_row, True, PAD_D)
-    k_base = K + b64 * stride_kb + hk64 * stride_kh
-    v_base = V + b64 * stride_vb + hk64 * stride_vh
+    if WARP_SPECIALIZE:
+        # Triton 3.6's Hopper warp specialization splits Q's rows between two consumer
+        # warpgroups and re-boxes Q's descriptor for that, which it does right only for a
+        # descriptor made in the kernel (Q is then a pointer; needs triton's allocator).
+        q_desc = tl.make_tensor_descriptor(Q + b64 * stride_qb + h64 * stride_qh, [Nq, D], [stride_qn, 1],
+                                           [BLOCK_M, BLOCK_D])
+        q = q_desc.load([start_m, 0])
+    elif USE_TMA:
+        q = Q.load([b, h, start_m, 0]).reshape(BLOCK_M, BLOCK_D)
+    else:
+        q_ptrs = (Q + b64 * stride_qb + h64 * stride_qh + start_m.to(tl.int64) * stride_qn
+                  + rows_m[:, None] * stride_qn + offs_d[None, :] * stride_qd)
+        q = _load(q_ptrs, m_ok, d_row, True, PAD_D)
+    if USE_TMA:
+        k_src = K
+        v_src = V
+    else:
+        k_src = K + b64 * stride_kb + hk64 * stride_kh
+        v_src = V + b64 * stride_vb + hk64 * stride_vh
     kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
     v_offs = offs_n0[:, None] * stride_vn + offs_d[None, :] * stride_vd
 
@@ -204,14 +237,17 @@ def _attn_fwd_kernel(
     else:
         hi = Nk
         lo = Nk // BLOCK_N * BLOCK_N
+    if WARP_SPECIALIZE:  # that pass also takes one loop per kernel: every block masked
+        lo = 0
+    else:
+        acc, l_i, m_i = _attn_fwd_tiles(
+            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk,
+            offs_m, offs_n0, d_row, d_col, 0, lo, Nk, qk_scale,
+            BLOCK_N, BLOCK_D, False, CAUSAL, SCALE_POS, PAD_D, DOT_FP32, USE_TMA, False)
     acc, l_i, m_i = _attn_fwd_tiles(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, kt_offs, v_offs,
-        offs_m, offs_n0, d_row, d_col, 0, lo, Nk, qk_scale,
-        BLOCK_N, False, CAUSAL, SCALE_POS, PAD_D, DOT_FP32)
-    acc, l_i, m_i = _attn_fwd_tiles(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, kt_offs, v_offs,
+        acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk,
         offs_m, offs_n0, d_row, d_col, lo, hi, Nk, qk_scale,
-        BLOCK_N, True, CAUSAL, SCALE_POS, PAD_D, DOT_FP32)
+        BLOCK_N, BLOCK_D, True, CAUSAL, SCALE_POS, PAD_D, DOT_FP32, USE_TMA, WARP_SPECIALIZE)
 
     o = acc / l_i[:, None]
     o_ptrs = (O + b64 * stride_ob + h64 * stride_oh + start_m.to(tl.int64) * stride_on
@@ -504,10 +540,15 @@ class TileConfig:
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
+    warp_specialize: bool = False  # forward only: tl.range(..., warp_specialize=True)
+
+    def meta(self) -> dict[str, int | bool]:
+        """The kernel's tile constexprs (WARP_SPECIALIZE only where set: the backward has none)."""
+        meta = {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n}
+        return dict(meta, WARP_SPECIALIZE=True) if self.warp_specialize else meta
 
     def triton_config(self) -> triton.Config:
-        return triton.Config({"BLOCK_M": self.block_m, "BLOCK_N": self.block_n},
-                             num_warps=self.num_warps, num_stages=self.num_stages)
+        return triton.Config(self.meta(), num_warps=self.num_warps, num_stages=self.num_stages)
 
 
 def _interpreting() -> bool:
@@ -522,18 +563,22 @@ def fixed_configs(block_d: int) -> dict[str, TileConfig]:
     still cross several blocks and the causal band spans more than one key block.
     "dkdv_atomic" is the dK/dV pass of the atomic-dQ mode (deterministic=False)."""
     if _interpreting():
-        return {"fwd": TileConfig(32, 16), "dkdv": TileConfig(16, 32), "dq": TileConfig(32, 16),
-                "dkdv_atomic": TileConfig(16, 32)}
-    # The fastest of each pass on the H200 at N=4096, bf16 (notes/attention.md). The atomic
-    # dK/dV configs are not measured yet: the largest that fit (`_fits`) of the candidates.
+        return {"fwd": TileConfig(32, 16), "fwd_tma": TileConfig(32, 16), "dkdv": TileConfig(16, 32),
+                "dq": TileConfig(32, 16), "dkdv_atomic": TileConfig(16, 32)}
+    # The fastest of each pass on the H200 at N=4096, bf16 (notes/attention.md). fwd_tma, the
+    # forward through tensor descriptors, starts from the pointer path's winner: not yet timed.
+    # dkdv_atomic: the fastest of those tried (scripts/attention_tune.py --atomic, 2026-11-29).
     if block_d <= 64:
-        return {"fwd": TileConfig(128, 64, 8, 3), "dkdv": TileConfig(64, 64, 4, 3),
-                "dq": TileConfig(128, 64, 8, 3), "dkdv_atomic": TileConfig(64, 128, 8, 3)}
+        return {"fwd": TileConfig(128, 64, 8, 3), "fwd_tma": TileConfig(128, 64, 8, 3),
+                "dkdv": TileConfig(64, 64, 4, 3), "dq": TileConfig(128, 64, 8, 3),
+                "dkdv_atomic": TileConfig(64, 64, 4, 3)}
     if block_d <= 128:
-        return {"fwd": TileConfig(128, 128, 8, 3), "dkdv": TileConfig(64, 128, 8, 3),
-                "dq": TileConfig(128, 32, 8, 3), "dkdv_atomic": TileConfig(64, 128, 8, 3)}
-    return {"fwd": TileConfig(128, 64, 8, 2), "dkdv": TileConfig(64, 64, 8, 2),
-            "dq": TileConfig(128, 32, 8, 3), "dkdv_atomic": TileConfig(32, 64, 8, 2)}
+        return {"fwd": TileConfig(128, 128, 8, 3), "fwd_tma": TileConfig(128, 128, 8, 3),
+                "dkdv": TileConfig(64, 128, 8, 3), "dq": TileConfig(128, 32, 8, 3),
+                "dkdv_atomic": TileConfig(64, 128, 8, 3)}
+    return {"fwd": TileConfig(128, 64, 8, 2), "fwd_tma": TileConfig(128, 64, 8, 2),
+            "dkdv": TileConfig(64, 64, 8, 2), "dq": TileConfig(128, 32, 8, 3),
+            "dkdv_atomic": TileConfig(32, 64, 8, 3)}
 
 
 def _shared_bytes(block_m: int, block_n: int, block_d: int, stages: int, resident: int, streamed: int) -> int:
@@ -586,7 +631,16 @@ def _pruner(kind: str):
     return prune
 
 
-_prune_fwd, _prune_dkdv, _prune_dq = _pruner("fwd"), _pruner("dkdv"), _pruner("dq")
+_prune_dkdv, _prune_dq = _pruner("dkdv"), _pruner("dq")
+
+
+def _prune_fwd(configs, named_args, **kwargs):
+    """The forward keeps the configs of the path the launcher chose (USE_TMA: "fwd_tma",
+    else "fwd"), then prunes them as the other passes are pruned."""
+    kind = "fwd_tma" if kwargs.get("USE_TMA") else "fwd"
+    block_d = kwargs["BLOCK_D"]
+    mine = [c for c in configs if c in _FWD_SPACES[kind]]
+    return _fixed_first([c for c in mine if _fits("fwd", c, block_d)], kind, block_d) or mine[:1]
 
 
 def autotune_configs(kind: str) -> list[TileConfig]:
@@ -596,6 +650,10 @@ def autotune_configs(kind: str) -> list[TileConfig]:
         space = [(m, n, w, s) for m in (64, 128) for n in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)]
         # 8 warps on 64 rows leave a warpgroup without wgmma rows
         return [TileConfig(*c) for c in space if not (c[0] == 64 and c[2] == 8)]
+    if kind == "fwd_tma":  # the forward through tensor descriptors: 128-row query tiles
+        return [TileConfig(128, n, w, s) for n in (64, 128) for w in (4, 8) for s in (2, 3, 4)]
+    if kind == "fwd_ws":   # warp-specialized: opt-in through an explicit config (attention_fwd)
+        return [TileConfig(128, n, 4, s, True) for n in (64, 128) for s in (2, 3)]
     if kind in ("dkdv", "dkdv_atomic"):
         space = [(m, n, w, s) for m in (32, 64) for n in (64, 128) for w in (4, 8) for s in (2, 3)]
         return [TileConfig(*c) for c in space]
@@ -603,9 +661,12 @@ def autotune_configs(kind: str) -> list[TileConfig]:
     return [TileConfig(*c) for c in space if not (c[0] == 64 and c[2] == 8)]
 
 
-def _autotuned(kernel, kind: str, prune, key: list[str], reset_to_zero: list[str] | None = None):
+def _autotuned(kernel, kinds: str | tuple[str, ...], prune, key: list[str], reset_to_zero: list[str] | None = None):
+    configs = []
+    for kind in (kinds,) if isinstance(kinds, str) else kinds:
+        configs += [c for c in map(TileConfig.triton_config, autotune_configs(kind)) if c not in configs]
     return triton.autotune(
-        configs=[c.triton_config() for c in autotune_configs(kind)],
+        configs=configs,
         key=key,  # the autotuner adds the dtypes of the tensor arguments itself
         prune_configs_by={"early_config_prune": prune},
         reset_to_zero=reset_to_zero,
@@ -613,7 +674,10 @@ def _autotuned(kernel, kind: str, prune, key: list[str], reset_to_zero: list[str
     )(kernel)
 
 
-_attn_fwd_tuned = _autotuned(_attn_fwd_kernel, "fwd", _prune_fwd, ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP"])
+_FWD_SPACES = {kind: [c.triton_config() for c in autotune_configs(kind)] for kind in ("fwd", "fwd_tma")}
+# USE_TMA keys the forward: with descriptors, O and LSE are the tensors whose dtypes it adds.
+_attn_fwd_tuned = _autotuned(_attn_fwd_kernel, ("fwd", "fwd_tma"), _prune_fwd,
+                             ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP", "USE_TMA"])
 # DQ is zeroed before every timed run and once more before the real one, so the atomic
 # mode's accumulator holds only the real run's sums (in the deterministic mode DQ is dq,
 # which the dQ pass writes afterwards).
@@ -717,14 +781,92 @@ def _head_dim_innermost(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 and rows_apart else t.contiguous()
 
 
+@functools.lru_cache(maxsize=None)
+def _has_tma(device: torch.device) -> bool:
+    """Whether `device` has TMA: a CUDA GPU of compute capability 9.0 (Hopper) or later. CPU
+    tensors reach a launcher in two ways: under Triton's interpreter, which reads tensor
+    descriptors (zero-filling out of bounds as TMA does), or recorded for `tritonkit inspect`,
+    which compiles for sm_90 by default."""
+    if device.type != "cuda":
+        return True
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _tma_ok(*tensors: torch.Tensor) -> bool:
+    """Whether these (B, H, N, D) operands can be read through tensor descriptors (TMA).
+
+    TMA addresses a tensor by its base and a byte stride per dimension, and refuses on the
+    host (an AssertionError in TensorDescriptor, or an error when the driver encodes the
+    descriptor) a base that is not 16-byte aligned or a stride that is not a multiple of 16
+    bytes; the innermost stride must be 1. Views that start inside a buffer (packed qkv at an
+    odd offset) and rows of, say, 131 elements fail here, and take the pointer path instead,
+    silently. Also refused, to stay inside the hardware's documented range: strides of 0
+    (broadcast dims), of 2^40 bytes or more, and dims of 2^32 or more.
+    """
+    for t in tensors:
+        size = t.element_size()
+        if not _has_tma(t.device) or t.data_ptr() % 16 or t.stride(-1) != 1:
+            return False
+        if any(n >= 2**32 for n in t.shape):
+            return False
+        if any(s <= 0 or s * size % 16 or s * size >= 2**40 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
+def _descriptor(t: torch.Tensor, rows: int, block_d: int) -> TensorDescriptor:
+    """A descriptor of the whole (B, H, N, D) tensor with its own strides, read a tile of
+    `rows` x block_d of one (batch, head) at a time. Reads past N or D come back as zeros,
+    and never from the next head. The pre-run hook `_fit_descriptors` resets the tile shape
+    to the config that launches."""
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, block_d])
+
+
+def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_allocator() -> None:
+    """A descriptor made inside a kernel (the warp-specialized forward's Q) is written to
+    global scratch memory that Triton asks its allocator for at launch; Triton has none by
+    default. Sets one that takes the memory from torch, unless the caller has set their own
+    (the setting is Triton's, per thread)."""
+    from triton.runtime import _allocation
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_scratch)
+
+
+def _fit_descriptors(*args, **meta) -> None:
+    """Pre-run hook of the forward kernel: give its descriptors the tile shape of the config
+    being launched (the autotuner picks BLOCK_M and BLOCK_N after the launcher built them;
+    Triton compiles a descriptor for the block shape it carries). A config pre_hook, as in
+    Triton's tutorial, would do the same, but Triton's on-disk tuning cache skips configs
+    that have one."""
+    if meta.get("USE_TMA"):
+        q, k, v = args[:3]
+        if isinstance(q, TensorDescriptor):  # (a pointer when warp-specialized)
+            q.block_shape = [1, 1, meta["BLOCK_M"], meta["BLOCK_D"]]
+        k.block_shape = [1, 1, meta["BLOCK_N"], meta["BLOCK_D"]]
+        v.block_shape = [1, 1, meta["BLOCK_N"], meta["BLOCK_D"]]
+
+
+_attn_fwd_kernel.add_pre_run_hook(_fit_descriptors)
+
+
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                  scale: float | None = None, *, config: TileConfig | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+                  scale: float | None = None, *, config: TileConfig | None = None,
+                  tma: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Launcher of the forward pass. Returns (o, lse): o like q (B, H, Nq, D) in q's dtype,
     lse (B, H, Nq) float32, the natural-log sum of exp(scores) per query row.
 
     config: a TileConfig to launch with; None autotunes on a GPU (unless TRITONKIT_AUTOTUNE=0)
-    and uses `fixed_configs` otherwise.
+    and uses `fixed_configs` otherwise. Only an explicit config (`autotune_configs("fwd_ws")`)
+    turns on Triton's Hopper warp specialization, warp_specialize=True: a producer warpgroup
+    loads K and V by TMA for two consumer warpgroups of 64 query rows each. The autotuner does
+    not try it until it is measured (notes/attention_tma.md); on the pointer path it is dropped.
+    tma: None reads q, k, v through tensor descriptors (TMA) wherever `_tma_ok` allows it and
+    through pointers elsewhere; False always through pointers; True through descriptors, or a
+    ValueError if the inputs do not allow them. (Benchmarks and tests compare the paths.)
     """
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
     q, k, v = (_head_dim_innermost(t) for t in (q, k, v))
@@ -735,19 +877,32 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     if B == 0 or Nq == 0:
         return o, lse
     block_d = _block_d(D)
-    args = (q, k, v, o, lse, Nq, Nk, D, H // Hkv, scale * LOG2E, _n_bucket(max(Nq, Nk)),
+    use_tma = tma is not False and _tma_ok(q, k, v)
+    if tma and not use_tma:
+        raise ValueError("tma=True, but q, k, v cannot be read through tensor descriptors: each needs a "
+                         "16-byte aligned start and strides that are multiples of 16 bytes")
+    fixed = fixed_configs(block_d)["fwd_tma" if use_tma else "fwd"]
+    if config is not None and config.warp_specialize and not use_tma:
+        config = dataclasses.replace(config, warp_specialize=False)  # it needs descriptors
+    tile = config or fixed
+    q_in, k_in, v_in = q, k, v
+    if use_tma:
+        k_in, v_in = (_descriptor(t, tile.block_n, block_d) for t in (k, v))
+        if not tile.warp_specialize:
+            q_in = _descriptor(q, tile.block_m, block_d)
+        elif q.is_cuda and _launch.launches_execute():
+            _ensure_allocator()
+    args = (q_in, k_in, v_in, o, lse, Nq, Nk, D, H // Hkv, scale * LOG2E, _n_bucket(max(Nq, Nk)),
             *q.stride(), *k.stride(), *v.stride(), *o.stride())
     constexprs = dict(CAUSAL=causal, SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D,
-                      DOT_FP32=_dot_fp32(q.dtype))
+                      DOT_FP32=_dot_fp32(q.dtype), USE_TMA=use_tma)
     if config is None and _autotune_enabled():
         Launch("attention_fwd", _attn_fwd_tuned,
                lambda meta: (cdiv(Nq, meta["BLOCK_M"]), H, B),
                args, constexprs, num_warps=None, num_stages=None)()
     else:
-        cfg = config or fixed_configs(block_d)["fwd"]
-        Launch("attention_fwd", _attn_fwd_kernel, (cdiv(Nq, cfg.block_m), H, B), args,
-               dict(constexprs, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
-               num_warps=cfg.num_warps, num_stages=cfg.num_stages)()
+        Launch("attention_fwd", _attn_fwd_kernel, (cdiv(Nq, tile.block_m), H, B), args,
+               dict(constexprs, **tile.meta()), num_warps=tile.num_warps, num_stages=tile.num_stages)()
     return o, lse
 
 

@@ -25,6 +25,7 @@ class InspectRequest:
     dtype: torch.dtype | None = None
     offset: int = 0                          # element offset of the view into its buffer
     causal: bool = False
+    tma: bool | None = None                  # False: the pointer path even where TMA is allowed
 
 
 @dataclass

@@ -36,7 +36,7 @@ def _inspect_inputs(request: InspectRequest, device: torch.device):
 
 def _inspect_fwd(request: InspectRequest, device: torch.device) -> None:
     q, k, v = _inspect_inputs(request, device)
-    attention_fwd(q, k, v, request.causal)
+    attention_fwd(q, k, v, request.causal, tma=request.tma)
 
 
 def _inspect_bwd(request: InspectRequest, device: torch.device, deterministic: bool = True) -> None:
