@@ -15,8 +15,8 @@ atomic dQ, the final cast) with a handful of dK/dV configs, each first checked a
 the deterministic backward, beside the deterministic backward and SDPA's FA2 and cuDNN
 backward, and ends with a table. Under 4 minutes on the H200.
 
---tma (alone, or with the others): the forward through pointers, through tensor descriptors
-(TMA) and warp-specialized, over a few configs each, on the bench shapes (D=64, D=128 at
+--tma (alone, or with the others): the forward through pointers and through tensor
+descriptors (TMA), over a few configs each, on the bench shapes (D=64, D=128 at
 N=4096 and 16384 full and causal, D=256 with 16 heads, GQA 32 over 8 heads, and packed qkv),
 each config checked against SDPA, beside SDPA's FA2 and cuDNN; ends with a table.
     PYTHONPATH=src python3 scripts/attention_tune.py --tma
@@ -273,7 +273,7 @@ def autotuned(shape, causal):
 
 
 # ---------------------------------------------------------------------------------------
-# --tma: the forward's pointer, tensor-descriptor and warp-specialized paths side by side
+# --tma: the forward's pointer and tensor-descriptor paths side by side
 # ---------------------------------------------------------------------------------------
 
 # (label, (B, H, Hkv, N, D), causal, layout): the bench shapes of notes/attention.md
@@ -292,19 +292,16 @@ TMA_SMALL = (1, 2, 2, 64)  # B, H, Hkv, N for a dry run through the interpreter 
 
 def tma_candidates(D, layout):
     """(path, config) pairs: the pointer path's fixed config; the TMA path's fixed config and
-    the next few its tuner keeps; the warp-specialized configs that fit shared memory."""
+    the next few its tuner keeps. (Warp-specialized configs were tried here on 2026-11-29 and
+    gave wrong results on the H200: notes/attention_tma.md.)"""
     block_d = A._block_d(D)
     with record_launches(execute=False):  # the GPU's configs, also on a CPU dry run
         fixed = A.fixed_configs(block_d)
         kept = A._prune_fwd(A._attn_fwd_tuned.configs, {}, BLOCK_D=block_d, USE_TMA=True)
     tma = [A.TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in kept]
-    ws = [c for c in A.autotune_configs("fwd_ws")  # two 64-row consumers: registers are not the limit
-          if A._shared_bytes(c.block_m, c.block_n, block_d, c.num_stages, 1, 2) <= A.SMEM_LIMIT
-          and not (block_d > 128 and c.block_n > 64)]
     if layout == "packed":  # a layout check: the fixed configs only
-        return [("pointer", fixed["fwd"]), ("tma", fixed["fwd_tma"]), ("ws", ws[0])]
-    return ([("pointer", fixed["fwd"])] + [("tma", c) for c in tma if c.num_stages < 4 or c == fixed["fwd_tma"]]
-            + [("ws", c) for c in ws[:3]])
+        return [("pointer", fixed["fwd"]), ("tma", fixed["fwd_tma"])]
+    return [("pointer", fixed["fwd"])] + [("tma", c) for c in tma if c.num_stages < 4 or c == fixed["fwd_tma"]]
 
 
 def tma_inputs(shape, layout):
@@ -382,14 +379,14 @@ def tma_sweep(workers):
         table.append((label, best, peers))
         del q, k, v, want
     print("\nforward TFLOP/s (4*B*H*N^2*D / time, half when causal; bf16; best config of each path)")
-    print(f"{'case':<26} {'pointer':>8} {'TMA':>8} {'TMA+WS':>8} {'FA2':>7} {'cuDNN':>7} "
+    print(f"{'case':<26} {'pointer':>8} {'TMA':>8} {'FA2':>7} {'cuDNN':>7} "
           f"{'best/cuDNN':>10} {'best/FA2':>8}  best config")
     for label, best, peers in table:
-        cell = {p: best[p][1] if p in best else None for p in ("pointer", "tma", "ws")}
+        cell = {p: best[p][1] if p in best else None for p in ("pointer", "tma")}
         top = max(best.items(), key=lambda item: item[1][1]) if best else None
         ratio = lambda peer: f"{top[1][1] / peers[peer]:.2f}" if top and peer in peers else "-"
         text = lambda x: f"{x:.1f}" if x is not None else "-"
-        print(f"{label:<26} {text(cell['pointer']):>8} {text(cell['tma']):>8} {text(cell['ws']):>8} "
+        print(f"{label:<26} {text(cell['pointer']):>8} {text(cell['tma']):>8} "
               f"{text(peers.get('FA2')):>7} {text(peers.get('cuDNN')):>7} {ratio('cuDNN'):>10} {ratio('FA2'):>8}  "
               + (f"{top[0]} {_tile_text(top[1][0])}" if top else "-"))
 

@@ -242,29 +242,29 @@ def recorded_fwd(q, k, v, **kwargs):
     return launch
 
 
-def _buffer_view(shape, strides, offset=0, dtype=torch.bfloat16):
+def _buffer_view(shape, strides, device, offset=0, dtype=torch.bfloat16):
     size = offset + 1 + sum((n - 1) * s for n, s in zip(shape, strides))
-    return torch.randn(size, dtype=dtype).as_strided(shape, strides, offset)
+    return torch.randn(size, dtype=dtype, device=device).as_strided(shape, strides, offset)
 
 
-def _layout(name):
-    """(q, k, v) in a named layout, bf16, B=2, H=4 over Hkv=2, N=40, D=64."""
+def _layout(name, device="cpu"):
+    """(q, k, v) in a named layout on `device`, bf16, B=2, H=4 over Hkv=2, N=40, D=64."""
     B, H, Hkv, N, D = 2, 4, 2, 40, 64
     if name == "contiguous (B, H, N, D)":
-        return make_qkv(B, H, Hkv, N, N, D, torch.bfloat16, "cpu")
+        return make_qkv(B, H, Hkv, N, N, D, torch.bfloat16, device)
     if name == "(B, N, H, D) memory, transposed views":
-        return [torch.randn(B, N, h, D, dtype=torch.bfloat16).transpose(1, 2) for h in (H, Hkv, Hkv)]
+        return [torch.randn(B, N, h, D, dtype=torch.bfloat16, device=device).transpose(1, 2) for h in (H, Hkv, Hkv)]
     if name.startswith("packed qkv at offset"):
-        return packed_qkv(B, H, N, D, torch.bfloat16, "cpu", offset=int(name.split()[-1]))
-    q, k, v = make_qkv(B, H, Hkv, N, N, D, torch.bfloat16, "cpu")
+        return packed_qkv(B, H, N, D, torch.bfloat16, device, offset=int(name.split()[-1]))
+    q, k, v = make_qkv(B, H, Hkv, N, N, D, torch.bfloat16, device)
     if name == "k rows 68 elements apart (136 B)":
-        k = torch.randn(B, Hkv, N, D + 4, dtype=torch.bfloat16)[..., :D]
+        k = torch.randn(B, Hkv, N, D + 4, dtype=torch.bfloat16, device=device)[..., :D]
     elif name == "v heads 8 bytes off a 16-byte multiple apart":
-        v = _buffer_view((B, Hkv, N, D), (Hkv * (N * D + 4), N * D + 4, D, 1))
+        v = _buffer_view((B, Hkv, N, D), (Hkv * (N * D + 4), N * D + 4, D, 1), device)
     elif name == "k broadcast over the batch (stride 0)":
-        k = torch.randn(1, Hkv, N, D, dtype=torch.bfloat16).expand(B, Hkv, N, D)
+        k = torch.randn(1, Hkv, N, D, dtype=torch.bfloat16, device=device).expand(B, Hkv, N, D)
     elif name == "q head dim not innermost (copied)":
-        q = torch.randn(B, H, D, N, dtype=torch.bfloat16).transpose(-1, -2)
+        q = torch.randn(B, H, D, N, dtype=torch.bfloat16, device=device).transpose(-1, -2)
     return q, k, v
 
 
@@ -283,8 +283,8 @@ TMA_LAYOUTS = {  # layout -> whether the forward reads it through tensor descrip
 
 
 @pytest.mark.parametrize("name", list(TMA_LAYOUTS))
-def test_tma_path_is_taken_only_where_the_host_check_allows(name):
-    q, k, v = _layout(name)
+def test_tma_path_is_taken_only_where_the_host_check_allows(name, device):
+    q, k, v = _layout(name, device)
     launch = recorded_fwd(q, k, v)
     want = TMA_LAYOUTS[name]
     assert launch.constexprs["USE_TMA"] is want
@@ -298,12 +298,12 @@ def test_tma_path_is_taken_only_where_the_host_check_allows(name):
             assert desc.base is t and desc.shape == list(t.shape) and desc.strides == list(t.stride())
 
 
-def test_tma_can_be_refused_or_insisted_on():
-    q, k, v = _layout("contiguous (B, H, N, D)")
+def test_tma_can_be_refused_or_insisted_on(device):
+    q, k, v = _layout("contiguous (B, H, N, D)", device)
     assert recorded_fwd(q, k, v, tma=False).constexprs["USE_TMA"] is False
     assert recorded_fwd(q, k, v, tma=True).constexprs["USE_TMA"] is True
     with pytest.raises(ValueError, match="tensor descriptors"):
-        recorded_fwd(*_layout("packed qkv at offset 1"), tma=True)
+        recorded_fwd(*_layout("packed qkv at offset 1", device), tma=True)
 
 
 def test_tma_needs_hopper(monkeypatch):
@@ -339,7 +339,7 @@ def test_tuner_tries_the_configs_of_the_chosen_path():
                                                   BLOCK_D=block_d, USE_TMA=False)
             fixed = attention_module.fixed_configs(block_d)
             assert tma[0] == fixed["fwd_tma"].triton_config() and pointer[0] == fixed["fwd"].triton_config()
-            assert tma and all(c.kwargs["BLOCK_M"] == 128 and "WARP_SPECIALIZE" not in c.kwargs for c in tma)
+            assert tma and all(c.kwargs["BLOCK_M"] == 128 for c in tma)
             assert {str(c) for c in pointer} <= {str(c.triton_config()) for c in attention_module.autotune_configs("fwd")}
     assert "USE_TMA" in attention_module._attn_fwd_tuned.keys
 
@@ -350,8 +350,6 @@ PATH_CASES = [(2, 4, 2, 67, 130, 80, False), (1, 2, 2, 130, 67, 96, True), (1, 4
 PATHS = {  # path -> attention_fwd keyword arguments
     "tensor descriptors": dict(tma=True),
     "pointers": dict(tma=False),
-    "warp-specialized": dict(tma=True, config=TileConfig(128, 64, 4, 2, warp_specialize=True) if ON_GPU
-                             else TileConfig(32, 16, 4, 2, warp_specialize=True)),
 }
 
 
@@ -379,7 +377,7 @@ def test_rows_past_the_end_are_never_read(path, device):
 
 @pytest.mark.parametrize("name", ["(B, N, H, D) memory, transposed views", "packed qkv at offset 8"])
 def test_model_layouts_through_descriptors(name, device):
-    q, k, v = (t.to(device) for t in _layout(name))
+    q, k, v = _layout(name, device)
     assert attention_module._tma_ok(q, k, v)
     check_forward(q, k, v, causal=True)
 
@@ -388,14 +386,13 @@ def test_model_layouts_through_descriptors(name, device):
 @pytest.mark.slow
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_every_tensor_descriptor_config(D, device):
-    # Every config the TMA path's tuner may pick, and the opt-in warp-specialized ones,
-    # against the pointer path's fixed config.
+    # Every config the TMA path's tuner may pick, against the pointer path's fixed config.
     q, k, v = make_qkv(1, 4, 2, 333, 333, D, torch.bfloat16, device)
     ref, _ = attention_fwd(q, k, v, True, tma=False)
     block_d = attention_module._block_d(D)
     configs = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, {}, BLOCK_D=block_d, USE_TMA=True)
     tiles = [TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in configs]
-    for cfg in tiles + attention_module.autotune_configs("fwd_ws"):
+    for cfg in tiles:
         try:
             out, _ = attention_fwd(q, k, v, True, config=cfg, tma=True)
         except triton.runtime.errors.OutOfResources:

@@ -105,3 +105,13 @@ def test_launch_hooks_seen(monkeypatch):
         assert _launch._launch_hooks_set()
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
+
+
+def test_launches_the_key_cannot_hold_take_tritons_path(jit_kernel):
+    x = torch.randn(100)
+    # a descriptor or any other object: never held in the cache (it may hold a tensor alive)
+    assert _launch._specialization_key(Launch("t", jit_kernel, (1,), (x, x, 33, object()),
+                                              {"BLOCK": 128, "EVEN": True})) is None
+    jit_kernel.add_pre_run_hook(lambda *args, **kwargs: None)  # hooks must run on every launch
+    assert _launch._specialization_key(Launch("t", jit_kernel, (1,), (x, x, 33, 2.0),
+                                              {"BLOCK": 128, "EVEN": True})) is None

@@ -30,6 +30,8 @@ from triton import knobs  # noqa: E402
 _recorders: list[tuple[list["Launch"], bool]] = []
 _compiled: dict[tuple, Any] = {}  # specialisation key -> triton CompiledKernel
 MAX_CACHED_LAUNCHES = 4096  # keys hold exact shapes; start afresh past this many
+_PLAIN = (int, float, bool, type(None))  # arguments a key may hold by value
+_OTHER = object()
 
 
 @dataclass
@@ -78,13 +80,17 @@ def _specialization_key(launch: Launch) -> tuple | None:
     dtype and alignment and every other argument's exact value (finer than needed: a new
     shape takes Triton's own path once), the constexprs, launch options, kernel and device.
     Built in one pass with no calls per argument: it runs on every launch. None (take
-    Triton's path) for anything but a plain JITFunction given all its arguments."""
+    Triton's path) for anything but a plain JITFunction without pre-run hooks given all its
+    arguments as tensors, ints, floats, bools or None."""
     kernel = launch.kernel
     names = _constexpr_names(kernel) if type(kernel).__name__ == "JITFunction" else None
-    if names is None or len(launch.args) + len(names) != len(kernel.params):
+    if names is None or len(launch.args) + len(names) != len(kernel.params) or kernel.pre_run_hooks:
         return None
     Tensor = torch.Tensor
-    values = tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, Tensor) else a for a in launch.args)
+    values = tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, Tensor)
+                   else a if type(a) in _PLAIN else _OTHER for a in launch.args)
+    if _OTHER in values:  # a tensor descriptor, say: Triton's path, and no reference kept
+        return None
     return (id(kernel), _driver().get_current_device(), values, tuple(launch.constexprs.items()),
             launch.num_warps, launch.num_stages)
 

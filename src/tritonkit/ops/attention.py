@@ -26,15 +26,14 @@ blocks that need no mask (strictly below the diagonal) and the diagonal band (ma
 Loads are plain pointer loads, right for any strides and element offset, except in the
 forward on Hopper and later: there q, k, v are read through tensor descriptors (TMA) when
 `_tma_ok` has checked on the host that their bases and strides allow it (USE_TMA), and
-otherwise, silently, through pointers. An explicit forward config may also ask for
-Triton's Hopper warp specialization (WARP_SPECIALIZE; see `attention_fwd`).
+otherwise, silently, through pointers. (Triton 3.6's Hopper warp specialization was tried
+on this forward and gave wrong results on the H200: notes/attention_tma.md.)
 
 Tile sizes: on a GPU, `triton.autotune` per (head-dim block, causal, GROUP, a power-of-two
 bucket of the length, dtypes), results cached on disk; TRITONKIT_AUTOTUNE=0 (set by the
 tests), an explicit `config`, or the interpreter use one fixed config per pass instead.
 """
 
-import dataclasses
 import functools
 import math
 import os
@@ -120,7 +119,7 @@ def _attn_fwd_tiles(
     lo, hi, Nk, qk_scale,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
     SCALE_POS: tl.constexpr, PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
-    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     # Online softmax over key blocks [lo, hi), in base 2 (qk_scale = scale * log2(e)):
     #   m' = max(m, rowmax(s)),  p = 2^(s - m'),  l' = l 2^(m - m') + rowsum(p),
@@ -129,7 +128,7 @@ def _attn_fwd_tiles(
     # block a program visits holds key 0, which every row sees, so m is finite after it.
     # k_src, v_src: the kv head's base pointers, or (USE_TMA) descriptors of all of K and V,
     # read at [b, hk, key, 0]; TMA fills keys past Nk and columns past D with zeros.
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+    for start_n in tl.range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         if USE_TMA:
             kT = tl.trans(k_src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D))
@@ -166,8 +165,7 @@ def _attn_fwd_tiles(
 
 @triton.jit
 def _attn_fwd_kernel(
-    # pointers; with USE_TMA, K, V and (unless WARP_SPECIALIZE) Q are tensor descriptors
-    # of the whole (B, H, N, D) tensors
+    # pointers; with USE_TMA, Q, K and V are tensor descriptors of the whole (B, H, N, D) tensors
     Q, K, V, O, LSE,
     # shapes and scale (GROUP = query heads per kv head; N_BUCKET only keys the autotuner)
     Nq, Nk, D, GROUP, qk_scale, N_BUCKET,
@@ -180,9 +178,8 @@ def _attn_fwd_kernel(
     CAUSAL: tl.constexpr, SCALE_POS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
-    USE_TMA: tl.constexpr = False, WARP_SPECIALIZE: tl.constexpr = False,
+    USE_TMA: tl.constexpr,
 ):
-    tl.static_assert(USE_TMA or not WARP_SPECIALIZE, "warp specialization reads K and V through TMA")
     pid_m = tl.program_id(0)
     if CAUSAL:
         pid_m = tl.num_programs(0) - 1 - pid_m  # the longest rows start first
@@ -204,14 +201,7 @@ def _attn_fwd_kernel(
     d_col = offs_d[:, None] < D
     m_ok = offs_m[:, None] < Nq
 
-    if WARP_SPECIALIZE:
-        # Triton 3.6's Hopper warp specialization splits Q's rows between two consumer
-        # warpgroups and re-boxes Q's descriptor for that, which it does right only for a
-        # descriptor made in the kernel (Q is then a pointer; needs triton's allocator).
-        q_desc = tl.make_tensor_descriptor(Q + b64 * stride_qb + h64 * stride_qh, [Nq, D], [stride_qn, 1],
-                                           [BLOCK_M, BLOCK_D])
-        q = q_desc.load([start_m, 0])
-    elif USE_TMA:
+    if USE_TMA:
         q = Q.load([b, h, start_m, 0]).reshape(BLOCK_M, BLOCK_D)
     else:
         q_ptrs = (Q + b64 * stride_qb + h64 * stride_qh + start_m.to(tl.int64) * stride_qn
@@ -237,17 +227,14 @@ def _attn_fwd_kernel(
     else:
         hi = Nk
         lo = Nk // BLOCK_N * BLOCK_N
-    if WARP_SPECIALIZE:  # that pass also takes one loop per kernel: every block masked
-        lo = 0
-    else:
-        acc, l_i, m_i = _attn_fwd_tiles(
-            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk,
-            offs_m, offs_n0, d_row, d_col, 0, lo, Nk, qk_scale,
-            BLOCK_N, BLOCK_D, False, CAUSAL, SCALE_POS, PAD_D, DOT_FP32, USE_TMA, False)
+    acc, l_i, m_i = _attn_fwd_tiles(
+        acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk,
+        offs_m, offs_n0, d_row, d_col, 0, lo, Nk, qk_scale,
+        BLOCK_N, BLOCK_D, False, CAUSAL, SCALE_POS, PAD_D, DOT_FP32, USE_TMA)
     acc, l_i, m_i = _attn_fwd_tiles(
         acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk,
         offs_m, offs_n0, d_row, d_col, lo, hi, Nk, qk_scale,
-        BLOCK_N, BLOCK_D, True, CAUSAL, SCALE_POS, PAD_D, DOT_FP32, USE_TMA, WARP_SPECIALIZE)
+        BLOCK_N, BLOCK_D, True, CAUSAL, SCALE_POS, PAD_D, DOT_FP32, USE_TMA)
 
     o = acc / l_i[:, None]
     o_ptrs = (O + b64 * stride_ob + h64 * stride_oh + start_m.to(tl.int64) * stride_on
@@ -540,12 +527,10 @@ class TileConfig:
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
-    warp_specialize: bool = False  # forward only: tl.range(..., warp_specialize=True)
 
-    def meta(self) -> dict[str, int | bool]:
-        """The kernel's tile constexprs (WARP_SPECIALIZE only where set: the backward has none)."""
-        meta = {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n}
-        return dict(meta, WARP_SPECIALIZE=True) if self.warp_specialize else meta
+    def meta(self) -> dict[str, int]:
+        """The kernel's tile constexprs."""
+        return {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n}
 
     def triton_config(self) -> triton.Config:
         return triton.Config(self.meta(), num_warps=self.num_warps, num_stages=self.num_stages)
@@ -652,8 +637,6 @@ def autotune_configs(kind: str) -> list[TileConfig]:
         return [TileConfig(*c) for c in space if not (c[0] == 64 and c[2] == 8)]
     if kind == "fwd_tma":  # the forward through tensor descriptors: 128-row query tiles
         return [TileConfig(128, n, w, s) for n in (64, 128) for w in (4, 8) for s in (2, 3, 4)]
-    if kind == "fwd_ws":   # warp-specialized: opt-in through an explicit config (attention_fwd)
-        return [TileConfig(128, n, 4, s, True) for n in (64, 128) for s in (2, 3)]
     if kind in ("dkdv", "dkdv_atomic"):
         space = [(m, n, w, s) for m in (32, 64) for n in (64, 128) for w in (4, 8) for s in (2, 3)]
         return [TileConfig(*c) for c in space]
@@ -822,20 +805,6 @@ def _descriptor(t: torch.Tensor, rows: int, block_d: int) -> TensorDescriptor:
     return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, block_d])
 
 
-def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def _ensure_allocator() -> None:
-    """A descriptor made inside a kernel (the warp-specialized forward's Q) is written to
-    global scratch memory that Triton asks its allocator for at launch; Triton has none by
-    default. Sets one that takes the memory from torch, unless the caller has set their own
-    (the setting is Triton's, per thread)."""
-    from triton.runtime import _allocation
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        triton.set_allocator(_scratch)
-
-
 def _fit_descriptors(*args, **meta) -> None:
     """Pre-run hook of the forward kernel: give its descriptors the tile shape of the config
     being launched (the autotuner picks BLOCK_M and BLOCK_N after the launcher built them;
@@ -844,8 +813,7 @@ def _fit_descriptors(*args, **meta) -> None:
     that have one."""
     if meta.get("USE_TMA"):
         q, k, v = args[:3]
-        if isinstance(q, TensorDescriptor):  # (a pointer when warp-specialized)
-            q.block_shape = [1, 1, meta["BLOCK_M"], meta["BLOCK_D"]]
+        q.block_shape = [1, 1, meta["BLOCK_M"], meta["BLOCK_D"]]
         k.block_shape = [1, 1, meta["BLOCK_N"], meta["BLOCK_D"]]
         v.block_shape = [1, 1, meta["BLOCK_N"], meta["BLOCK_D"]]
 
@@ -860,10 +828,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     lse (B, H, Nq) float32, the natural-log sum of exp(scores) per query row.
 
     config: a TileConfig to launch with; None autotunes on a GPU (unless TRITONKIT_AUTOTUNE=0)
-    and uses `fixed_configs` otherwise. Only an explicit config (`autotune_configs("fwd_ws")`)
-    turns on Triton's Hopper warp specialization, warp_specialize=True: a producer warpgroup
-    loads K and V by TMA for two consumer warpgroups of 64 query rows each. The autotuner does
-    not try it until it is measured (notes/attention_tma.md); on the pointer path it is dropped.
+    and uses `fixed_configs` otherwise.
     tma: None reads q, k, v through tensor descriptors (TMA) wherever `_tma_ok` allows it and
     through pointers elsewhere; False always through pointers; True through descriptors, or a
     ValueError if the inputs do not allow them. (Benchmarks and tests compare the paths.)
@@ -882,16 +847,11 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         raise ValueError("tma=True, but q, k, v cannot be read through tensor descriptors: each needs a "
                          "16-byte aligned start and strides that are multiples of 16 bytes")
     fixed = fixed_configs(block_d)["fwd_tma" if use_tma else "fwd"]
-    if config is not None and config.warp_specialize and not use_tma:
-        config = dataclasses.replace(config, warp_specialize=False)  # it needs descriptors
     tile = config or fixed
     q_in, k_in, v_in = q, k, v
     if use_tma:
+        q_in = _descriptor(q, tile.block_m, block_d)
         k_in, v_in = (_descriptor(t, tile.block_n, block_d) for t in (k, v))
-        if not tile.warp_specialize:
-            q_in = _descriptor(q, tile.block_m, block_d)
-        elif q.is_cuda and _launch.launches_execute():
-            _ensure_allocator()
     args = (q_in, k_in, v_in, o, lse, Nq, Nk, D, H // Hkv, scale * LOG2E, _n_bucket(max(Nq, Nk)),
             *q.stride(), *k.stride(), *v.stride(), *o.stride())
     constexprs = dict(CAUSAL=causal, SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D,
