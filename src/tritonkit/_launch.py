@@ -26,6 +26,7 @@ from ._runtime import INTERPRETED  # first: it may switch on the interpreter bef
 
 import triton  # noqa: E402
 from triton import knobs  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 _recorders: list[tuple[list["Launch"], bool]] = []
 _compiled: dict[tuple, Any] = {}  # specialisation key -> triton CompiledKernel
@@ -84,9 +85,17 @@ def _specialization_key(launch: Launch) -> tuple | None:
     if names is None or len(launch.args) + len(names) != len(kernel.params):
         return None
     Tensor = torch.Tensor
-    values = tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, Tensor) else a for a in launch.args)
+    values = tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, Tensor)
+                   else _descriptor_key(a) if isinstance(a, TensorDescriptor) else a for a in launch.args)
     return (id(kernel), _driver().get_current_device(), values, tuple(launch.constexprs.items()),
             launch.num_warps, launch.num_stages)
+
+
+def _descriptor_key(desc: TensorDescriptor) -> tuple:
+    """What Triton 3.6 specialises a host tensor descriptor on: its dtype and block (the
+    signature type tensordesc<fp32[1, 1, 64, 128]>); base, shape and strides are passed at
+    launch. (A TensorDescriptor is a mutable dataclass, so it cannot be a key itself.)"""
+    return ("tensordesc", desc.base.dtype, tuple(desc.block_shape), desc.padding)
 
 
 _constexpr_names_cache: dict[int, tuple[str, ...] | None] = {}
