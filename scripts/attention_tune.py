@@ -11,9 +11,10 @@ other keeps its fixed config). --extra times the fixed configs on the other benc
 
 --atomic instead studies the atomic-dQ backward (deterministic=False): on each of
 ATOMIC_SHAPES (or --shapes) it times the whole backward (preprocess, zeroing, dK/dV with
-atomic dQ, the final cast) with a handful of dK/dV configs, each first checked against
-the deterministic backward, beside the deterministic backward and SDPA's FA2 and cuDNN
-backward, and ends with a table. Under 4 minutes on the H200.
+atomic dQ, the final cast) in both of its ways of adding dQ, element-wise pointer atomics
+and TMA bulk reductions (tma_dq=False / True), with a few dK/dV configs each (ATOMIC_STUDY),
+each first checked against the deterministic backward, beside the deterministic backward
+and SDPA's FA2 and cuDNN backward, and ends with a table. About 3 minutes on the H200.
 
 --tma (alone, or with the others): the forward through pointers and through tensor
 descriptors (TMA), over a few configs each, on the bench shapes (D=64, D=128 at
@@ -65,8 +66,9 @@ def tasks_for(D):
 def run_once(kind, cfg, causal, q, k, v, do, o=None, lse=None):
     if kind == "fwd":
         return A.attention_fwd(q, k, v, causal, config=cfg)
-    if kind == "dkdv_atomic":
-        return A.attention_bwd(do, q, k, v, o, lse, causal, deterministic=False, dkdv_config=cfg)
+    if kind in ("dkdv_atomic", "dkdv_tma"):
+        return A.attention_bwd(do, q, k, v, o, lse, causal, deterministic=False, dkdv_config=cfg,
+                               tma_dq=kind == "dkdv_tma")
     return A.attention_bwd(do, q, k, v, o, lse, causal, **{f"{kind}_config": cfg})
 
 
@@ -166,20 +168,28 @@ def sweep(shape, causal):
               f"bwd {bwd:7.3f} ms {fb / bwd / 1e9:6.1f} TFLOP/s")
 
 
-# The atomic study: bench shapes (B, H, Hkv, N, D), causal; and the dK/dV configs to try,
-# of which each head dim keeps those that fit (`A._fits`), its fixed config first, 5 at most.
+# The atomic study: bench shapes (B, H, Hkv, N, D), causal; and the dK/dV configs to try per
+# head-dim block and way of adding dQ, after the fixed config. Chosen from sm_90 builds
+# (ptxas, triton 3.6; notes/attention.md): no or small spills, shared memory within 227 KB.
+# Pointer atomics: 64x128 w8 s3 was best in the first GPU run, the rest within a few percent.
 ATOMIC_SHAPES = [((4, 32, 32, 4096, 64), False), ((4, 32, 32, 4096, 128), False),
                  ((4, 32, 32, 4096, 128), True), ((4, 16, 16, 4096, 256), False),
                  ((4, 32, 8, 4096, 128), False), ((4, 32, 32, 16384, 128), True)]
-ATOMIC_CANDIDATES = [A.TileConfig(*c) for c in ((64, 128, 8, 3), (64, 128, 8, 2), (64, 64, 8, 3), (64, 64, 4, 3),
-                                                (32, 128, 8, 3), (32, 64, 8, 2), (32, 64, 8, 3))]
+ATOMIC_STUDY = {
+    "dkdv_atomic": {64: [(64, 128, 8, 3), (64, 64, 8, 3)], 128: [(64, 128, 8, 3), (64, 64, 8, 3)],
+                    256: [(32, 64, 8, 2), (32, 64, 8, 3)]},
+    "dkdv_tma": {64: [(64, 128, 8, 3), (64, 64, 8, 3), (32, 128, 8, 3)],
+                 128: [(64, 128, 8, 3), (64, 128, 8, 2), (64, 64, 8, 3), (32, 128, 8, 3)],
+                 256: [(32, 64, 8, 2)]},
+}
+MODES = {"dkdv_atomic": "pointer", "dkdv_tma": "tma"}
 
 
-def atomic_candidates(D):
+def study_configs(kind, D):
     block_d = A._block_d(D)
-    fixed = A.fixed_configs(block_d)["dkdv_atomic"]
-    fit = [c for c in ATOMIC_CANDIDATES if c != fixed and A._fits("dkdv_atomic", c.triton_config(), block_d)]
-    return [fixed, *fit][:5]
+    fixed = A.fixed_configs(block_d)[kind]
+    tried = next(cfgs for bd, cfgs in sorted(ATOMIC_STUDY[kind].items()) if block_d <= bd)
+    return [fixed, *(c for c in (A.TileConfig(*t) for t in tried) if c != fixed)]
 
 
 def rel_diff(got, want):
@@ -187,7 +197,8 @@ def rel_diff(got, want):
 
 
 def atomic_case(shape, causal):
-    """The atomic backward per config, checked against the deterministic one, beside it and SDPA."""
+    """The atomic backward per way and config, checked against the deterministic one, beside
+    it and SDPA."""
     B, H, Hkv, N, D = shape
     q, k, v, do = inputs(B, H, Hkv, N, D)
     fb = flops(B, H, N, D, causal, True)
@@ -196,51 +207,57 @@ def atomic_case(shape, causal):
     label = f"B={B} H={H}/{Hkv} N={N} D={D} {'causal' if causal else 'full'}"
     print(f"\n== {label}")
     rates = {"deterministic": fb / bench(lambda: A.attention_bwd(do, q, k, v, o, lse, causal)) / 1e9}
-    print(f"  deterministic (fixed configs)      {rates['deterministic']:6.1f} TFLOP/s")
-    fixed = A.fixed_configs(A._block_d(D))["dkdv_atomic"]
-    atomic = []
-    for cfg in atomic_candidates(D):
-        name = f"{cfg.block_m}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}"
-        try:
-            err = rel_diff(run_once("dkdv_atomic", cfg, causal, q, k, v, do, o, lse), want)
-            if not err < 2e-2:
-                print(f"  atomic {name:16} WRONG: relative difference {err:.2e} from the deterministic backward")
+    print(f"  deterministic (fixed configs)        {rates['deterministic']:6.1f} TFLOP/s")
+    best_names = {}
+    for kind, mode in MODES.items():
+        fixed = A.fixed_configs(A._block_d(D))[kind]
+        timed = []
+        for cfg in study_configs(kind, D):
+            name = f"{cfg.block_m}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}"
+            try:
+                err = rel_diff(run_once(kind, cfg, causal, q, k, v, do, o, lse), want)
+                if not err < 2e-2:
+                    print(f"  {mode:7} {name:16} WRONG: relative difference {err:.2e} from the deterministic backward")
+                    continue
+                tf = fb / bench(lambda: run_once(kind, cfg, causal, q, k, v, do, o, lse)) / 1e9
+            except Exception as err:
+                print(f"  {mode:7} {name:16} failed: {type(err).__name__}: {str(err).splitlines()[0][:100]}")
                 continue
-            tf = fb / bench(lambda: run_once("dkdv_atomic", cfg, causal, q, k, v, do, o, lse)) / 1e9
-        except Exception as err:
-            print(f"  atomic {name:16} failed: {type(err).__name__}: {str(err).splitlines()[0][:100]}")
-            continue
-        atomic.append((tf, name, cfg == fixed))
-        print(f"  atomic {name:16} {'(fixed)' if cfg == fixed else '':9}  {tf:6.1f} TFLOP/s  "
-              f"(difference from deterministic {err:.1e})")
+            timed.append((tf, name, cfg == fixed))
+            print(f"  {mode:7} {name:16} {'(fixed)' if cfg == fixed else '':9}  {tf:6.1f} TFLOP/s  "
+                  f"(difference from deterministic {err:.1e})")
+        best = max(timed, default=None)
+        rates[f"{mode} fixed"] = next((tf for tf, _, is_fixed in timed if is_fixed), None)
+        rates[f"{mode} best"] = best[0] if best else None
+        best_names[mode] = best[1] if best else "-"
     for peer, (_, bwd) in peers(q, k, v, do, causal).items():
         rates[peer] = fb / bwd / 1e9
-        print(f"  SDPA {peer:6} backward                {rates[peer]:6.1f} TFLOP/s")
-    best = max(atomic, default=None)
-    rates["atomic fixed"] = next((tf for tf, _, is_fixed in atomic if is_fixed), None)
-    rates["atomic best"] = best[0] if best else None
-    return label, rates, best[1] if best else "-"
+        print(f"  SDPA {peer:6} backward                  {rates[peer]:6.1f} TFLOP/s")
+    return label, rates, best_names
 
 
 def atomic_study(cases, workers):
     jobs = {}  # one compile per specialisation: N only matters through its divisibility
     for s, c in cases:
-        kinds = [("dkdv_atomic", cfg) for cfg in atomic_candidates(s[4])]
-        kinds += [(kind, cfg) for kind, cfg in A.fixed_configs(A._block_d(s[4])).items() if kind != "dkdv_atomic"]
+        kinds = [(kind, cfg) for kind in MODES for cfg in study_configs(kind, s[4])]
+        kinds += [(kind, cfg) for kind, cfg in A.fixed_configs(A._block_d(s[4])).items() if kind not in MODES]
         for kind, cfg in kinds:
             jobs.setdefault((s[:3], s[4], c, kind, cfg), (s, c, kind, cfg))
     if DEVICE.type == "cuda":
         precompile(list(jobs.values()), workers)
     start = time.time()
     rows = [atomic_case(s, c) for s, c in cases]
-    cols = ["deterministic", "atomic fixed", "atomic best", "FA2", "cuDNN"]
-    print(f"\nAtomic-dQ backward, bf16, TFLOP/s (2.5 x 4*B*H*N^2*D, half when causal); timed in {time.time() - start:.0f}s")
-    print(f"{'case':<34}" + "".join(f"{c:>14}" for c in cols) + f"{'best/cuDNN':>12}{'best/det':>10}  best config")
-    for label, rates, best_name in rows:
+    cols = ["deterministic", "pointer best", "tma fixed", "tma best", "FA2", "cuDNN"]
+    print(f"\nAtomic-dQ backward, bf16, TFLOP/s (2.5 x 4*B*H*N^2*D, half when causal); "
+          f"timed in {time.time() - start:.0f}s")
+    print(f"{'case':<34}" + "".join(f"{c:>14}" for c in cols) + f"{'tma/det':>9}{'tma/ptr':>9}{'tma/cuDNN':>10}"
+          + "  best pointer / tma config")
+    for label, rates, names in rows:
         cells = "".join(f"{rates[c]:>14.1f}" if rates.get(c) else f"{'-':>14}" for c in cols)
-        ratios = [f"{rates['atomic best'] / rates[c]:.2f}" if rates.get("atomic best") and rates.get(c) else "-"
-                  for c in ("cuDNN", "deterministic")]
-        print(f"{label:<34}{cells}{ratios[0]:>12}{ratios[1]:>10}  {best_name}")
+        tma = rates.get("tma best")
+        ratios = "".join(f"{tma / rates[c]:>{w}.2f}" if tma and rates.get(c) else f"{'-':>{w}}"
+                         for c, w in (("deterministic", 9), ("pointer best", 9), ("cuDNN", 10)))
+        print(f"{label:<34}{cells}{ratios}  {names['pointer']} / {names['tma']}")
 
 
 def fixed_case(shape, causal):

@@ -1,10 +1,13 @@
 """tritonkit.attention, backward: gradients through torch.autograd.grad with a random
 upstream gradient, against float64 reference gradients, with SDPA's error as the yardstick;
-determinism; the atomic-dQ mode (deterministic=False); the module API; and the
+determinism; the atomic-dQ mode (deterministic=False), with its dQ tiles added by
+element-wise atomics and by TMA bulk reductions; the module API; and the
 torch.compile(fullgraph=True) trace.
 
 Interpreter notes as in test_attention.py: bf16 operands of tl.dot go through fp32 under
-the interpreter only, and its truncating bf16 casts get the wider gradient eps.
+the interpreter only, and its truncating bf16 casts get the wider gradient eps. Triton
+3.6's interpreter cannot run a TMA reduction (`tensor_descriptor.atomic_add`): the
+`dq_adds` fixture lends it one for the "tma" tests (see there).
 """
 
 import copy
@@ -18,7 +21,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import tritonkit
+import tritonkit  # first: on a CPU it switches Triton to its interpreter
+import triton.language as tl
+from triton._C.libtriton import ir
+from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
 from tritonkit.ops import attention as attention_module
 from tritonkit.ops.attention import attention_bwd, attention_fwd, attention_reference
 from tritonkit.registry.attention import packed_qkv
@@ -56,13 +62,15 @@ def test_backward(B, H, Hkv, Nq, Nk, D, causal, dtype, device):
     check_backward(*make_qkv(B, H, Hkv, Nq, Nk, D, dtype, device), causal)
 
 
-@pytest.mark.parametrize("dtype,causal,deterministic", [
-    *[pytest.param(dtype, causal, True, id=f"{str(dtype)[6:]}-{'causal' if causal else 'full'}")
+@pytest.mark.parametrize("dtype,causal,deterministic,dq_adds", [
+    *[pytest.param(dtype, causal, True, None, id=f"{str(dtype)[6:]}-{'causal' if causal else 'full'}")
       for dtype in DTYPES for causal in (False, True)],
-    # atomic dQ: the adds go to a float32 buffer, whose sums then go through dq's strides
-    pytest.param(torch.bfloat16, True, False, id="bfloat16-causal-atomic"),
-])
-def test_packed_qkv_at_odd_offset(dtype, causal, deterministic, device):
+    # atomic dQ: the adds go to a float32 buffer (dq's memory order for pointer atomics,
+    # (B, H, N, D) for TMA), whose sums then go through dq's strides
+    *[pytest.param(torch.bfloat16, True, False, mode, id=f"bfloat16-causal-atomic-{mode}")
+      for mode in ("pointer", "tma")],
+], indirect=["dq_adds"])
+def test_packed_qkv_at_odd_offset(dtype, causal, deterministic, dq_adds, device):
     # One gradient for the whole packed projection buffer, which starts at an odd element:
     # dq, dk, dv are scattered back into its interleaved (B, N, 3, H, D) layout.
     q, k, v = packed_qkv(1, 2, 45, 32, dtype, device, offset=1)
@@ -114,6 +122,38 @@ def test_backward_is_deterministic(device):
 # The atomic-dQ mode (deterministic=False)
 # ---------------------------------------------------------------------------------------
 
+def _interpreted_descriptor_reduce(self, kind, desc, value, offsets):
+    # The box's elements inside the descriptor's shape, added atomically; those outside are
+    # dropped, as TMA's cp.reduce.async.bulk.tensor clips them.
+    assert kind == ir.DESCRIPTOR_REDUCE_KIND.ADD
+    ptrs, inside = desc.materialize_pointers(offsets)
+    return self.create_atomic_rmw(ir.ATOMIC_OP.FADD, ptrs, value, TensorHandle(inside, tl.int1),
+                                  ir.MEM_SEMANTIC.RELAXED, ir.MEM_SYNC_SCOPE.GPU)
+
+
+@pytest.fixture
+def dq_adds(request, monkeypatch):
+    """How the atomic mode adds dQ, forced for the test (parametrize it indirectly):
+    "pointer", element-wise atomics, or "tma", one TMA bulk reduction per tile, or None (the
+    launcher's own choice). Under the interpreter "tma" lends Triton 3.6's InterpreterBuilder
+    the create_descriptor_reduce it lacks: a masked atomic add over the descriptor's box. So
+    on the CPU these tests check the kernel's descriptor, coordinates and clipping of ragged
+    rows and padded columns; the instruction itself runs only on the GPU."""
+    mode = getattr(request, "param", None)
+    if mode is None:
+        return None
+    tma = mode == "tma"
+    if tma and ON_GPU and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA reductions need sm_90 or later")
+    choose = attention_module._use_tma_dq
+    monkeypatch.setattr(attention_module, "_use_tma_dq",
+                        lambda requested, device: tma if requested is None else choose(requested, device))
+    if tma and tritonkit.INTERPRETED:
+        monkeypatch.setattr(InterpreterBuilder, "create_descriptor_reduce", _interpreted_descriptor_reduce,
+                            raising=False)
+    return mode
+
+
 # (B, H, Hkv, Nq, Nk, D, causal, dtype): why. Few cases: each runs the interpreter.
 ATOMIC_CASES = {
     (1, 4, 2, 67, 45, 16, True, torch.float16): "GQA 4/2, causal, Nq > Nk, ragged last key block",
@@ -123,13 +163,25 @@ ATOMIC_CASES = {
 }
 
 
+@pytest.mark.parametrize("dq_adds", ["pointer", "tma"], indirect=True)
 @pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype",
                          [pytest.param(*case, id=why) for case, why in ATOMIC_CASES.items()])
-def test_backward_atomic_dq(B, H, Hkv, Nq, Nk, D, causal, dtype, device):
+def test_backward_atomic_dq(B, H, Hkv, Nq, Nk, D, causal, dtype, dq_adds, device):
     check_backward(*make_qkv(B, H, Hkv, Nq, Nk, D, dtype, device), causal, deterministic=False)
 
 
-def test_atomic_dq_ignores_keys_past_nk(device):
+@pytest.mark.skipif(ON_GPU, reason="about the interpreter")
+def test_interpreter_has_no_tma_reduction():
+    # Why `dq_adds` lends one, and why tma_dq=None picks element-wise atomics on the CPU.
+    # Should a Triton release add it, drop the loan and let the interpreter run its own.
+    assert not hasattr(InterpreterBuilder, "create_descriptor_reduce")
+    assert not attention_module._use_tma_dq(None, torch.device("cpu"))
+    with pytest.raises(TypeError, match="tma_dq must be a bool or None, got int"):
+        attention_module._use_tma_dq(1, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("dq_adds", ["pointer", "tma"], indirect=True)
+def test_atomic_dq_ignores_keys_past_nk(dq_adds, device):
     # Scores near -140 give lse < -128 in base 2, so P^T = 2^(-lse2) of the zero-padded keys
     # past Nk overflows to inf; without their mask, inf * (K = 0) put NaN into the atomic dQ.
     q = 3 + 0.1 * torch.randn(1, 2, 20, 16, device=device)
@@ -343,19 +395,20 @@ def test_every_tuning_config(D, device):
     ref_o, ref_lse = attention_fwd(q, k, v, True, config=attention_module.fixed_configs(block_d)["fwd"])
     ref = attention_bwd(do, q, k, v, ref_o, ref_lse, True)
     kinds = {"fwd": attention_module._prune_fwd, "dkdv": attention_module._prune_dkdv, "dq": attention_module._prune_dq,
-             "dkdv_atomic": attention_module._prune_dkdv}
+             "dkdv_atomic": attention_module._prune_dkdv, "dkdv_tma": attention_module._prune_dkdv}
     for kind, prune in kinds.items():
-        atomic = kind == "dkdv_atomic"
+        atomic, tma = kind in ("dkdv_atomic", "dkdv_tma"), kind == "dkdv_tma"
         kept = prune([c.triton_config() for c in attention_module.autotune_configs(kind)], {}, BLOCK_D=block_d,
-                     ATOMIC_DQ=atomic)
+                     ATOMIC_DQ=atomic, DQ_TMA=tma)
         for c in kept:
             cfg = attention_module.TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
             if kind == "fwd":
                 o, _ = attention_fwd(q, k, v, True, config=cfg)
                 torch.testing.assert_close(o, ref_o, atol=2e-2, rtol=2e-2, msg=f"{kind} {cfg}")
             else:
+                extra = {"tma_dq": tma} if atomic else {}
                 got = attention_bwd(do, q, k, v, ref_o, ref_lse, True, deterministic=not atomic,
-                                    **{f"{kind.removesuffix('_atomic')}_config": cfg})
+                                    **{f"{kind.split('_')[0]}_config": cfg}, **extra)
                 pick = (0, 1, 2) if atomic else (1, 2) if kind == "dkdv" else (0,)
                 for i in pick:
                     torch.testing.assert_close(got[i], ref[i], atol=5e-2, rtol=5e-2, msg=f"{kind} {cfg}")

@@ -67,6 +67,25 @@ def test_specialization_key(jit_kernel):
                                               (1,), (x, x, 3, 2.0), {"BLOCK": 128, "EVEN": True})) is None
 
 
+def test_key_of_tensor_descriptors(jit_kernel):
+    # A host TensorDescriptor (an unhashable dataclass) enters the key as what Triton
+    # specialises it on, its dtype and block: base, shape and strides are launch arguments.
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def key(desc):
+        return _launch._specialization_key(Launch("t", jit_kernel, (1,), (desc, desc, 3, 2.0),
+                                                  {"BLOCK": 128, "EVEN": True}))
+
+    a, b = torch.zeros(2, 40, 64), torch.zeros(3, 70, 64)
+    descs = [TensorDescriptor(a, list(a.shape), list(a.stride()), [1, 16, 64]),
+             TensorDescriptor(b, list(b.shape), list(b.stride()), [1, 16, 64]),
+             TensorDescriptor(b, list(b.shape), list(b.stride()), [1, 32, 64]),
+             TensorDescriptor(b.half(), list(b.shape), list(b.stride()), [1, 32, 64])]
+    for d, e in itertools.combinations(descs, 2):
+        assert (key(d) == key(e)) == (_triton_specialization(d) == _triton_specialization(e)), (d, e)
+    assert key(descs[0]) == key(descs[1])
+
+
 def test_cached_launch_passes_every_parameter_in_order(jit_kernel, monkeypatch):
     # The second launch of a key goes straight to the compiled launcher: grid padded to 3 dims,
     # then every kernel parameter in order, constexprs included.

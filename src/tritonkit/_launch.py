@@ -26,6 +26,7 @@ from ._runtime import INTERPRETED  # first: it may switch on the interpreter bef
 
 import triton  # noqa: E402
 from triton import knobs  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 _recorders: list[tuple[list["Launch"], bool]] = []
 _compiled: dict[tuple, Any] = {}  # specialisation key -> triton CompiledKernel
@@ -81,18 +82,26 @@ def _specialization_key(launch: Launch) -> tuple | None:
     shape takes Triton's own path once), the constexprs, launch options, kernel and device.
     Built in one pass with no calls per argument: it runs on every launch. None (take
     Triton's path) for anything but a plain JITFunction without pre-run hooks given all its
-    arguments as tensors, ints, floats, bools or None."""
+    arguments as tensors, tensor descriptors, ints, floats, bools or None."""
     kernel = launch.kernel
     names = _constexpr_names(kernel) if type(kernel).__name__ == "JITFunction" else None
     if names is None or len(launch.args) + len(names) != len(kernel.params) or kernel.pre_run_hooks:
         return None
     Tensor = torch.Tensor
     values = tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, Tensor)
-                   else a if type(a) in _PLAIN else _OTHER for a in launch.args)
-    if _OTHER in values:  # a tensor descriptor, say: Triton's path, and no reference kept
+                   else a if type(a) in _PLAIN
+                   else _descriptor_key(a) if isinstance(a, TensorDescriptor) else _OTHER for a in launch.args)
+    if _OTHER in values:  # an argument the key cannot describe: Triton's path, no reference kept
         return None
     return (id(kernel), _driver().get_current_device(), values, tuple(launch.constexprs.items()),
             launch.num_warps, launch.num_stages)
+
+
+def _descriptor_key(desc: TensorDescriptor) -> tuple:
+    """What Triton 3.6 specialises a host tensor descriptor on: its dtype and block (the
+    signature type tensordesc<fp32[1, 1, 64, 128]>); base, shape and strides are passed at
+    launch. (A TensorDescriptor is a mutable dataclass, so it cannot be a key itself.)"""
+    return ("tensordesc", desc.base.dtype, tuple(desc.block_shape), desc.padding)
 
 
 _constexpr_names_cache: dict[int, tuple[str, ...] | None] = {}
