@@ -1,20 +1,13 @@
 """Time every attention tile config on the GPU beside SDPA's FA2 and cuDNN, in one process.
 
     PYTHONPATH=src python3 scripts/attention_tune.py [--shapes 4,32,32,4096,128,2 ...]
-        [--extra] [--autotune] [--atomic]
+        [--extra] [--autotune]
 
 Compiles all configs first in parallel worker processes (they fill Triton's on-disk cache),
 then times each pass with each config (triton.testing.do_bench, median), the forward alone
 and the whole backward (preprocess + dK/dV + dQ; one of the two kernels swept while the
 other keeps its fixed config). --extra times the fixed configs on the other bench shapes;
 --autotune runs the autotuned launchers once and prints what they chose.
-
---atomic instead studies the atomic-dQ backward (deterministic=False): on each of
-ATOMIC_SHAPES (or --shapes) it times the whole backward (preprocess, zeroing, dK/dV with
-atomic dQ, the final cast) in both of its ways of adding dQ, element-wise pointer atomics
-and TMA bulk reductions (tma_dq=False / True), with a few dK/dV configs each (ATOMIC_STUDY),
-each first checked against the deterministic backward, beside the deterministic backward
-and SDPA's FA2 and cuDNN backward, and ends with a table. About 3 minutes on the H200.
 
 --tma (alone, or with the others): the forward through pointers and through tensor
 descriptors (TMA), over a few configs each, on the bench shapes (D=64, D=128 at
@@ -66,9 +59,6 @@ def tasks_for(D):
 def run_once(kind, cfg, causal, q, k, v, do, o=None, lse=None):
     if kind == "fwd":
         return A.attention_fwd(q, k, v, causal, config=cfg)
-    if kind in ("dkdv_atomic", "dkdv_tma"):
-        return A.attention_bwd(do, q, k, v, o, lse, causal, deterministic=False, dkdv_config=cfg,
-                               tma_dq=kind == "dkdv_tma")
     return A.attention_bwd(do, q, k, v, o, lse, causal, **{f"{kind}_config": cfg})
 
 
@@ -166,98 +156,6 @@ def sweep(shape, causal):
     for name, (fwd, bwd) in peers(q, k, v, do, causal).items():
         print(f"  peer {name:6} fwd {fwd:7.3f} ms {ff / fwd / 1e9:6.1f} TFLOP/s   "
               f"bwd {bwd:7.3f} ms {fb / bwd / 1e9:6.1f} TFLOP/s")
-
-
-# The atomic study: bench shapes (B, H, Hkv, N, D), causal; and the dK/dV configs to try per
-# head-dim block and way of adding dQ, after the fixed config. Chosen from sm_90 builds
-# (ptxas, triton 3.6; notes/attention.md): no or small spills, shared memory within 227 KB.
-# Pointer atomics: 64x128 w8 s3 was best in the first GPU run, the rest within a few percent.
-ATOMIC_SHAPES = [((4, 32, 32, 4096, 64), False), ((4, 32, 32, 4096, 128), False),
-                 ((4, 32, 32, 4096, 128), True), ((4, 16, 16, 4096, 256), False),
-                 ((4, 32, 8, 4096, 128), False), ((4, 32, 32, 16384, 128), True)]
-ATOMIC_STUDY = {
-    "dkdv_atomic": {64: [(64, 128, 8, 3), (64, 64, 8, 3)], 128: [(64, 128, 8, 3), (64, 64, 8, 3)],
-                    256: [(32, 64, 8, 2), (32, 64, 8, 3)]},
-    "dkdv_tma": {64: [(64, 128, 8, 3), (64, 64, 8, 3), (32, 128, 8, 3)],
-                 128: [(64, 128, 8, 3), (64, 128, 8, 2), (64, 64, 8, 3), (32, 128, 8, 3)],
-                 256: [(32, 64, 8, 2)]},
-}
-MODES = {"dkdv_atomic": "pointer", "dkdv_tma": "tma"}
-
-
-def study_configs(kind, D):
-    block_d = A._block_d(D)
-    fixed = A.fixed_configs(block_d)[kind]
-    tried = next(cfgs for bd, cfgs in sorted(ATOMIC_STUDY[kind].items()) if block_d <= bd)
-    return [fixed, *(c for c in (A.TileConfig(*t) for t in tried) if c != fixed)]
-
-
-def rel_diff(got, want):
-    return max(((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(got, want))
-
-
-def atomic_case(shape, causal):
-    """The atomic backward per way and config, checked against the deterministic one, beside
-    it and SDPA."""
-    B, H, Hkv, N, D = shape
-    q, k, v, do = inputs(B, H, Hkv, N, D)
-    fb = flops(B, H, N, D, causal, True)
-    o, lse = A.attention_fwd(q, k, v, causal)
-    want = A.attention_bwd(do, q, k, v, o, lse, causal)
-    label = f"B={B} H={H}/{Hkv} N={N} D={D} {'causal' if causal else 'full'}"
-    print(f"\n== {label}")
-    rates = {"deterministic": fb / bench(lambda: A.attention_bwd(do, q, k, v, o, lse, causal)) / 1e9}
-    print(f"  deterministic (fixed configs)        {rates['deterministic']:6.1f} TFLOP/s")
-    best_names = {}
-    for kind, mode in MODES.items():
-        fixed = A.fixed_configs(A._block_d(D))[kind]
-        timed = []
-        for cfg in study_configs(kind, D):
-            name = f"{cfg.block_m}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}"
-            try:
-                err = rel_diff(run_once(kind, cfg, causal, q, k, v, do, o, lse), want)
-                if not err < 2e-2:
-                    print(f"  {mode:7} {name:16} WRONG: relative difference {err:.2e} from the deterministic backward")
-                    continue
-                tf = fb / bench(lambda: run_once(kind, cfg, causal, q, k, v, do, o, lse)) / 1e9
-            except Exception as err:
-                print(f"  {mode:7} {name:16} failed: {type(err).__name__}: {str(err).splitlines()[0][:100]}")
-                continue
-            timed.append((tf, name, cfg == fixed))
-            print(f"  {mode:7} {name:16} {'(fixed)' if cfg == fixed else '':9}  {tf:6.1f} TFLOP/s  "
-                  f"(difference from deterministic {err:.1e})")
-        best = max(timed, default=None)
-        rates[f"{mode} fixed"] = next((tf for tf, _, is_fixed in timed if is_fixed), None)
-        rates[f"{mode} best"] = best[0] if best else None
-        best_names[mode] = best[1] if best else "-"
-    for peer, (_, bwd) in peers(q, k, v, do, causal).items():
-        rates[peer] = fb / bwd / 1e9
-        print(f"  SDPA {peer:6} backward                  {rates[peer]:6.1f} TFLOP/s")
-    return label, rates, best_names
-
-
-def atomic_study(cases, workers):
-    jobs = {}  # one compile per specialisation: N only matters through its divisibility
-    for s, c in cases:
-        kinds = [(kind, cfg) for kind in MODES for cfg in study_configs(kind, s[4])]
-        kinds += [(kind, cfg) for kind, cfg in A.fixed_configs(A._block_d(s[4])).items() if kind not in MODES]
-        for kind, cfg in kinds:
-            jobs.setdefault((s[:3], s[4], c, kind, cfg), (s, c, kind, cfg))
-    if DEVICE.type == "cuda":
-        precompile(list(jobs.values()), workers)
-    start = time.time()
-    rows = [atomic_case(s, c) for s, c in cases]
-    cols = ["deterministic", "pointer best", "tma fixed", "tma best", "FA2", "cuDNN"]
-    print(f"\nAtomic-dQ backward, bf16, TFLOP/s (2.5 x 4*B*H*N^2*D, half when causal); "
-          f"timed in {time.time() - start:.0f}s")
-    print(f"{'case':<34}" + "".join(f"{c:>14}" for c in cols) + f"{'tma/det':>9}{'tma/ptr':>9}{'tma/cuDNN':>10}"
-          + "  best pointer / tma config")
-    for label, rates, names in rows:
-        cells = "".join(f"{rates[c]:>14.1f}" if rates.get(c) else f"{'-':>14}" for c in cols)
-        tma = rates.get("tma best")
-        ratios = "".join(f"{tma / rates[c]:>{w}.2f}" if tma and rates.get(c) else f"{'-':>{w}}"
-                         for c, w in (("deterministic", 9), ("pointer best", 9), ("cuDNN", 10)))
-        print(f"{label:<34}{cells}{ratios}  {names['pointer']} / {names['tma']}")
 
 
 def fixed_case(shape, causal):
@@ -421,27 +319,21 @@ def _sdpa(q, k, v, causal):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shapes", nargs="+", metavar="B,H,Hkv,N,D,C",
-                        help="shapes to sweep every config on (default 4,32,32,4096,128,2), or with "
-                             "--atomic the shapes to study (default ATOMIC_SHAPES); C: 0 full, 1 causal, 2 both")
+    parser.add_argument("--shapes", nargs="+", default=["4,32,32,4096,128,2"], metavar="B,H,Hkv,N,D,C",
+                        help="shapes to sweep every config on; C: 0 full, 1 causal, 2 both")
     parser.add_argument("--no-sweep", action="store_true")
     parser.add_argument("--extra", action="store_true")
     parser.add_argument("--autotune", action="store_true")
-    parser.add_argument("--atomic", action="store_true", help="study the atomic-dQ backward only")
     parser.add_argument("--tma", action="store_true", help="the forward's pointer/TMA/warp-specialized paths")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     args = parser.parse_args()
     if args.tma:
         tma_sweep(args.workers)
-        if not (args.extra or args.autotune or args.atomic or "--shapes" in sys.argv):
+        if not (args.extra or args.autotune or "--shapes" in sys.argv):
             return 0
-    parsed = [tuple(int(x) for x in s.split(",")) for s in args.shapes or ["4,32,32,4096,128,2"]]
+    parsed = [tuple(int(x) for x in s.split(",")) for s in args.shapes]
     shapes = [p[:5] for p in parsed]
     causals = [{0: (False,), 1: (True,), 2: (False, True)}[p[5] if len(p) > 5 else 2] for p in parsed]
-    if args.atomic:
-        atomic_study([(s, c) for s, cs in zip(shapes, causals) for c in cs] if args.shapes else ATOMIC_SHAPES,
-                     args.workers)
-        return 0
     extra = [((4, 32, 32, 4096, 64), False), ((4, 32, 32, 16384, 64), True), ((4, 16, 16, 4096, 256), False),
              ((4, 32, 8, 4096, 128), False), ((4, 32, 32, 16384, 128), True), ((4, 32, 32, 16384, 128), False)]
     jobs = []

@@ -1,13 +1,9 @@
 """tritonkit.attention, backward: gradients through torch.autograd.grad with a random
 upstream gradient, against float64 reference gradients, with SDPA's error as the yardstick;
-determinism; the atomic-dQ mode (deterministic=False), with its dQ tiles added by
-element-wise atomics and by TMA bulk reductions; the module API; and the
-torch.compile(fullgraph=True) trace.
+determinism; the module API; and the torch.compile(fullgraph=True) trace.
 
 Interpreter notes as in test_attention.py: bf16 operands of tl.dot go through fp32 under
-the interpreter only, and its truncating bf16 casts get the wider gradient eps. Triton
-3.6's interpreter cannot run a TMA reduction (`tensor_descriptor.atomic_add`): the
-`dq_adds` fixture lends it one for the "tma" tests (see there).
+the interpreter only, and its truncating bf16 casts get the wider gradient eps.
 """
 
 import copy
@@ -21,14 +17,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import tritonkit  # first: on a CPU it switches Triton to its interpreter
-import triton.language as tl
-from triton._C.libtriton import ir
-from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+import tritonkit
 from tritonkit.ops import attention as attention_module
 from tritonkit.ops.attention import attention_bwd, attention_fwd, attention_reference
 from tritonkit.registry.attention import packed_qkv
-from _tolerance import assert_close_to_reference, eps_for, relative_error
+from _tolerance import assert_close_to_reference, eps_for
 from conftest import ON_GPU
 from test_attention import CASE_PARAMS, DTYPES, make_qkv, poison_outputs, sdpa  # noqa: F401 (fixture)
 
@@ -40,10 +33,9 @@ def grads(fn, leaves, upstream):
     return torch.autograd.grad(fn(*leaves), leaves, upstream)
 
 
-def check_backward(q, k, v, causal, upstream=None, scale=None, deterministic=True):
+def check_backward(q, k, v, causal, upstream=None, scale=None):
     upstream = torch.randn_like(q) if upstream is None else upstream
-    ours = grads(lambda *t: tritonkit.attention(*t, causal=causal, scale=scale, deterministic=deterministic),
-                 (q, k, v), upstream)
+    ours = grads(lambda *t: tritonkit.attention(*t, causal=causal, scale=scale), (q, k, v), upstream)
     theirs = grads(lambda *t: sdpa(*t, causal, scale, flash_first=True), (q, k, v), upstream)
     wide = grads(lambda *t: attention_reference(*t, causal, scale, upcast=False),
                  [t.double() for t in (q, k, v)], upstream.double())
@@ -62,15 +54,9 @@ def test_backward(B, H, Hkv, Nq, Nk, D, causal, dtype, device):
     check_backward(*make_qkv(B, H, Hkv, Nq, Nk, D, dtype, device), causal)
 
 
-@pytest.mark.parametrize("dtype,causal,deterministic,dq_adds", [
-    *[pytest.param(dtype, causal, True, None, id=f"{str(dtype)[6:]}-{'causal' if causal else 'full'}")
-      for dtype in DTYPES for causal in (False, True)],
-    # atomic dQ: the adds go to a float32 buffer (dq's memory order for pointer atomics,
-    # (B, H, N, D) for TMA), whose sums then go through dq's strides
-    *[pytest.param(torch.bfloat16, True, False, mode, id=f"bfloat16-causal-atomic-{mode}")
-      for mode in ("pointer", "tma")],
-], indirect=["dq_adds"])
-def test_packed_qkv_at_odd_offset(dtype, causal, deterministic, dq_adds, device):
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_packed_qkv_at_odd_offset(dtype, causal, device):
     # One gradient for the whole packed projection buffer, which starts at an odd element:
     # dq, dk, dv are scattered back into its interleaved (B, N, 3, H, D) layout.
     q, k, v = packed_qkv(1, 2, 45, 32, dtype, device, offset=1)
@@ -85,7 +71,7 @@ def test_packed_qkv_at_odd_offset(dtype, causal, deterministic, dq_adds, device)
         return torch.autograd.grad(fn(*views(buffer)), buffer, upstream)[0]
 
     assert torch.equal(views(storage)[1], k)
-    ours = through(lambda *t: tritonkit.attention(*t, causal=causal, deterministic=deterministic), storage)
+    ours = through(lambda *t: tritonkit.attention(*t, causal=causal), storage)
     theirs = through(lambda *t: sdpa(*t, causal, flash_first=True), storage)
     wide = storage.detach().double().requires_grad_()
     ref = torch.autograd.grad(attention_reference(*views(wide), causal, upcast=False), wide, upstream.double())[0]
@@ -118,106 +104,6 @@ def test_backward_is_deterministic(device):
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
-# ---------------------------------------------------------------------------------------
-# The atomic-dQ mode (deterministic=False)
-# ---------------------------------------------------------------------------------------
-
-def _interpreted_descriptor_reduce(self, kind, desc, value, offsets):
-    # The box's elements inside the descriptor's shape, added atomically; those outside are
-    # dropped, as TMA's cp.reduce.async.bulk.tensor clips them.
-    assert kind == ir.DESCRIPTOR_REDUCE_KIND.ADD
-    ptrs, inside = desc.materialize_pointers(offsets)
-    return self.create_atomic_rmw(ir.ATOMIC_OP.FADD, ptrs, value, TensorHandle(inside, tl.int1),
-                                  ir.MEM_SEMANTIC.RELAXED, ir.MEM_SYNC_SCOPE.GPU)
-
-
-@pytest.fixture
-def dq_adds(request, monkeypatch):
-    """How the atomic mode adds dQ, forced for the test (parametrize it indirectly):
-    "pointer", element-wise atomics, or "tma", one TMA bulk reduction per tile, or None (the
-    launcher's own choice). Under the interpreter "tma" lends Triton 3.6's InterpreterBuilder
-    the create_descriptor_reduce it lacks: a masked atomic add over the descriptor's box. So
-    on the CPU these tests check the kernel's descriptor, coordinates and clipping of ragged
-    rows and padded columns; the instruction itself runs only on the GPU."""
-    mode = getattr(request, "param", None)
-    if mode is None:
-        return None
-    tma = mode == "tma"
-    if tma and ON_GPU and torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("TMA reductions need sm_90 or later")
-    choose = attention_module._use_tma_dq
-    monkeypatch.setattr(attention_module, "_use_tma_dq",
-                        lambda requested, device: tma if requested is None else choose(requested, device))
-    if tma and tritonkit.INTERPRETED:
-        monkeypatch.setattr(InterpreterBuilder, "create_descriptor_reduce", _interpreted_descriptor_reduce,
-                            raising=False)
-    return mode
-
-
-# (B, H, Hkv, Nq, Nk, D, causal, dtype): why. Few cases: each runs the interpreter.
-ATOMIC_CASES = {
-    (1, 4, 2, 67, 45, 16, True, torch.float16): "GQA 4/2, causal, Nq > Nk, ragged last key block",
-    (1, 2, 2, 45, 130, 80, False, torch.bfloat16): "Nq < Nk, D=80 padded: masked head-dim columns",
-    (2, 4, 2, 33, 33, 128, True, torch.bfloat16): "GQA, causal, D=128, odd Nq = Nk, batch 2",
-    (1, 1, 1, 64, 64, 32, False, torch.float16): "lengths a multiple of every block: no row or key mask",
-}
-
-
-@pytest.mark.parametrize("dq_adds", ["pointer", "tma"], indirect=True)
-@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal,dtype",
-                         [pytest.param(*case, id=why) for case, why in ATOMIC_CASES.items()])
-def test_backward_atomic_dq(B, H, Hkv, Nq, Nk, D, causal, dtype, dq_adds, device):
-    check_backward(*make_qkv(B, H, Hkv, Nq, Nk, D, dtype, device), causal, deterministic=False)
-
-
-@pytest.mark.skipif(ON_GPU, reason="about the interpreter")
-def test_interpreter_has_no_tma_reduction():
-    # Why `dq_adds` lends one, and why tma_dq=None picks element-wise atomics on the CPU.
-    # Should a Triton release add it, drop the loan and let the interpreter run its own.
-    assert not hasattr(InterpreterBuilder, "create_descriptor_reduce")
-    assert not attention_module._use_tma_dq(None, torch.device("cpu"))
-    with pytest.raises(TypeError, match="tma_dq must be a bool or None, got int"):
-        attention_module._use_tma_dq(1, torch.device("cpu"))
-
-
-@pytest.mark.parametrize("dq_adds", ["pointer", "tma"], indirect=True)
-def test_atomic_dq_ignores_keys_past_nk(dq_adds, device):
-    # Scores near -140 give lse < -128 in base 2, so P^T = 2^(-lse2) of the zero-padded keys
-    # past Nk overflows to inf; without their mask, inf * (K = 0) put NaN into the atomic dQ.
-    q = 3 + 0.1 * torch.randn(1, 2, 20, 16, device=device)
-    k = -3 - 0.1 * torch.randn(1, 2, 45, 16, device=device)
-    v = torch.randn(1, 2, 45, 16, device=device)
-    check_backward(q.half(), k.half(), v.half(), causal=False, scale=1.0, deterministic=False)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_atomic_and_deterministic_agree(dtype, device):
-    q, k, v = make_qkv(1, 4, 2, 77, 90, 64, dtype, device)
-    upstream = torch.randn_like(q)
-    det = grads(lambda *t: tritonkit.attention(*t, causal=True), (q, k, v), upstream)
-    atomic = grads(lambda *t: tritonkit.attention(*t, causal=True, deterministic=False), (q, k, v), upstream)
-    # dq: the same sums in another order (and P recomputed in other tiles), one rounding
-    # apart; bf16 wider, as the interpreter's dQ pass truncates where torch's cast rounds.
-    assert relative_error(atomic[0], det[0]) < {torch.float16: 1e-3, torch.bfloat16: 1e-2}[dtype]
-    fixed = attention_module.fixed_configs(attention_module._block_d(64))
-    for a, b in zip(atomic[1:], det[1:]):  # dk, dv: the same kernel code, atomics aside
-        if fixed["dkdv"] == fixed["dkdv_atomic"]:
-            assert torch.equal(a, b)
-        else:
-            assert relative_error(a, b) < 1e-2
-
-
-def test_deterministic_must_be_a_bool(device):
-    q, k, v = make_qkv(1, 2, 2, 8, 8, 32, torch.float16, device)
-    with pytest.raises(TypeError, match="deterministic must be a bool, got str"):
-        tritonkit.attention(q, k, v, deterministic="no")
-    with pytest.raises(TypeError, match="deterministic must be a bool, got int"):
-        tritonkit.nn.Attention(64, 2, deterministic=0)
-    o, lse = attention_fwd(q, k, v)
-    with pytest.raises(TypeError, match="deterministic must be a bool, got NoneType"):
-        attention_bwd(torch.randn_like(q), q, k, v, o, lse, deterministic=None)
-
-
 def test_backward_launcher_alone(device):
     # The backward kernels fed our forward's saved tensors, with no autograd in between.
     q, k, v = make_qkv(1, 2, 2, 40, 40, 32, torch.float16, device)
@@ -233,10 +119,9 @@ def test_backward_launcher_alone(device):
         attention_bwd(do, q, k, v, o, lse.half(), True)
 
 
-@pytest.mark.parametrize("deterministic", [True, False])
-def test_custom_op_registrations(deterministic, device):
+def test_custom_op_registrations(device):
     q, k, v = make_qkv(1, 2, 1, 24, 18, 16, torch.float16, device, requires_grad=True)
-    torch.library.opcheck(torch.ops.tritonkit.attention_fwd.default, (q, k, v, True, 0.25, deterministic))
+    torch.library.opcheck(torch.ops.tritonkit.attention_fwd.default, (q, k, v, True, 0.25))
 
 
 # ---------------------------------------------------------------------------------------
@@ -250,12 +135,11 @@ def torch_attention_module(module: tritonkit.nn.Attention, x: torch.Tensor) -> t
     return module.proj(o.transpose(1, 2).flatten(2))
 
 
-@pytest.mark.parametrize("kv_heads,deterministic", [(4, True), (2, True), (2, False)])
-def test_nn_attention_matches_torch(kv_heads, deterministic, device):
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_nn_attention_matches_torch(kv_heads, device):
     torch.manual_seed(1)
     dtype = torch.bfloat16
-    module = tritonkit.nn.Attention(128, 4, kv_heads, causal=True, bias=True, device=device, dtype=dtype,
-                                    deterministic=deterministic)
+    module = tritonkit.nn.Attention(128, 4, kv_heads, causal=True, bias=True, device=device, dtype=dtype)
     x = torch.randn(2, 37, 128, device=device, dtype=dtype, requires_grad=True)
     params = [x, *module.parameters()]
     out = module(x)
@@ -283,8 +167,7 @@ def test_nn_attention_refuses_bad_shapes():
         tritonkit.nn.Attention(48, 4)
 
 
-@pytest.mark.parametrize("deterministic", [True, False])
-def test_compile_fullgraph_traces_forward_and_backward(deterministic, device):
+def test_compile_fullgraph_traces_forward_and_backward(device):
     # fullgraph=True fails on any graph break; the captured graphs must call our custom ops
     # (the kernels stay opaque to the compiler). aot_eager keeps CI fast; on the CPU the
     # compiled graph calls the interpreter.
@@ -301,8 +184,7 @@ def test_compile_fullgraph_traces_forward_and_backward(deterministic, device):
 
     torch._dynamo.reset()
     torch.manual_seed(2)
-    module = tritonkit.nn.Attention(64, 4, 2, causal=True, device=device, dtype=torch.float16,
-                                    deterministic=deterministic)
+    module = tritonkit.nn.Attention(64, 4, 2, causal=True, device=device, dtype=torch.float16)
     x = torch.randn(2, 19, 64, device=device, dtype=torch.float16, requires_grad=True)
     compiled = torch.compile(module, fullgraph=True, backend=aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw")))
     try:
@@ -313,7 +195,6 @@ def test_compile_fullgraph_traces_forward_and_backward(deterministic, device):
         torch._dynamo.reset()
     assert "tritonkit.attention_fwd" in graphs["fw"]
     assert "tritonkit.attention_bwd" in graphs["bw"]
-    assert f"{deterministic})" in graphs["bw"].split("tritonkit.attention_bwd")[1].splitlines()[0]
     eager_out = module(x)
     want = torch.autograd.grad(eager_out, [x, *module.parameters()], upstream)
     torch.testing.assert_close(out, eager_out, atol=1e-3, rtol=1e-3)
@@ -337,10 +218,9 @@ def test_train_lm_example_smoke():
 # ---------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("deterministic", [True, False])
-def test_long_sequence_backward(deterministic, device):
+def test_long_sequence_backward(device):
     q, k, v = make_qkv(1, 2, 1, 16384, 16384, 128, torch.bfloat16, device)
-    check_backward(q, k, v, causal=True, deterministic=deterministic)
+    check_backward(q, k, v, causal=True)
 
 
 @pytest.mark.gpu
@@ -365,15 +245,14 @@ def test_peak_memory_against_flash_attention(device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("deterministic", [True, False])
-def test_int64_offsets(deterministic, device):
-    # 2**31 elements per tensor: batch offsets pass int32 (the atomic mode's float32 dQ
-    # buffer too). Only the first and last batch entries are checked against SDPA there.
+def test_int64_offsets(device):
+    # 2**31 elements per tensor: batch offsets pass int32. Only the first and last batch
+    # entries are checked against SDPA on those slices.
     B, H, N, D = 4096, 32, 128, 128
     q, k, v = make_qkv(B, H, H, N, N, D, torch.bfloat16, device)
     upstream = torch.randn_like(q)
     leaves = [t.requires_grad_() for t in (q, k, v)]
-    out = tritonkit.attention(*leaves, causal=True, deterministic=deterministic)
+    out = tritonkit.attention(*leaves, causal=True)
     dq, dk, dv = torch.autograd.grad(out, leaves, upstream)
     for b in (0, B - 1):
         sl = [t.detach()[b:b + 1].requires_grad_() for t in (q, k, v)]
@@ -394,21 +273,17 @@ def test_every_tuning_config(D, device):
     block_d = attention_module._block_d(D)
     ref_o, ref_lse = attention_fwd(q, k, v, True, config=attention_module.fixed_configs(block_d)["fwd"])
     ref = attention_bwd(do, q, k, v, ref_o, ref_lse, True)
-    kinds = {"fwd": attention_module._prune_fwd, "dkdv": attention_module._prune_dkdv, "dq": attention_module._prune_dq,
-             "dkdv_atomic": attention_module._prune_dkdv, "dkdv_tma": attention_module._prune_dkdv}
+    kinds = {"fwd": attention_module._prune_fwd, "dkdv": attention_module._prune_dkdv, "dq": attention_module._prune_dq}
     for kind, prune in kinds.items():
-        atomic, tma = kind in ("dkdv_atomic", "dkdv_tma"), kind == "dkdv_tma"
-        kept = prune([c.triton_config() for c in attention_module.autotune_configs(kind)], {}, BLOCK_D=block_d,
-                     ATOMIC_DQ=atomic, DQ_TMA=tma)
+        kept = prune([c.triton_config() for c in attention_module.autotune_configs(kind)], {}, BLOCK_D=block_d)
         for c in kept:
             cfg = attention_module.TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
             if kind == "fwd":
                 o, _ = attention_fwd(q, k, v, True, config=cfg)
                 torch.testing.assert_close(o, ref_o, atol=2e-2, rtol=2e-2, msg=f"{kind} {cfg}")
             else:
-                extra = {"tma_dq": tma} if atomic else {}
-                got = attention_bwd(do, q, k, v, ref_o, ref_lse, True, deterministic=not atomic,
-                                    **{f"{kind.split('_')[0]}_config": cfg}, **extra)
-                pick = (0, 1, 2) if atomic else (1, 2) if kind == "dkdv" else (0,)
+                got = attention_bwd(do, q, k, v, ref_o, ref_lse, True,
+                                    **{f"{kind}_config": cfg})
+                pick = (1, 2) if kind == "dkdv" else (0,)
                 for i in pick:
                     torch.testing.assert_close(got[i], ref[i], atol=5e-2, rtol=5e-2, msg=f"{kind} {cfg}")

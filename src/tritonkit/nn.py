@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .ops.attention import _check_deterministic, attention
+from .ops.attention import attention
 
 
 class Attention(torch.nn.Module):
@@ -16,14 +16,11 @@ class Attention(torch.nn.Module):
     dim: model width, a multiple of num_heads; head_dim = dim // num_heads must be a multiple
     of 8 from 16 to 256. num_kv_heads: heads of k and v (grouped-query attention), dividing
     num_heads; None means num_heads. causal: each position attends to itself and earlier ones.
-    bias: whether both projections have a bias. deterministic: False selects the faster
-    atomic-dQ attention backward, whose gradients vary in their last bits from run to run
-    (see `tritonkit.attention`).
+    bias: whether both projections have a bias.
     """
 
     def __init__(self, dim: int, num_heads: int, num_kv_heads: int | None = None, causal: bool = True,
-                 bias: bool = False, device: torch.device | None = None, dtype: torch.dtype | None = None,
-                 deterministic: bool = True):
+                 bias: bool = False, device: torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads < 1 or dim % num_heads != 0:
@@ -34,7 +31,7 @@ class Attention(torch.nn.Module):
         if head_dim % 8 != 0 or not 16 <= head_dim <= 256:
             raise ValueError(f"head_dim {head_dim} (dim / num_heads); supported: multiples of 8 from 16 to 256")
         self.dim, self.num_heads, self.num_kv_heads, self.head_dim = dim, num_heads, num_kv_heads, head_dim
-        self.causal, self.deterministic = causal, _check_deterministic(deterministic)
+        self.causal = causal
         factory = dict(device=device, dtype=dtype)
         self.qkv = torch.nn.Linear(dim, (num_heads + 2 * num_kv_heads) * head_dim, bias=bias, **factory)
         self.proj = torch.nn.Linear(num_heads * head_dim, dim, bias=bias, **factory)
@@ -49,10 +46,9 @@ class Attention(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.split_heads(x)
-        # o is laid out (B, N, H, D) in memory, like q
-        o = attention(q, k, v, causal=self.causal, deterministic=self.deterministic)
+        o = attention(q, k, v, causal=self.causal)  # laid out (B, N, H, D) in memory, like q
         return self.proj(o.transpose(1, 2).flatten(2))
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
-                f"causal={self.causal}" + ("" if self.deterministic else ", deterministic=False"))
+                f"causal={self.causal}")

@@ -67,7 +67,7 @@ def _seed_table(rows: list[Measurement], eager: str) -> str:
 
 
 def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling: float) -> str:
-    providers = ["tritonkit", *entry.variants, *entry.peers]
+    providers = ["tritonkit", *entry.peers]
     for rows in measured.values():
         providers += [m.provider for m in rows if m.provider not in providers]
     unit = next(iter(measured.values()))[0].unit
@@ -116,28 +116,24 @@ def _plot(path: str, results: list[Measurement]) -> None:
     fig.savefig(path, dpi=110)
 
 
-def _summary(results: list[Measurement], ceilings: dict[str, float], variants: frozenset[str] = frozenset()) -> str:
-    """One line per case for tritonkit, and one for each of its variants (other modes of the
-    op, named in its entry) that ran, each against the best peer; variants are not peers."""
+def _summary(results: list[Measurement], ceilings: dict[str, float]) -> str:
     lines = ["", "Summary: tritonkit against the best peer in this run",
-             f"{'case':<44}{'tritonkit':>12}{'best peer':>28}{'ratio':>8}{'%ceil':>7}",
+             f"{'case':<36}{'tritonkit':>12}{'best peer':>28}{'ratio':>8}{'%ceil':>7}",
              "(GB/s for add and softmax, TFLOP/s for attention; ratio > 1 means tritonkit is faster)"]
     cases = dict.fromkeys((m.op, m.case) for m in results)
     for op, case in cases:
         rows = [m for m in results if (m.op, m.case) == (op, case)]
         ours = next((m for m in rows if m.provider == "tritonkit"), None)
-        peers = [m for m in rows if m.provider != "tritonkit" and m.provider not in variants and m.rate]
+        peers = [m for m in rows if m.provider != "tritonkit" and m.rate]
         best = max(peers, key=lambda m: m.rate, default=None)
         if not ours or not ours.rate:
-            lines.append(f"{op + ' ' + case:<44}{'n/a':>12}")
+            lines.append(f"{op + ' ' + case:<36}{'n/a':>12}")
             continue
-        for m in [ours] + [m for m in rows if m.provider in variants and m.rate]:
-            label = f"{op} {case}" + ("" if m is ours else f" ({m.provider.removeprefix('tritonkit ')})")
-            best_txt = f"{best.provider} {best.rate:.0f}" if best else "-"
-            ratio = f"{m.rate / best.rate:.2f}" if best else "-"
-            ceil = ceilings.get(m.unit)
-            pct = f"{100 * m.rate / ceil:.0f}%" if ceil else "-"
-            lines.append(f"{label:<44}{m.rate:>12.4g}{best_txt:>28}{ratio:>8}{pct:>7}")
+        best_txt = f"{best.provider} {best.rate:.0f}" if best else "-"
+        ratio = f"{ours.rate / best.rate:.2f}" if best else "-"
+        ceil = ceilings.get(ours.unit)
+        pct = f"{100 * ours.rate / ceil:.0f}%" if ceil else "-"
+        lines.append(f"{op + ' ' + case:<36}{ours.rate:>12.4g}{best_txt:>28}{ratio:>8}{pct:>7}")
     return "\n".join(lines)
 
 
@@ -217,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         _plot(args.plot, results)
         print(f"wrote {args.plot}")
-    print(_summary(results, ceilings, frozenset(v for name in names for v in catalogue[name].variants)))
+    print(_summary(results, ceilings))
     if not on_gpu:
         print("(interpreter run: these rates are not GPU timings; run on a CUDA machine to measure speed)")
     return 0

@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compile the kernel(s) a tritonkit op would launch for an input, with the "
                     "launcher's specialisation, and show what they became. Needs no GPU.")
     parser.add_argument("op", nargs="?", help="op name from the catalogue (add, softmax, attention, ...)")
-    parser.add_argument("--pass", dest="pass_", default="all", help="a pass of the op (fwd, bwd, ...; --list shows them) or all (default all)")
+    parser.add_argument("--pass", dest="pass_", default="all", help="fwd, bwd or all (default all)")
     parser.add_argument("--shape", type=_parse_shape, default=None, help="input shape, e.g. 4096,4096")
     parser.add_argument("--dtype", default=None, help="fp32, fp16 or bf16 (default: the op's)")
     parser.add_argument("--offset", type=int, default=0,

@@ -15,13 +15,9 @@ Passes:
      group one after the other, so dK and dV of grouped-query attention are summed over the
      group in a fixed order.
   3. dQ: one program per (query block, head, batch), walking the key blocks.
-  Recomputing P in both 2 and 3 costs 7 block matrix products per tile instead of 5.
-- backward, atomic dQ (deterministic=False, opt-in): 1, then 2 with ATOMIC_DQ set, which
-  also adds each tile's dS K into a zeroed float32 dQ buffer with atomic adds (5 products
-  a tile, no pass 3), then one torch op scales that buffer into dq. The order of the adds
-  varies, so dq varies in its last bits from run to run; dK and dV do not. The adds are,
-  on sm_90 and later (DQ_TMA), one TMA bulk reduction per tile (as FlashAttention-3 does),
-  else element-wise atomics.
+  Recomputing P in both 2 and 3 costs 7 block matrix products per tile instead of the 5 of
+  a single pass with atomic dQ updates; that mode was built, was no faster on the H200,
+  and was removed (notes/attention.md).
 
 Exponentials use exp2, with log2(e) folded into the scale. Causal tiles are split into
 blocks that need no mask (strictly below the diagonal) and the diagonal band (masked).
@@ -30,8 +26,6 @@ forward on Hopper and later: there q, k, v are read through tensor descriptors (
 `_tma_ok` has checked on the host that their bases and strides allow it (USE_TMA), and
 otherwise, silently, through pointers. (Triton 3.6's Hopper warp specialization was tried
 on this forward and gave wrong results on the H200: notes/attention_tma.md.)
-The atomic-dQ backward adds dQ through a tensor descriptor too where TMA exists (tma_dq):
-over its own float32 buffer, which the launcher allocates, so always aligned as TMA requires.
 
 Tile sizes: on a GPU, `triton.autotune` per (head-dim block, causal, GROUP, a power-of-two
 bucket of the length, dtypes), results cached on disk; TRITONKIT_AUTOTUNE=0 (set by the
@@ -97,22 +91,6 @@ def _load(ptrs, rows_ok, d_ok, CHECK_ROWS: tl.constexpr, CHECK_D: tl.constexpr):
         else:
             x = tl.load(ptrs)
     return x
-
-
-@triton.jit
-def _atomic_add(ptrs, x, rows_ok, d_ok, CHECK_ROWS: tl.constexpr, CHECK_D: tl.constexpr):
-    # A tile of float32 atomic adds, masked as `_load` is. Relaxed: nothing reads the target
-    # before the kernel ends, and the default acq_rel puts memory fences around every add.
-    if CHECK_ROWS:
-        if CHECK_D:
-            tl.atomic_add(ptrs, x, mask=rows_ok & d_ok, sem="relaxed")
-        else:
-            tl.atomic_add(ptrs, x, mask=rows_ok, sem="relaxed")
-    else:
-        if CHECK_D:
-            tl.atomic_add(ptrs, x, mask=d_ok, sem="relaxed")
-        else:
-            tl.atomic_add(ptrs, x, sem="relaxed")
 
 
 @triton.jit
@@ -288,23 +266,17 @@ def _attn_bwd_preprocess_kernel(
 @triton.jit
 def _attn_bwd_dkdv_tiles(
     dk, dv, k, v,
-    q_base, do_base, dq_base, lse_base, delta_base, stride_qn, stride_don, stride_dqn,
-    q_offs, do_offs, dq_offs, dq_desc, b, h,
+    q_base, do_base, lse_base, delta_base, stride_qn, stride_don, q_offs, do_offs,
     offs_n, offs_m0, d_row,
-    lo, hi, Nq, Nk, qk_scale,
-    BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CHECK_M: tl.constexpr, CHECK_N: tl.constexpr,
-    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr, ATOMIC_DQ: tl.constexpr, DQ_TMA: tl.constexpr,
+    lo, hi, Nq, qk_scale,
+    BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CHECK_M: tl.constexpr,
+    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
 ):
     # For query blocks [lo, hi), with the key block's K, V loaded once by the caller:
     #   P^T = 2^(K Q^T qk_scale - lse2),  dV += P^T dO,
-    #   dP^T = V dO^T,  dS^T = P^T * (dP^T - delta),  dK += dS^T Q  (times scale at the end),
-    #   and when ATOMIC_DQ, dQ[query block] += dS K, added atomically in float32 (scaled later):
-    #   with DQ_TMA as one bulk tensor reduction of the tile (TMA, cp.reduce.async.bulk.tensor,
-    #   which drops rows past Nq and columns past D itself), else element by element.
+    #   dP^T = V dO^T,  dS^T = P^T * (dP^T - delta),  dK += dS^T Q  (times scale at the end).
     # Rows past Nq load as zeros with lse = delta = 0, so they add exactly nothing; keys past
-    # Nk give rows of dK, dV that are never stored. Only the causal band needs a mask, and
-    # (CHECK_N, atomic dQ only) keys past Nk: K is 0 there, but P^T = 2^(-lse2) may be inf,
-    # and inf * 0 would put NaN into dQ.
+    # Nk give rows of dK, dV that are never stored. Only the causal band needs a mask.
     for start_m in tl.range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
         m64 = tl.cast(start_m, tl.int64)
@@ -321,27 +293,17 @@ def _attn_bwd_dkdv_tiles(
         pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
         if MASKED:
             pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
-        if CHECK_N:
-            pT = tl.where(offs_n[:, None] < Nk, pT, 0.0)
         dv = _mma(pT.to(do.dtype), do, dv, DOT_FP32)
         dpT = _mm(v, tl.trans(do), DOT_FP32)
-        dsT = (pT * (dpT - delta[None, :])).to(q.dtype)
-        dk = _mma(dsT, q, dk, DOT_FP32)
-        if ATOMIC_DQ:
-            dq = _mm(tl.trans(dsT), k, DOT_FP32)
-            if DQ_TMA:
-                dq_desc.atomic_add([b, h, start_m, 0], dq[None, None, :, :])
-            else:
-                _atomic_add(dq_base + m64 * stride_dqn + dq_offs, dq, m_ok, d_row, CHECK_M, PAD_D)
+        dsT = pT * (dpT - delta[None, :])
+        dk = _mma(dsT.to(q.dtype), q, dk, DOT_FP32)
     return dk, dv
 
 
 @triton.jit
 def _attn_bwd_dkdv_kernel(
-    # pointers (DQ: when ATOMIC_DQ, the zeroed float32 dQ accumulator, else unused; DQ_DESC:
-    # when DQ_TMA, a tensor descriptor of DQ, shape (B, H, Nq, D), block (1, 1, BLOCK_M,
-    # BLOCK_D), else None)
-    Q, K, V, DO, DK, DV, DQ, DQ_DESC, LSE, DELTA,
+    # pointers
+    Q, K, V, DO, DK, DV, LSE, DELTA,
     # shapes and scales (qk_scale = scale * log2(e))
     Nq, Nk, D, GROUP, qk_scale, sm_scale, N_BUCKET,
     # strides of (batch, head, seq, head_dim)
@@ -351,12 +313,9 @@ def _attn_bwd_dkdv_kernel(
     stride_dob, stride_doh, stride_don, stride_dod,
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-    stride_dqb, stride_dqh, stride_dqn, stride_dqd,
-    # meta (ATOMIC_DQ: also add each tile's dS K into DQ, in place of the dQ pass; DQ_TMA:
-    # through DQ_DESC, a TMA bulk reduction per tile, instead of element-wise atomics)
+    # meta
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    CHECK_M: tl.constexpr, CHECK_N: tl.constexpr, PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
-    ATOMIC_DQ: tl.constexpr, DQ_TMA: tl.constexpr,
+    CHECK_M: tl.constexpr, PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     hk = tl.program_id(1)
@@ -380,7 +339,6 @@ def _attn_bwd_dkdv_kernel(
               + rows_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, n_ok, d_row, True, PAD_D)
     q_offs = offs_m0[:, None] * stride_qn + offs_d[None, :] * stride_qd
     do_offs = offs_m0[:, None] * stride_don + offs_d[None, :] * stride_dod
-    dq_offs = offs_m0[:, None] * stride_dqn + offs_d[None, :] * stride_dqd
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
 
@@ -393,24 +351,20 @@ def _attn_bwd_dkdv_kernel(
         lo = 0
         band = 0
     for g in range(GROUP):  # the group's query heads in a fixed order: deterministic sums
-        h = hk * GROUP + g
         h64 = hk64 * GROUP + g
         q_base = Q + b64 * stride_qb + h64 * stride_qh
         do_base = DO + b64 * stride_dob + h64 * stride_doh
-        dq_base = DQ + b64 * stride_dqb + h64 * stride_dqh  # each query head's own dQ
         lse_base = LSE + (b64 * H + h64) * Nq
         delta_base = DELTA + (b64 * H + h64) * Nq
         if CAUSAL:
             dk, dv = _attn_bwd_dkdv_tiles(
-                dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
-                stride_qn, stride_don, stride_dqn, q_offs, do_offs, dq_offs, DQ_DESC, b, h,
-                offs_n, offs_m0, d_row, lo, band, Nq, Nk, qk_scale,
-                BLOCK_M, True, CHECK_M, CHECK_N, PAD_D, DOT_FP32, ATOMIC_DQ, DQ_TMA)
+                dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don,
+                q_offs, do_offs, offs_n, offs_m0, d_row, lo, band, Nq, qk_scale,
+                BLOCK_M, True, CHECK_M, PAD_D, DOT_FP32)
         dk, dv = _attn_bwd_dkdv_tiles(
-            dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
-            stride_qn, stride_don, stride_dqn, q_offs, do_offs, dq_offs, DQ_DESC, b, h,
-            offs_n, offs_m0, d_row, band, Nq, Nq, Nk, qk_scale,
-            BLOCK_M, False, CHECK_M, CHECK_N, PAD_D, DOT_FP32, ATOMIC_DQ, DQ_TMA)
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don,
+            q_offs, do_offs, offs_n, offs_m0, d_row, band, Nq, Nq, qk_scale,
+            BLOCK_M, False, CHECK_M, PAD_D, DOT_FP32)
 
     dk = dk * sm_scale
     if PAD_D:
@@ -545,8 +499,8 @@ class TileConfig:
         """The kernel's tile constexprs."""
         return {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n}
 
-    def triton_config(self, pre_hook=None) -> triton.Config:
-        return triton.Config(self.meta(), num_warps=self.num_warps, num_stages=self.num_stages, pre_hook=pre_hook)
+    def triton_config(self) -> triton.Config:
+        return triton.Config(self.meta(), num_warps=self.num_warps, num_stages=self.num_stages)
 
 
 def _interpreting() -> bool:
@@ -558,26 +512,19 @@ def _interpreting() -> bool:
 def fixed_configs(block_d: int) -> dict[str, TileConfig]:
     """The one config per pass used under the interpreter, under tests and when autotuning is
     off (TRITONKIT_AUTOTUNE=0). Interpreter blocks are small, so that test shapes of ~100 rows
-    still cross several blocks and the causal band spans more than one key block.
-    "dkdv_atomic" is the dK/dV pass of the atomic-dQ mode (deterministic=False) with
-    element-wise atomics, "dkdv_tma" the same with TMA bulk reductions of dQ tiles."""
+    still cross several blocks and the causal band spans more than one key block."""
     if _interpreting():
         return {"fwd": TileConfig(32, 16), "fwd_tma": TileConfig(32, 16), "dkdv": TileConfig(16, 32),
-                "dq": TileConfig(32, 16), "dkdv_atomic": TileConfig(16, 32), "dkdv_tma": TileConfig(16, 32)}
+                "dq": TileConfig(32, 16)}
     # The fastest of each pass on the H200 at N=4096, bf16 (notes/attention.md, notes/attention_tma.md).
-    # dkdv_atomic: the fastest of those tried (scripts/attention_tune.py --atomic, 2026-11-29);
-    # dkdv_tma (dQ added by TMA reductions): chosen from compile-only register counts, not yet timed.
     if block_d <= 64:
         return {"fwd": TileConfig(128, 64, 8, 3), "fwd_tma": TileConfig(128, 64, 8, 3),
-                "dkdv": TileConfig(64, 64, 4, 3), "dq": TileConfig(128, 64, 8, 3),
-                "dkdv_atomic": TileConfig(64, 64, 4, 3), "dkdv_tma": TileConfig(64, 128, 8, 3)}
+                "dkdv": TileConfig(64, 64, 4, 3), "dq": TileConfig(128, 64, 8, 3)}
     if block_d <= 128:
         return {"fwd": TileConfig(128, 128, 8, 3), "fwd_tma": TileConfig(128, 128, 8, 3),
-                "dkdv": TileConfig(64, 128, 8, 3), "dq": TileConfig(128, 32, 8, 3),
-                "dkdv_atomic": TileConfig(64, 128, 8, 3), "dkdv_tma": TileConfig(64, 128, 8, 2)}
+                "dkdv": TileConfig(64, 128, 8, 3), "dq": TileConfig(128, 32, 8, 3)}
     return {"fwd": TileConfig(128, 64, 8, 2), "fwd_tma": TileConfig(128, 64, 8, 2),
-            "dkdv": TileConfig(64, 64, 8, 2), "dq": TileConfig(128, 32, 8, 3),
-            "dkdv_atomic": TileConfig(32, 64, 8, 3), "dkdv_tma": TileConfig(32, 64, 8, 2)}
+            "dkdv": TileConfig(64, 64, 8, 2), "dq": TileConfig(128, 32, 8, 3)}
 
 
 def _shared_bytes(block_m: int, block_n: int, block_d: int, stages: int, resident: int, streamed: int) -> int:
@@ -611,14 +558,6 @@ def _fits(kind: str, c: triton.Config, block_d: int) -> bool:
         smem, regs, budget = _shared_bytes(m, n, block_d, s, 1, 2), _fp32_regs(c, m * block_d, m * n), 160
     elif kind == "dkdv":  # K, V resident; Q, dO streamed; dK, dV, P^T, dP^T in registers
         smem, regs, budget = _shared_bytes(n, m, block_d, s, 2, 2), _fp32_regs(c, 2 * n * block_d, 2 * n * m), 192
-    elif kind in ("dkdv_atomic", "dkdv_tma"):  # the same, plus K and a (block_m, D) tile staged
-        # in shared memory for dQ = dS K (ptxas: 32-64 KB more at D=128-256), and the dQ tile in
-        # registers beside dK, dV, dS^T (P^T, dP^T are dead by then). At this budget's edge,
-        # 64 x 128 tiles at D=128 spilled 108-280 B (w8); 64 x 64 and 32 x 128 did not.
-        # TMA reductions read the float32 dQ tile from shared memory: 4 bytes an element more.
-        smem = _shared_bytes(n, m, block_d, s, 2, 2) + 2 * block_d * (n + m)
-        smem += 4 * m * block_d if kind == "dkdv_tma" else 0
-        regs, budget = _fp32_regs(c, 2 * n * block_d, max(2 * n * m, n * m + m * block_d)), 192
     else:                 # Q, dO resident; K, V streamed; dQ, P, dP in registers
         smem, regs, budget = _shared_bytes(m, n, block_d, s, 2, 2), _fp32_regs(c, m * block_d, 2 * m * n), 160
     return smem <= SMEM_LIMIT and regs <= budget and not (block_d > 128 and kind != "dkdv" and n > 64)
@@ -627,9 +566,7 @@ def _fits(kind: str, c: triton.Config, block_d: int) -> bool:
 def _pruner(kind: str):
     def prune(configs, named_args, **kwargs):
         block_d = kwargs["BLOCK_D"]
-        # the dK/dV kernel's three modes
-        which = kind if not kwargs.get("ATOMIC_DQ") else f"{kind}_tma" if kwargs.get("DQ_TMA") else f"{kind}_atomic"
-        return _fixed_first([c for c in configs if _fits(which, c, block_d)], which, block_d) or configs[:1]
+        return _fixed_first([c for c in configs if _fits(kind, c, block_d)], kind, block_d) or configs[:1]
     return prune
 
 
@@ -646,55 +583,38 @@ def _prune_fwd(configs, named_args, **kwargs):
 
 
 def autotune_configs(kind: str) -> list[TileConfig]:
-    """Every config the autotuner may try for a pass (before pruning by head dim); "dkdv_atomic"
-    and "dkdv_tma" are the same kernel as "dkdv", so the same space (pruned by other budgets)."""
+    """Every config the autotuner may try for a pass (before pruning by head dim)."""
     if kind == "fwd":
         space = [(m, n, w, s) for m in (64, 128) for n in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)]
         # 8 warps on 64 rows leave a warpgroup without wgmma rows
         return [TileConfig(*c) for c in space if not (c[0] == 64 and c[2] == 8)]
     if kind == "fwd_tma":  # the forward through tensor descriptors: 128-row query tiles
         return [TileConfig(128, n, w, s) for n in (64, 128) for w in (4, 8) for s in (2, 3, 4)]
-    if kind in ("dkdv", "dkdv_atomic", "dkdv_tma"):
+    if kind == "dkdv":
         space = [(m, n, w, s) for m in (32, 64) for n in (64, 128) for w in (4, 8) for s in (2, 3)]
         return [TileConfig(*c) for c in space]
     space = [(m, n, w, s) for m in (64, 128) for n in (32, 64) for w in (4, 8) for s in (2, 3)]
     return [TileConfig(*c) for c in space if not (c[0] == 64 and c[2] == 8)]
 
 
-def _autotuned(kernel, kinds: str | tuple[str, ...], prune, key: list[str], reset_to_zero: list[str] | None = None,
-               pre_hook=None):
+def _autotuned(kernel, kinds: str | tuple[str, ...], prune, key: list[str]):
     configs = []
     for kind in (kinds,) if isinstance(kinds, str) else kinds:
-        configs += [c for c in (t.triton_config(pre_hook) for t in autotune_configs(kind)) if c not in configs]
+        configs += [c for c in map(TileConfig.triton_config, autotune_configs(kind)) if c not in configs]
     return triton.autotune(
         configs=configs,
         key=key,  # the autotuner adds the dtypes of the tensor arguments itself
         prune_configs_by={"early_config_prune": prune},
-        reset_to_zero=reset_to_zero,
-        # on disk, under TRITON_CACHE_DIR: a second process does not tune again (Triton 3.6
-        # skips the disk for configs with a pre_hook: those tune once per process)
-        cache_results=True,
+        cache_results=True,  # on disk, under TRITON_CACHE_DIR: a second process does not tune again
     )(kernel)
-
-
-def _dq_desc_block(nargs: dict) -> None:
-    """Config pre_hook of the TMA-reduce mode: the dQ descriptor's block is (1, 1, BLOCK_M,
-    BLOCK_D) of the config about to run."""
-    nargs["DQ_DESC"].block_shape = [1, 1, nargs["BLOCK_M"], nargs["BLOCK_D"]]
 
 
 _FWD_SPACES = {kind: [c.triton_config() for c in autotune_configs(kind)] for kind in ("fwd", "fwd_tma")}
 # USE_TMA keys the forward: with descriptors, O and LSE are the tensors whose dtypes it adds.
 _attn_fwd_tuned = _autotuned(_attn_fwd_kernel, ("fwd", "fwd_tma"), _prune_fwd,
                              ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP", "USE_TMA"])
-# DQ is zeroed before every timed run and once more before the real one, so the atomic
-# mode's accumulator holds only the real run's sums (in the deterministic mode DQ is dq,
-# which the dQ pass writes afterwards).
 _attn_bwd_dkdv_tuned = _autotuned(_attn_bwd_dkdv_kernel, "dkdv", _prune_dkdv,
-                                  ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP", "ATOMIC_DQ"], reset_to_zero=["DQ"])
-_attn_bwd_dkdv_tma_tuned = _autotuned(_attn_bwd_dkdv_kernel, "dkdv_tma", _prune_dkdv,
-                                      ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP"], reset_to_zero=["DQ"],
-                                      pre_hook=_dq_desc_block)
+                                  ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP"])
 _attn_bwd_dq_tuned = _autotuned(_attn_bwd_dq_kernel, "dq", _prune_dq, ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP"])
 
 
@@ -753,12 +673,6 @@ def _resolve_scale(scale: object, head_dim: int) -> float:
     return float(scale)
 
 
-def _check_deterministic(deterministic: object) -> bool:
-    if not isinstance(deterministic, bool):
-        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
-    return deterministic
-
-
 def _empty_like_order(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """An empty (B, H, N, D) tensor laid out as `like` is: (B, N, H, D) in memory when like's
     head stride is below its sequence stride (as for projected, packed qkv), else (B, H, N, D).
@@ -767,19 +681,6 @@ def _empty_like_order(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.d
     if like.shape[1] > 1 and like.shape[2] > 1 and like.stride(1) < like.stride(2):
         return torch.empty((B, N, H, D), dtype=dtype, device=like.device).transpose(1, 2)
     return torch.empty((B, H, N, D), dtype=dtype, device=like.device)
-
-
-def _use_tma_dq(requested: object, device: torch.device) -> bool:
-    """Whether the atomic mode adds dQ tiles by TMA reductions (see attention_bwd's tma_dq)."""
-    if requested is not None:
-        if not isinstance(requested, bool):
-            raise TypeError(f"tma_dq must be a bool or None, got {type(requested).__name__}")
-        return requested
-    if _interpreting():
-        return False
-    if INTERPRETED:  # `tritonkit inspect` compiling the launches for the GPU (sm_90 by default)
-        return True
-    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def _dot_fp32(dtype: torch.dtype) -> bool:
@@ -910,28 +811,13 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
 def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   o: torch.Tensor, lse: torch.Tensor, causal: bool = False, scale: float | None = None,
-                  deterministic: bool = True, *, dkdv_config: TileConfig | None = None,
-                  dq_config: TileConfig | None = None, tma_dq: bool | None = None
+                  *, dkdv_config: TileConfig | None = None, dq_config: TileConfig | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launcher of the backward pass: (dq, dk, dv) from the upstream gradient `do` and the
-    forward's `o` and `lse`.
-
-    deterministic=True: the same inputs give bitwise the same gradients (a dK/dV pass and a
-    dQ pass). False: the dK/dV pass also adds dQ atomically into a float32 buffer and there
-    is no dQ pass; faster, but dq's last bits vary from run to run (dk and dv do not).
-    dkdv_config then configures that pass (`fixed_configs(...)["dkdv_tma"]` or
-    `["dkdv_atomic"]` by default) and dq_config is unused.
-
-    tma_dq (atomic mode only): True adds each dQ tile with one TMA bulk reduction
-    (cp.reduce.async.bulk.tensor .add.f32; sm_90 or later), False with element-wise
-    atomics; None picks TMA on a GPU that has it. Triton 3.6's interpreter cannot run the
-    TMA reduction (tests lend it one), so None picks the element-wise atomics there.
-    """
+    forward's `o` and `lse`. Deterministic: the same inputs give bitwise the same gradients."""
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
     scale = _resolve_scale(scale, D)
     causal = bool(causal)
-    atomic = not _check_deterministic(deterministic)
-    tma = atomic and _use_tma_dq(tma_dq, q.device)
     for name, t in (("do", do), ("o", o)):
         check_tensor(name, t, HALF_DTYPES)
         if t.shape != q.shape:
@@ -967,42 +853,18 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
            dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)()
 
     common = dict(CAUSAL=causal, BLOCK_D=block_d, PAD_D=pad_d, DOT_FP32=dot_fp32)
-    # The atomic mode's dQ sums go to a zeroed float32 buffer: in dq's memory order for the
-    # element-wise atomics; contiguous (B, H, Nq, D) for TMA, whose descriptor (Nq rows of D
-    # columns per head, so the bulk reduction clips ragged rows and padded columns) needs
-    # only what such a buffer always has: a 16-byte aligned base, rows of 4*D bytes (D is a
-    # multiple of 8). Otherwise the kernel's DQ is dq, never touched by it (the dQ pass
-    # writes dq afterwards).
-    if tma:
-        dq_acc = torch.zeros((B, H, Nq, D), dtype=torch.float32, device=q.device)
-    else:
-        dq_acc = _empty_like_order(q, (B, H, Nq, D), torch.float32).zero_() if atomic else dq
-    kind = "dkdv_tma" if tma else "dkdv_atomic" if atomic else "dkdv"
-    cfg = dkdv_config or (None if tuned else fixed[kind])
-    # the tuned kernel's pre_hook sets the block to the config it runs
-    dq_desc = (TensorDescriptor(dq_acc, list(dq_acc.shape), list(dq_acc.stride()),
-                                [1, 1, cfg.block_m if cfg else 16, block_d]) if tma else None)
-    dkdv_args = (q, k, v, do, dk, dv, dq_acc, dq_desc, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale,
-                 n_bucket, *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
-                 *dq_acc.stride())
-    dkdv_flags = dict(common, ATOMIC_DQ=atomic, DQ_TMA=tma)
-    if cfg is None:
-        # CHECK_M, CHECK_N must not depend on the tuned blocks: mask query rows (keys) unless
-        # every block of the largest size (128) is full.
-        Launch("attention_bwd_dkdv", _attn_bwd_dkdv_tma_tuned if tma else _attn_bwd_dkdv_tuned,
+    dkdv_args = (q, k, v, do, dk, dv, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale, n_bucket,
+                 *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride())
+    if dkdv_config is None and tuned:
+        # CHECK_M must not depend on the tuned BLOCK_M: mask query rows unless every block is full.
+        Launch("attention_bwd_dkdv", _attn_bwd_dkdv_tuned,
                lambda meta: (cdiv(Nk, meta["BLOCK_N"]), Hkv, B), dkdv_args,
-               dict(dkdv_flags, CHECK_M=Nq % 128 != 0, CHECK_N=atomic and Nk % 128 != 0),
-               num_warps=None, num_stages=None)()
+               dict(common, CHECK_M=Nq % 128 != 0), num_warps=None, num_stages=None)()
     else:
+        cfg = dkdv_config or fixed["dkdv"]
         Launch("attention_bwd_dkdv", _attn_bwd_dkdv_kernel, (cdiv(Nk, cfg.block_n), Hkv, B),
-               dkdv_args, dict(dkdv_flags, CHECK_M=Nq % cfg.block_m != 0, CHECK_N=atomic and Nk % cfg.block_n != 0,
-                               BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
+               dkdv_args, dict(common, CHECK_M=Nq % cfg.block_m != 0, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
                num_warps=cfg.num_warps, num_stages=cfg.num_stages)()
-    if atomic:
-        # scale and round to q's dtype in one torch op: it writes through any strides of dq and
-        # rounds to nearest as a kernel's store would; a Triton kernel here would only repeat that.
-        torch.mul(dq_acc, scale, out=dq)
-        return dq, dk, dv
 
     dq_args = (q, k, v, do, dq, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale, n_bucket,
                *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride())
@@ -1022,48 +884,45 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
 # Torch custom ops: opaque to torch.compile, with fake (meta) and autograd registrations
 # ---------------------------------------------------------------------------------------
 
-# `deterministic` rides on the forward op, which ignores it, so that its autograd formula
-# can pass it on to the backward op.
 @torch.library.custom_op("tritonkit::attention_fwd", mutates_args=())
 def _attention_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                      scale: float, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     return attention_fwd(q, k, v, causal, scale)
 
 
 @_attention_fwd_op.register_fake
-def _attention_fwd_fake(q, k, v, causal, scale, deterministic):
+def _attention_fwd_fake(q, k, v, causal, scale):
     B, H, Nq, D = q.shape
     return _empty_like_order(q, (B, H, Nq, D), q.dtype), q.new_empty((B, H, Nq), dtype=torch.float32)
 
 
 @torch.library.custom_op("tritonkit::attention_bwd", mutates_args=())
 def _attention_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      o: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float,
-                      deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return attention_bwd(do, q, k, v, o, lse, causal, scale, deterministic)
+                      o: torch.Tensor, lse: torch.Tensor, causal: bool,
+                      scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return attention_bwd(do, q, k, v, o, lse, causal, scale)
 
 
 @_attention_bwd_op.register_fake
-def _attention_bwd_fake(do, q, k, v, o, lse, causal, scale, deterministic):
+def _attention_bwd_fake(do, q, k, v, o, lse, causal, scale):
     return (_empty_like_order(q, tuple(q.shape), q.dtype), _empty_like_order(k, tuple(k.shape), k.dtype),
             _empty_like_order(v, tuple(v.shape), v.dtype))
 
 
 def _attention_setup_context(ctx, inputs, output):
-    q, k, v, causal, scale, deterministic = inputs
+    q, k, v, causal, scale = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.causal = causal
     ctx.scale = scale
-    ctx.deterministic = deterministic
     ctx.mark_non_differentiable(lse)
 
 
 def _attention_backward(ctx, do, dlse):
     # lse is marked non-differentiable, so only o's gradient flows back.
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = _attention_bwd_op(do, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.deterministic)
-    return dq, dk, dv, None, None, None
+    dq, dk, dv = _attention_bwd_op(do, q, k, v, o, lse, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None
 
 
 _attention_fwd_op.register_autograd(_attention_backward, setup_context=_attention_setup_context)
@@ -1074,7 +933,7 @@ _attention_fwd_op.register_autograd(_attention_backward, setup_context=_attentio
 # ---------------------------------------------------------------------------------------
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-              scale: float | None = None, deterministic: bool = True) -> torch.Tensor:
+              scale: float | None = None) -> torch.Tensor:
     """Scaled dot-product attention, fused: softmax(scale * q k^T [+ causal mask]) v.
 
     Same result as ``torch.nn.functional.scaled_dot_product_attention(q, k, v,
@@ -1089,22 +948,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     causal: query i sees keys j <= i (top-left aligned, as SDPA's is_causal=True, also
     when Nq != Nk). scale: defaults to 1 / sqrt(D).
 
-    deterministic: True (default), the backward gives bitwise the same gradients every run.
-    False selects the atomic-dQ backward: one pass over the key blocks that also adds each
-    tile's share of dq atomically in float32, instead of a second pass that recomputes the
-    attention weights; faster, but the order of the float32 additions varies, so dq differs
-    in its last bits from run to run (dk, dv and the forward stay deterministic). The
-    forward is the same either way. Extra memory in that mode: a float32 copy of dq. On
-    sm_90 and later the dq adds are TMA bulk reductions, one per tile.
-
     Raises TypeError for non-tensors, dtypes other than float16/bfloat16 or mixed dtypes,
-    a non-bool `deterministic`, and ValueError for wrong ranks, mismatched batch, head counts
-    that do not divide, different head dims, unsupported D, an empty k, or tensors on
-    different devices. Memory: O(B * H * N) beyond inputs and output.
+    and ValueError for wrong ranks, mismatched batch, head counts that do not divide,
+    different head dims, unsupported D, an empty k, or tensors on different devices.
+    Memory: O(B * H * N) beyond inputs and output; the backward is deterministic.
     """
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
-    return _attention_fwd_op(q, k, v, bool(causal), _resolve_scale(scale, D),
-                             _check_deterministic(deterministic))[0]
+    return _attention_fwd_op(q, k, v, bool(causal), _resolve_scale(scale, D))[0]
 
 
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,

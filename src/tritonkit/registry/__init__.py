@@ -53,9 +53,6 @@ class OpEntry:
     bench_cases: Callable[[bool], list[BenchCase]]
     baseline: str = "tritonkit"               # the provider the ratios are computed for
     peers: tuple[str, ...] = field(default_factory=tuple)
-    # other modes of the op itself (attention's atomic backward): shown beside tritonkit in
-    # the tables and the summary, never counted as a peer
-    variants: tuple[str, ...] = field(default_factory=tuple)
 
 
 def entries() -> dict[str, OpEntry]:

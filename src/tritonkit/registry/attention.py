@@ -13,7 +13,6 @@ from ..ops.attention import attention, attention_bwd, attention_fwd
 from . import BenchCase, InspectRequest, OpEntry
 
 NAIVE_LIMIT_BYTES = 16 << 30  # naive eager runs only where B*H*Nq*Nk fp32 scores fit in this
-ATOMIC = "tritonkit atomic"   # the backward with deterministic=False, a variant of ours, not a peer
 
 
 def packed_qkv(batch: int, heads: int, seq: int, head_dim: int, dtype: torch.dtype, device: torch.device,
@@ -39,16 +38,12 @@ def _inspect_fwd(request: InspectRequest, device: torch.device) -> None:
     attention_fwd(q, k, v, request.causal, tma=request.tma)
 
 
-def _inspect_bwd(request: InspectRequest, device: torch.device, deterministic: bool = True) -> None:
+def _inspect_bwd(request: InspectRequest, device: torch.device) -> None:
     q, k, v = _inspect_inputs(request, device)
     B, H, N, D = q.shape
     o, do = torch.empty_like(q), torch.empty_like(q)
     lse = torch.empty((B, H, N), dtype=torch.float32, device=device)
-    attention_bwd(do, q, k, v, o, lse, request.causal, deterministic=deterministic)
-
-
-def _inspect_bwd_atomic(request: InspectRequest, device: torch.device) -> None:
-    _inspect_bwd(request, device, deterministic=False)
+    attention_bwd(do, q, k, v, o, lse, request.causal)
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -122,9 +117,6 @@ def _case(batch: int, heads: int, kv_heads: int, seq: int, head_dim: int, causal
                                with_flex=head_dim == 128 and kv_heads == heads and seq in (4096, 16384))
         if not backward:
             return {name: (lambda f=f: f(q, k, v, causal)) for name, f in providers.items()}
-        # The atomic-dQ backward: its own provider (the forward is the same in both modes).
-        providers = {"tritonkit": providers.pop("tritonkit"),
-                     ATOMIC: lambda q, k, v, c: attention(q, k, v, causal=c, deterministic=False), **providers}
         # Backward alone: build each provider's graph once, then time autograd.grad through it.
         do = torch.randn_like(q)
         timed = {}
@@ -162,8 +154,7 @@ def _bench_cases(on_gpu: bool) -> list[BenchCase]:
 ENTRY = OpEntry(
     name="attention",
     summary="fused scaled-dot-product attention (FlashAttention-2 style), causal, GQA; forward and backward",
-    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd, "bwd_atomic": _inspect_bwd_atomic},
+    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
     bench_cases=_bench_cases,
     peers=("naive eager", "SDPA FA2", "SDPA cuDNN", "FlexAttention"),
-    variants=(ATOMIC,),
 )
