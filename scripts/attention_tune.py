@@ -324,7 +324,7 @@ def main():
     parser.add_argument("--no-sweep", action="store_true")
     parser.add_argument("--extra", action="store_true")
     parser.add_argument("--autotune", action="store_true")
-    parser.add_argument("--tma", action="store_true", help="the forward's pointer/TMA/warp-specialized paths")
+    parser.add_argument("--tma", action="store_true", help="the forward's pointer and TMA paths")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     args = parser.parse_args()
     if args.tma:
