@@ -16,6 +16,7 @@ interpreter, launch hooks and argument types the key does not know take Triton's
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,6 @@ _recorders: list[tuple[list["Launch"], bool]] = []
 _compiled: dict[tuple, Any] = {}  # specialisation key -> triton CompiledKernel
 MAX_CACHED_LAUNCHES = 4096  # keys hold exact shapes; start afresh past this many
 _PLAIN = (int, float, bool, type(None))  # arguments a key may hold by value
-_OTHER = object()
 
 
 @dataclass
@@ -76,25 +76,47 @@ class Launch:
 
 def _specialization_key(launch: Launch) -> tuple | None:
     """A key that determines everything Triton 3.6 specialises a compiled kernel on. Triton
-    looks at each tensor's dtype and whether its address is 16-byte aligned, and at whether
-    each int is 1, a multiple of 16, and inside int32 or int64; this key holds the tensors'
-    dtype and alignment and every other argument's exact value (finer than needed: a new
-    shape takes Triton's own path once), the constexprs, launch options, kernel and device.
-    Built in one pass with no calls per argument: it runs on every launch. None (take
-    Triton's path) for anything but a plain JITFunction without pre-run hooks given all its
-    arguments as tensors, tensor descriptors, ints, floats, bools or None."""
-    kernel = launch.kernel
+    looks at each argument's type; at each tensor's dtype and whether its address is 16-byte
+    aligned; at each tensor descriptor's dtype and block; at whether each int is 1, a multiple
+    of 16, and inside int32 or int64. This key holds the argument types, the tensors' dtype
+    and alignment, the descriptors' dtype and block, and every other argument's exact value
+    (finer than needed: a new shape takes Triton's own path once), the constexprs, launch
+    options, kernel and device. It runs on every launch, so where each kind of argument sits
+    is worked out once per (kernel, argument types). None (take Triton's path) for anything
+    but a plain JITFunction without pre-run hooks given all its arguments as tensors, tensor
+    descriptors, ints, floats, bools or None."""
+    kernel, args = launch.kernel, launch.args
+    types = tuple(map(type, args))
+    layout = _argument_layouts.get((id(kernel), types))
+    if layout is None:
+        layout = _argument_layouts[(id(kernel), types)] = _argument_layout(kernel, types)
+    if layout is False or kernel.pre_run_hooks:
+        return None
+    tensor_positions, descriptor_positions, plain_values = layout
+    tensors = tuple((args[i].dtype, args[i].data_ptr() % 16 == 0) for i in tensor_positions)
+    descriptors = tuple(_descriptor_key(args[i]) for i in descriptor_positions)
+    return (id(kernel), _driver().get_current_device(), types, tensors, descriptors, plain_values(args),
+            tuple(launch.constexprs.items()), launch.num_warps, launch.num_stages)
+
+
+_argument_layouts: dict[tuple, tuple | bool] = {}
+
+
+def _argument_layout(kernel: Any, types: tuple[type, ...]) -> tuple | bool:
+    """(tensor positions, descriptor positions, a getter of the other arguments' values) for
+    a kernel called with arguments of these types; False when the key cannot describe the
+    call (not a plain JITFunction, arguments missing, an argument of another type)."""
     names = _constexpr_names(kernel) if type(kernel).__name__ == "JITFunction" else None
-    if names is None or len(launch.args) + len(names) != len(kernel.params) or kernel.pre_run_hooks:
-        return None
-    Tensor = torch.Tensor
-    values = tuple((a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, Tensor)
-                   else a if type(a) in _PLAIN
-                   else _descriptor_key(a) if isinstance(a, TensorDescriptor) else _OTHER for a in launch.args)
-    if _OTHER in values:  # an argument the key cannot describe: Triton's path, no reference kept
-        return None
-    return (id(kernel), _driver().get_current_device(), values, tuple(launch.constexprs.items()),
-            launch.num_warps, launch.num_stages)
+    if names is None or len(types) + len(names) != len(kernel.params):
+        return False
+    tensors = tuple(i for i, t in enumerate(types) if issubclass(t, torch.Tensor))
+    descriptors = tuple(i for i, t in enumerate(types) if issubclass(t, TensorDescriptor))
+    plain = tuple(i for i, t in enumerate(types) if t in _PLAIN)
+    if len(tensors) + len(descriptors) + len(plain) != len(types):
+        return False
+    if len(plain) > 1:
+        return tensors, descriptors, operator.itemgetter(*plain)
+    return tensors, descriptors, (lambda args, i=plain[0]: (args[i],)) if plain else (lambda args: ())
 
 
 def _descriptor_key(desc: TensorDescriptor) -> tuple:
