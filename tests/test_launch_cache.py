@@ -57,6 +57,7 @@ def test_specialization_key(jit_kernel):
     x = torch.randn(100)
     assert _key(jit_kernel, x, 33) == _key(jit_kernel, x[4:], 33)      # both 16-byte aligned
     assert _key(jit_kernel, x, 33) != _key(jit_kernel, x, 35)          # exact values
+    assert _key(jit_kernel, x, 1) != _key(jit_kernel, x, True)         # 1 == True, but Triton types differ
     assert _key(jit_kernel, x, 33) != _key(jit_kernel, x[1:], 33)      # alignment
     assert _key(jit_kernel, x, 32) != _key(jit_kernel, x, 33)          # divisibility
     assert _key(jit_kernel, x, 33) != _key(jit_kernel, x, 33, block=256)
