@@ -36,7 +36,6 @@ def pad_front(values: Sequence[int], length: int, fill: int) -> list[int]:
     return [fill] * (length - len(values)) + list(values)
 
 
-
 def cdiv(a: int, b: int) -> int:
     """Ceiling division on the host. (triton.cdiv is a constexpr_function whose wrapper costs
     microseconds a call, and launchers run on every op call.)"""

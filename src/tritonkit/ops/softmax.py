@@ -44,13 +44,13 @@ def _row_offsets(rows, size1, size2, s0, s1, s2):
 
 
 @triton.jit
-def _load_tile(a_ptr, b_ptr, a_row, b_row, cols, a_col, b_col, mask, BACKWARD: tl.constexpr):
-    """A [rows, cols] tile in float32: (y, dy) backward; (x, x) forward, -inf where masked."""
+def _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD: tl.constexpr):
+    """A tile of the inputs in float32: (y, dy) backward; (x, x) forward, -inf where masked."""
     if BACKWARD:
-        first = tl.load(a_ptr + a_row + cols[None, :] * a_col, mask=mask, other=0.0).to(tl.float32)
-        second = tl.load(b_ptr + b_row + cols[None, :] * b_col, mask=mask, other=0.0).to(tl.float32)
+        first = tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
+        second = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
     else:
-        first = tl.load(a_ptr + a_row + cols[None, :] * a_col, mask=mask, other=-float("inf")).to(tl.float32)
+        first = tl.load(a_ptr + a_off, mask=mask, other=-float("inf")).to(tl.float32)
         second = first
     return first, second
 
@@ -74,7 +74,7 @@ def _softmax_rows_kernel(
     o_row = _row_offsets(rows, size1, size2, os0, os1, os2)[:, None]
     cols = tl.arange(0, BLOCK_N)
     mask = row_ok[:, None] & (cols[None, :] < n_cols) if not EVEN_N else row_ok[:, None]
-    x, dy = _load_tile(a_ptr, b_ptr, a_row, b_row, cols, a_col, b_col, mask, BACKWARD)
+    x, dy = _load_tile(a_ptr, b_ptr, a_row + cols[None, :] * a_col, b_row + cols[None, :] * b_col, mask, BACKWARD)
     if BACKWARD:
         result = x * (dy - tl.sum(x * dy, axis=1)[:, None])  # x holds y here
     else:
@@ -94,14 +94,12 @@ def _chunk_stats(
     row = item // n_chunks
     cols = (item % n_chunks) * CHUNK + tl.arange(0, CHUNK)
     mask = cols < n_cols
-    a_base = _row_offsets(row, size1, size2, as0, as1, as2)
+    a_off = _row_offsets(row, size1, size2, as0, as1, as2) + cols * a_col
+    b_off = _row_offsets(row, size1, size2, bs0, bs1, bs2) + cols * b_col
+    x, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD)
     if BACKWARD:
-        b_base = _row_offsets(row, size1, size2, bs0, bs1, bs2)
-        y = tl.load(a_ptr + a_base + cols * a_col, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(b_ptr + b_base + cols * b_col, mask=mask, other=0.0).to(tl.float32)
-        tl.store(stat1_ptr + item, tl.sum(y * dy, axis=0))
+        tl.store(stat1_ptr + item, tl.sum(x * dy, axis=0))  # x holds y here
     else:
-        x = tl.load(a_ptr + a_base + cols * a_col, mask=mask, other=-float("inf")).to(tl.float32)
         chunk_max = tl.max(x, axis=0)
         # An all -inf chunk contributes nothing (sum 0) rather than NaN to its row.
         shifted = tl.where(chunk_max == -float("inf"), -float("inf"), x - chunk_max)
@@ -124,12 +122,12 @@ def _chunk_apply(
     cols = (item % n_chunks) * CHUNK + tl.arange(0, CHUNK)
     mask = cols < n_cols
     a_off = _row_offsets(row, size1, size2, as0, as1, as2) + cols * a_col
+    b_off = _row_offsets(row, size1, size2, bs0, bs1, bs2) + cols * b_col
     o_off = _row_offsets(row, size1, size2, os0, os1, os2) + cols * o_col
+    # The row's stats first, then the chunk (the order the kernels were measured in).
     if BACKWARD:
         dot = tl.sum(tl.load(stat1_ptr + stat_idx, mask=stat_mask, other=0.0, cache_modifier=".cg"), axis=0)
-        b_off = _row_offsets(row, size1, size2, bs0, bs1, bs2) + cols * b_col
-        y = tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
+        y, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD)
         result = y * (dy - dot)
     else:
         # Online-softmax merge: sum_c s_c * exp(m_c - M), with M the row max.
@@ -138,7 +136,7 @@ def _chunk_apply(
         row_max = tl.max(chunk_max, axis=0)
         scale = tl.where(chunk_max == -float("inf"), 0.0, tl.exp(chunk_max - row_max))
         row_sum = tl.sum(chunk_sum * scale, axis=0)
-        x = tl.load(a_ptr + a_off, mask=mask, other=-float("inf")).to(tl.float32)
+        x, _ = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD)
         result = tl.exp(x - row_max) * (1.0 / row_sum)
     tl.store(out_ptr + o_off, result.to(out_ptr.dtype.element_ty), mask=mask)
 
