@@ -111,7 +111,7 @@ def test_cached_launch_passes_every_parameter_in_order(jit_kernel, monkeypatch):
     monkeypatch.setattr(_launch, "INTERPRETED", False)
     x = torch.randn(100)
     launch = Launch("t", jit_kernel, (7,), (x, x, 33, 2.0), {"BLOCK": 128, "EVEN": True})
-    monkeypatch.setitem(_launch._compiled, _launch._specialization_key(launch), FakeCompiled())
+    monkeypatch.setitem(_launch._cache_of(jit_kernel).compiled, _launch._specialization_key(launch), FakeCompiled())
     launch()
     assert calls == [(7, 1, 1, 1234, None, None, None, None, None, x, x, 33, 2.0, 128, True)]
 
@@ -135,3 +135,15 @@ def test_launches_the_key_cannot_hold_take_tritons_path(jit_kernel):
     jit_kernel.add_pre_run_hook(lambda *args, **kwargs: None)  # hooks must run on every launch
     assert _launch._specialization_key(Launch("t", jit_kernel, (1,), (x, x, 33, 2.0),
                                               {"BLOCK": 128, "EVEN": True})) is None
+
+
+def _other_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 0.0, mask=tl.arange(0, BLOCK) < n)
+
+
+def test_each_kernel_keeps_its_own_launch_state(jit_kernel):
+    # Launch state lives on the kernel object, never under an id() a later kernel may reuse.
+    other = JITFunction(_other_kernel)
+    assert _launch._cache_of(jit_kernel) is not _launch._cache_of(other)
+    assert _launch._cache_of(other).constexpr_names == ("BLOCK",)
+    assert _launch._cache_of(jit_kernel).constexpr_names == ("BLOCK", "EVEN")

@@ -30,8 +30,7 @@ from triton import knobs  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 _recorders: list[tuple[list["Launch"], bool]] = []
-_compiled: dict[tuple, Any] = {}  # specialisation key -> triton CompiledKernel
-MAX_CACHED_LAUNCHES = 4096  # keys hold exact shapes; start afresh past this many
+MAX_CACHED_LAUNCHES = 4096  # per kernel; keys hold exact shapes, so start afresh past this many
 _PLAIN = (int, float, bool, type(None))  # arguments a key may hold by value
 
 
@@ -55,19 +54,20 @@ class Launch:
 
     def _run(self) -> None:
         key = None if INTERPRETED or not isinstance(self.grid, tuple) else _specialization_key(self)
-        compiled = _compiled.get(key) if key is not None else None
+        cache = _cache_of(self.kernel) if key is not None else None
+        compiled = cache.compiled.get(key) if key is not None else None
         if compiled is None or _launch_hooks_set():
             result = self.kernel[self.grid](*self.args, **self.constexprs, **self.launch_options())
             if (key is not None and hasattr(result, "packed_metadata")
-                    and set(self.constexprs) == set(_constexpr_names(self.kernel))):
-                if len(_compiled) >= MAX_CACHED_LAUNCHES:
-                    _compiled.clear()
-                _compiled[key] = result
+                    and set(self.constexprs) == set(cache.constexpr_names)):
+                if len(cache.compiled) >= MAX_CACHED_LAUNCHES:
+                    cache.compiled.clear()
+                cache.compiled[key] = result
             return
         grid = self.grid + (1,) * (3 - len(self.grid))
         stream = _driver().get_current_stream(key[1])
         compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
-                     None, None, None, *self.args, *(self.constexprs[name] for name in _constexpr_names(self.kernel)))
+                     None, None, None, *self.args, *(self.constexprs[name] for name in cache.constexpr_names))
 
     def launch_options(self) -> dict[str, int]:
         return {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages))
@@ -81,33 +81,50 @@ def _specialization_key(launch: Launch) -> tuple | None:
     of 16, and inside int32 or int64. This key holds the argument types, the tensors' dtype
     and alignment, the descriptors' dtype and block, and every other argument's exact value
     (finer than needed: a new shape takes Triton's own path once), the constexprs, launch
-    options, kernel and device. It runs on every launch, so where each kind of argument sits
-    is worked out once per (kernel, argument types). None (take Triton's path) for anything
-    but a plain JITFunction without pre-run hooks given all its arguments as tensors, tensor
-    descriptors, ints, floats, bools or None."""
+    options and device; the kernel itself holds the cache (`_cache_of`). It runs on every
+    launch, so where each kind of argument sits is worked out once per (kernel, argument
+    types). None (take Triton's path) for anything but a plain JITFunction without pre-run
+    hooks given all its arguments as tensors, tensor descriptors, ints, floats, bools or None."""
     kernel, args = launch.kernel, launch.args
+    if type(kernel).__name__ != "JITFunction" or kernel.pre_run_hooks:
+        return None
+    cache = _cache_of(kernel)
     types = tuple(map(type, args))
-    layout = _argument_layouts.get((id(kernel), types))
+    layout = cache.layouts.get(types)
     if layout is None:
-        layout = _argument_layouts[(id(kernel), types)] = _argument_layout(kernel, types)
-    if layout is False or kernel.pre_run_hooks:
+        layout = cache.layouts[types] = _argument_layout(cache.constexpr_names, len(kernel.params), types)
+    if layout is False:
         return None
     tensor_positions, descriptor_positions, plain_values = layout
     tensors = tuple((args[i].dtype, args[i].data_ptr() % 16 == 0) for i in tensor_positions)
     descriptors = tuple(_descriptor_key(args[i]) for i in descriptor_positions)
-    return (id(kernel), _driver().get_current_device(), types, tensors, descriptors, plain_values(args),
+    return (_driver().get_current_device(), types, tensors, descriptors, plain_values(args),
             tuple(launch.constexprs.items()), launch.num_warps, launch.num_stages)
 
 
-_argument_layouts: dict[tuple, tuple | bool] = {}
+class _KernelCache:
+    """Launch state of one kernel, kept on the kernel object so that it lives and dies with
+    it (a cache keyed by id() could hand one kernel's state to a later kernel at that id)."""
+
+    def __init__(self, kernel: Any):
+        self.constexpr_names = _constexpr_names(kernel)
+        self.layouts: dict[tuple[type, ...], tuple | bool] = {}
+        self.compiled: dict[tuple, Any] = {}  # specialisation key -> triton CompiledKernel
 
 
-def _argument_layout(kernel: Any, types: tuple[type, ...]) -> tuple | bool:
+def _cache_of(kernel: Any) -> _KernelCache:
+    cache = getattr(kernel, "_tritonkit_launch_cache", None)
+    if cache is None:
+        cache = kernel._tritonkit_launch_cache = _KernelCache(kernel)
+    return cache
+
+
+def _argument_layout(constexpr_names: tuple[str, ...] | None, n_params: int,
+                     types: tuple[type, ...]) -> tuple | bool:
     """(tensor positions, descriptor positions, a getter of the other arguments' values) for
     a kernel called with arguments of these types; False when the key cannot describe the
-    call (not a plain JITFunction, arguments missing, an argument of another type)."""
-    names = _constexpr_names(kernel) if type(kernel).__name__ == "JITFunction" else None
-    if names is None or len(types) + len(names) != len(kernel.params):
+    call (arguments missing, an argument of another type)."""
+    if constexpr_names is None or len(types) + len(constexpr_names) != n_params:
         return False
     tensors = tuple(i for i, t in enumerate(types) if issubclass(t, torch.Tensor))
     descriptors = tuple(i for i, t in enumerate(types) if issubclass(t, TensorDescriptor))
@@ -126,20 +143,13 @@ def _descriptor_key(desc: TensorDescriptor) -> tuple:
     return ("tensordesc", desc.base.dtype, tuple(desc.block_shape), desc.padding)
 
 
-_constexpr_names_cache: dict[int, tuple[str, ...] | None] = {}
-
-
 def _constexpr_names(kernel: Any) -> tuple[str, ...] | None:
-    """The kernel's constexpr parameters, in order; the compiled launcher takes every
-    parameter positionally. None when a constexpr has a default (the launch may omit it)."""
-    names = _constexpr_names_cache.get(id(kernel), False)
-    if names is False:
-        params = [p for p in kernel.params if p.is_constexpr]
-        names = tuple(p.name for p in params)
-        tail_ok = all(p.num >= len(kernel.params) - len(params) for p in params)
-        names = names if tail_ok and not any(p.has_default for p in params) else None
-        _constexpr_names_cache[id(kernel)] = names  # kernels live as long as their modules
-    return names
+    """The kernel's constexpr parameters, in order (they must come last: the compiled
+    launcher takes every parameter positionally). None when a constexpr has a default (the
+    launch may omit it) or sits before a runtime parameter."""
+    params = [p for p in kernel.params if p.is_constexpr]
+    tail_ok = all(p.num >= len(kernel.params) - len(params) for p in params)
+    return tuple(p.name for p in params) if tail_ok and not any(p.has_default for p in params) else None
 
 
 def _driver():
