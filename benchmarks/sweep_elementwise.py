@@ -43,6 +43,7 @@ def sweep_softmax():
     pipelined row loop, and walking long rows in steps inside one program.)"""
     original = sm_mod._row_config
     cases = ((4096, 4096, torch.float32), (4096, 4096, torch.bfloat16), (4096, 32768, torch.bfloat16),
+             (32768, 4096, torch.bfloat16), (4096, 16384, torch.bfloat16),
              (1823, 781, torch.float32), (1823, 781, torch.bfloat16))
     src = torch.empty(1 << 28, device="cuda")
     dst = torch.empty_like(src)
@@ -60,8 +61,9 @@ def sweep_softmax():
         block_n = triton.next_power_of_2(cols)
         for block_m in sorted({max(1, 4096 // block_n), max(1, 8192 // block_n)}):
             for warps in (4, 8, 16, 32):
-                if block_m * block_n // (32 * warps) >= 4:
-                    candidates.append((block_m, block_n, warps))
+                for reload in ((False, True) if x.element_size() == 2 and block_n >= 4096 else (False,)):
+                    if block_m * block_n // (32 * warps) >= 4:
+                        candidates.append((block_m, block_n, warps, reload))
         results = []
         for cfg in candidates:
             sm_mod._row_config = lambda r, c, e, cfg=cfg: cfg

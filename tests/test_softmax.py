@@ -131,6 +131,27 @@ def test_each_long_row_path(path, monkeypatch, device):
     assert dx.shape == x.shape
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n_cols", [300, 512])
+def test_reload_path(dtype, n_cols, monkeypatch, device):
+    # 16-bit rows held in their own dtype and read twice (RELOAD), here switched on for short
+    # rows: forward, backward, a view at an odd offset, -inf entries, a strided dim.
+    monkeypatch.setattr(softmax_module, "RELOAD_COLS", 1)
+    softmax_module._row_config.cache_clear()
+    try:
+        base = torch.randn(7 * n_cols + 3, device=device, dtype=dtype)
+        x = base[3:].view(7, n_cols)
+        x[1, ::5] = -float("inf")
+        with record_launches() as launches:
+            check_forward(x, -1)
+            check_backward(x, -1)
+            check_forward(x.t(), 0)
+        assert launches and all(launch.constexprs["RELOAD"] for launch in launches)
+        assert {launch.name for launch in launches} == {"softmax_fwd", "softmax_bwd"}
+    finally:
+        softmax_module._row_config.cache_clear()
+
+
 def test_zero_dim_and_empty(device):
     scalar = torch.randn((), device=device)
     torch.testing.assert_close(tritonkit.softmax(scalar, 0), torch.softmax(scalar, 0))

@@ -30,6 +30,7 @@ CHUNK_COLS = 8192          # columns per chunk for long rows, when few (H200 swe
 LAG_BYTES = 8 << 20        # how far the one-launch long-row schedule reads ahead (well inside L2)
 PROGRAMS_PER_SM = 16       # programs the one-launch schedule starts per SM
 ONE_LAUNCH_LONG_ROWS = True  # long rows in one launch (stats and apply interleaved) or two
+RELOAD_COLS = 16384        # 16-bit rows from this long are read twice rather than held in float32
 ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
 
 
@@ -44,15 +45,33 @@ def _row_offsets(rows, size1, size2, s0, s1, s2):
 
 
 @triton.jit
-def _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD: tl.constexpr):
-    """A tile of the inputs in float32: (y, dy) backward; (x, x) forward, -inf where masked."""
+def _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD: tl.constexpr,
+               KEEP_DTYPE: tl.constexpr, EVICTION: tl.constexpr):
+    """A tile of the inputs: (y, dy) backward; (x, x) forward, -inf where masked. In float32,
+    or (KEEP_DTYPE) in the inputs' own dtype."""
     if BACKWARD:
-        first = tl.load(a_ptr + a_off, mask=mask, other=0.0).to(tl.float32)
-        second = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(tl.float32)
+        first = tl.load(a_ptr + a_off, mask=mask, other=0.0, eviction_policy=EVICTION)
+        second = tl.load(b_ptr + b_off, mask=mask, other=0.0, eviction_policy=EVICTION)
     else:
-        first = tl.load(a_ptr + a_off, mask=mask, other=-float("inf")).to(tl.float32)
+        first = tl.load(a_ptr + a_off, mask=mask, other=-float("inf"), eviction_policy=EVICTION)
         second = first
+    if not KEEP_DTYPE:
+        first = first.to(tl.float32)
+        second = second.to(tl.float32)
     return first, second
+
+
+@triton.jit
+def _exact_float32(x):
+    """x in float32 for a reduction that must not keep a float32 copy of x alive: bf16 by
+    its bits (tl.max widens bf16 with the same op as the later x.to(float32), and the two
+    would merge, holding the whole float32 tile across the reduction); fp16 as it is (its
+    max stays in fp16)."""
+    if x.dtype == tl.bfloat16:
+        widened = (x.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    else:
+        widened = x
+    return widened
 
 
 @triton.jit
@@ -65,8 +84,13 @@ def _softmax_rows_kernel(
     as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, BACKWARD: tl.constexpr,
+    RELOAD: tl.constexpr,
 ):
     # BLOCK_M rows a program, each row one [BLOCK_M, BLOCK_N] tile held in registers.
+    # RELOAD (16-bit inputs, long rows): the tile is held in its own dtype, half the
+    # registers of float32, so two programs fit on an SM and one's loads overlap the other's
+    # arithmetic; the row statistic is taken from it, then the tile is read again (from L2,
+    # which the first read asked to keep it) for the output.
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     a_row = _row_offsets(rows, size1, size2, as0, as1, as2)[:, None]
@@ -74,14 +98,28 @@ def _softmax_rows_kernel(
     o_row = _row_offsets(rows, size1, size2, os0, os1, os2)[:, None]
     cols = tl.arange(0, BLOCK_N)
     mask = row_ok[:, None] & (cols[None, :] < n_cols) if not EVEN_N else row_ok[:, None]
-    x, dy = _load_tile(a_ptr, b_ptr, a_row + cols[None, :] * a_col, b_row + cols[None, :] * b_col, mask, BACKWARD)
+    a_off = a_row + cols[None, :] * a_col
+    b_off = b_row + cols[None, :] * b_col
+    if RELOAD:
+        x, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD, True, "evict_last")
+        if BACKWARD:
+            dot = tl.sum(x.to(tl.float32) * dy.to(tl.float32), axis=1)  # x holds y here
+        else:
+            row_max = tl.max(_exact_float32(x), axis=1)
+            row_sum = tl.sum(tl.exp(x.to(tl.float32) - row_max[:, None]), axis=1)
+        x, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD, False, "evict_first")
+    else:
+        x, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD, False, "")
+        if BACKWARD:
+            dot = tl.sum(x * dy, axis=1)
+        else:
+            row_max = tl.max(x, axis=1)
+            row_sum = tl.sum(tl.exp(x - row_max[:, None]), axis=1)
     if BACKWARD:
-        result = x * (dy - tl.sum(x * dy, axis=1)[:, None])  # x holds y here
+        result = x * (dy - dot[:, None])
     else:
         # A row of all -inf gives max -inf and exp(nan): NaN, exactly as torch does.
-        row_max = tl.max(x, axis=1)
-        e = tl.exp(x - row_max[:, None])
-        result = e * (1.0 / tl.sum(e, axis=1))[:, None]
+        result = tl.exp(x - row_max[:, None]) * (1.0 / row_sum)[:, None]
     tl.store(out_ptr + o_row + cols[None, :] * o_col, result.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -96,7 +134,7 @@ def _chunk_stats(
     mask = cols < n_cols
     a_off = _row_offsets(row, size1, size2, as0, as1, as2) + cols * a_col
     b_off = _row_offsets(row, size1, size2, bs0, bs1, bs2) + cols * b_col
-    x, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD)
+    x, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD, False, "")
     if BACKWARD:
         tl.store(stat1_ptr + item, tl.sum(x * dy, axis=0))  # x holds y here
     else:
@@ -127,7 +165,7 @@ def _chunk_apply(
     # The row's stats first, then the chunk (the order the kernels were measured in).
     if BACKWARD:
         dot = tl.sum(tl.load(stat1_ptr + stat_idx, mask=stat_mask, other=0.0, cache_modifier=".cg"), axis=0)
-        y, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD)
+        y, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD, False, "")
         result = y * (dy - dot)
     else:
         # Online-softmax merge: sum_c s_c * exp(m_c - M), with M the row max.
@@ -136,7 +174,7 @@ def _chunk_apply(
         row_max = tl.max(chunk_max, axis=0)
         scale = tl.where(chunk_max == -float("inf"), 0.0, tl.exp(chunk_max - row_max))
         row_sum = tl.sum(chunk_sum * scale, axis=0)
-        x, _ = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD)
+        x, _ = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD, False, "")
         result = tl.exp(x - row_max) * (1.0 / row_sum)
     tl.store(out_ptr + o_off, result.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -196,19 +234,24 @@ def _softmax_chunks_kernel(
 
 
 @functools.lru_cache(maxsize=1024)
-def _row_config(n_rows: int, n_cols: int, element_bytes: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps) for rows held whole (up to MAX_FUSED_COLS): short rows
-    packed several to a program so each moves at least 4096 elements, 16 elements a thread,
-    then 128 bytes a thread (the H200 sweeps of 2026-11-29: 16-32 warps for 32768-column
-    rows, 97% of the copy ceiling in fp32; 8 warps and 4 rows a program for 781 columns).
-    Walking rows in steps inside one program instead lost everywhere it was tried: 66%
-    against 97% at 4096 x 32768 fp32, 62% against 67% for the chunked path at 1024 x 131072."""
+def _row_config(n_rows: int, n_cols: int, element_bytes: int) -> tuple[int, int, int, bool]:
+    """(BLOCK_M, BLOCK_N, num_warps, RELOAD) for rows held whole (up to MAX_FUSED_COLS):
+    short rows packed several to a program so each moves at least 4096 elements, 16 elements
+    a thread, then 128 bytes a thread (the H200 sweeps of 2026-11-29: 16-32 warps for
+    32768-column rows, 97% of the copy ceiling in fp32; 8 warps and 4 rows a program for 781
+    columns). Walking rows in steps inside one program instead lost everywhere it was tried:
+    66% against 97% at 4096 x 32768 fp32, 62% against 67% for the chunked path at
+    1024 x 131072. 16-bit rows of RELOAD_COLS or more are held in their own dtype and read
+    twice (RELOAD): held in float32 they leave one program an SM (74% at 4096 x 32768 bf16)."""
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, min(triton.next_power_of_2(n_rows), 4096 // block_n))
     elements = block_m * block_n
-    per_thread = 16 if elements <= 4096 else 128 // element_bytes
+    reload = element_bytes == 2 and block_n >= RELOAD_COLS
+    # Held in float32: 128 bytes of input a thread; RELOAD: 32 elements (16 registers) a
+    # thread, which compiles to 32 registers at 32768 columns, two 32-warp programs an SM.
+    per_thread = 16 if elements <= 4096 else 32 if reload else 128 // element_bytes
     num_warps = min(32, max(4, elements // (32 * per_thread)))
-    return block_m, block_n, num_warps
+    return block_m, block_n, num_warps, reload
 
 
 def _row_layout(a, b, out, dim: int):
@@ -239,11 +282,11 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
     row_sizes, (a_strides, b_strides, o_strides) = layout
     name = "softmax_bwd" if backward else "softmax_fwd"
     if n_cols <= MAX_FUSED_COLS:
-        block_m, block_n, num_warps = _row_config(n_rows, n_cols, a.element_size())
+        block_m, block_n, num_warps, reload = _row_config(n_rows, n_cols, a.element_size())
         Launch(
             name, _softmax_rows_kernel, (cdiv(n_rows, block_m),),
             (a, b, out, n_rows, n_cols, *row_sizes, *a_strides, *b_strides, *o_strides),
-            dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN_N=block_n == n_cols, BACKWARD=backward),
+            dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN_N=block_n == n_cols, BACKWARD=backward, RELOAD=reload),
             num_warps=num_warps, num_stages=1,
         )()
         return
