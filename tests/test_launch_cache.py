@@ -101,10 +101,13 @@ def test_cached_launch_passes_every_parameter_in_order(jit_kernel, monkeypatch):
     class FakeDriver:
         @staticmethod
         def get_current_device():
-            return 0
+            return 3
 
         @staticmethod
         def get_current_stream(device):
+            # The stream of the device the key was made on (a wrong argument here once
+            # broke every cached launch on the GPU while the CPU tests passed).
+            assert device == 3, device
             return 1234
 
     monkeypatch.setattr(_launch, "_driver", lambda: FakeDriver)

@@ -65,7 +65,8 @@ class Launch:
                 cache.compiled[key] = result
             return
         grid = self.grid + (1,) * (3 - len(self.grid))
-        stream = _driver().get_current_stream(key[1])
+        device = key[0]  # _specialization_key puts the current device first
+        stream = _driver().get_current_stream(device)
         compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
                      None, None, None, *self.args, *(self.constexprs[name] for name in cache.constexpr_names))
 
