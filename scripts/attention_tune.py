@@ -14,11 +14,6 @@ descriptors (TMA), over a few configs each, on the bench shapes (D=64, D=128 at
 N=4096 and 16384 full and causal, D=256 with 16 heads, GQA 32 over 8 heads, and packed qkv),
 each config checked against SDPA, beside SDPA's FA2 and cuDNN; ends with a table.
     PYTHONPATH=src python3 scripts/attention_tune.py --tma
-
---overlap (alone, or with the others): the TMA forward's plain key loop against the rotated
-one (OVERLAP, notes/attention_overlap.md) on the same bench shapes, a few configs each, each
-checked against SDPA before it is timed, beside SDPA's FA2 and cuDNN; ends with a table.
-    PYTHONPATH=src python3 scripts/attention_tune.py --overlap
 """
 
 from __future__ import annotations
@@ -231,29 +226,12 @@ def tma_inputs(shape, layout):
     return inputs(B, H, Hkv, N, D)[:3]
 
 
-# attention_fwd's keyword arguments for each forward path these sweeps compare
-PATH_ARGS = {"pointer": dict(tma=False), "tma": dict(tma=True), "rotated": dict(tma=True, overlap=True)}
-
-
-def overlap_candidates(D, layout):
-    """(path, config) pairs: the TMA path's fixed config; the rotated loop (OVERLAP) at the
-    fixed config and at the smaller tiles and fewer stages it needs to fit (it keeps S and P
-    of two blocks live, and the fixed 128x128 s3 tile at D=128 exceeds shared memory)."""
-    fixed = A.fixed_configs(A._block_d(D))["fwd_tma"]
-    rotated = [fixed, A.TileConfig(fixed.block_m, fixed.block_n, fixed.num_warps, 2)]
-    if D > 64 and D <= 128:
-        rotated += [A.TileConfig(128, 64, 8, 3), A.TileConfig(128, 64, 8, 2)]
-    if D <= 64:
-        rotated += [A.TileConfig(128, 128, 8, 2)]
-    return [("tma", fixed)] + [("rotated", c) for c in dict.fromkeys(rotated)]
-
-
 def _compile_fwd_worker(job):
     shape, causal, layout, path, cfg = job
     B, H, Hkv, N, D = shape
     q, k, v = tma_inputs((B, H, Hkv, N, D), layout)
     try:
-        A.attention_fwd(q, k, v, causal, config=cfg, **PATH_ARGS[path])
+        A.attention_fwd(q, k, v, causal, config=cfg, tma=path != "pointer")
         if DEVICE.type == "cuda":
             torch.cuda.synchronize()
         return None
@@ -276,16 +254,14 @@ def _fwd_peer_times(q, k, v, causal):
     return found
 
 
-def tma_sweep(workers, candidates=tma_candidates, paths=("pointer", "tma"), cases=TMA_CASES):
-    """Each case's candidate (path, config) pairs checked against SDPA, then timed; a table of
-    the best config of each path beside SDPA's FA2 and cuDNN."""
+def tma_sweep(workers):
     on_gpu = DEVICE.type == "cuda"
     cases = [(label, shape if on_gpu else TMA_SMALL + shape[4:], causal, layout)
-             for label, shape, causal, layout in cases]
+             for label, shape, causal, layout in TMA_CASES]
     if on_gpu:
         jobs = list(dict.fromkeys(  # N=4096 and 16384 compile alike (the worker uses N=1024)
             (shape[:3] + (min(shape[3], 1024),) + shape[4:], causal, layout, path, cfg)
-            for _, shape, causal, layout in cases for path, cfg in candidates(shape[4], layout)))
+            for _, shape, causal, layout in cases for path, cfg in tma_candidates(shape[4], layout)))
         precompile(jobs, workers, _compile_fwd_worker)
     table = []
     for label, shape, causal, layout in cases:
@@ -296,15 +272,15 @@ def tma_sweep(workers, candidates=tma_candidates, paths=("pointer", "tma"), case
         print(f"\n== {label}: B={B} H={H}/{Hkv} N={N} D={D}{' causal' if causal else ''} ({layout}); "
               f"TMA allowed: {A._tma_ok(q, k, v)}")
         best = {}
-        for path, cfg in candidates(D, layout):
+        for path, cfg in tma_candidates(D, layout):
             name = f"{path:7} {_tile_text(cfg)}"
             try:
-                out, _ = A.attention_fwd(q, k, v, causal, config=cfg, **PATH_ARGS[path])
+                out, _ = A.attention_fwd(q, k, v, causal, config=cfg, tma=path != "pointer")
                 err = ((out.float() - want).norm() / want.norm()).item()
                 if not err < 2e-2:
                     print(f"  {name}  WRONG: relative error {err:.2e} against SDPA; not timed")
                     continue
-                ms = bench(lambda: A.attention_fwd(q, k, v, causal, config=cfg, **PATH_ARGS[path]))
+                ms = bench(lambda: A.attention_fwd(q, k, v, causal, config=cfg, tma=path != "pointer"))
             except Exception as e:
                 print(f"  {name}  {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
                 continue
@@ -318,14 +294,14 @@ def tma_sweep(workers, candidates=tma_candidates, paths=("pointer", "tma"), case
         table.append((label, best, peers))
         del q, k, v, want
     print("\nforward TFLOP/s (4*B*H*N^2*D / time, half when causal; bf16; best config of each path)")
-    print(f"{'case':<26} " + " ".join(f"{p:>8}" for p in paths) + f" {'FA2':>7} {'cuDNN':>7} "
+    print(f"{'case':<26} {'pointer':>8} {'TMA':>8} {'FA2':>7} {'cuDNN':>7} "
           f"{'best/cuDNN':>10} {'best/FA2':>8}  best config")
     for label, best, peers in table:
-        cell = {p: best[p][1] if p in best else None for p in paths}
+        cell = {p: best[p][1] if p in best else None for p in ("pointer", "tma")}
         top = max(best.items(), key=lambda item: item[1][1]) if best else None
         ratio = lambda peer: f"{top[1][1] / peers[peer]:.2f}" if top and peer in peers else "-"
         text = lambda x: f"{x:.1f}" if x is not None else "-"
-        print(f"{label:<26} " + " ".join(f"{text(cell[p]):>8}" for p in paths) + " "
+        print(f"{label:<26} {text(cell['pointer']):>8} {text(cell['tma']):>8} "
               f"{text(peers.get('FA2')):>7} {text(peers.get('cuDNN')):>7} {ratio('cuDNN'):>10} {ratio('FA2'):>8}  "
               + (f"{top[0]} {_tile_text(top[1][0])}" if top else "-"))
 
@@ -349,15 +325,12 @@ def main():
     parser.add_argument("--extra", action="store_true")
     parser.add_argument("--autotune", action="store_true")
     parser.add_argument("--tma", action="store_true", help="the forward's pointer and TMA paths")
-    parser.add_argument("--overlap", action="store_true", help="the TMA forward's plain and rotated key loops")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     args = parser.parse_args()
     if args.tma:
         tma_sweep(args.workers)
-    if args.overlap:  # the bench shapes less packed qkv (a layout check, done by --tma)
-        tma_sweep(args.workers, overlap_candidates, ("tma", "rotated"), TMA_CASES[:-1])
-    if (args.tma or args.overlap) and not (args.extra or args.autotune or "--shapes" in sys.argv):
-        return 0
+        if not (args.extra or args.autotune or "--shapes" in sys.argv):
+            return 0
     parsed = [tuple(int(x) for x in s.split(",")) for s in args.shapes]
     shapes = [p[:5] for p in parsed]
     causals = [{0: (False,), 1: (True,), 2: (False, True)}[p[5] if len(p) > 5 else 2] for p in parsed]

@@ -203,18 +203,6 @@ def test_attention_uses_wgmma_on_hopper():
 
 
 @pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")
-def test_attention_rotated_loop_runs_the_softmax_under_the_pv_product():
-    # OVERLAP (D=64, whose fixed tile fits the rotated loop): inside the loop the P V wgmma of
-    # the previous block is committed, the softmax's exp2s follow, and only then the wait.
-    fwd = only(compile_report("attention", pass_="fwd", dtype="bf16", shape=(2, 8, 1024, 64), overlap=True))
-    assert fwd.constexprs["OVERLAP"] == "True" and fwd.spill_stores == 0
-    steps = [w for line in fwd.ir("ptx").splitlines() for w in ("commit_group", "wait_group", "ex2.approx")
-             if w in line]
-    text = " ".join(s for i, s in enumerate(steps) if i == 0 or s != steps[i - 1])  # runs collapsed
-    assert "commit_group ex2.approx wait_group" in text, text
-
-
-@pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")
 def test_attention_tensor_descriptors_only_for_aligned_inputs():
     # Inputs one element into their buffer: no descriptor may cover them.
     for pass_name in inspector.available_ops()["attention"].passes:

@@ -64,15 +64,13 @@ def _dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
 
 def compile_report(op: str, pass_: str = "all", shape: tuple[int, ...] | None = None,
                    dtype: str | torch.dtype | None = None, offset: int = 0, causal: bool = False,
-                   arch: str | int | None = None, tma: bool | None = None,
-                   overlap: bool = False) -> list[KernelReport]:
+                   arch: str | int | None = None, tma: bool | None = None) -> list[KernelReport]:
     """Compile every kernel the op's pass(es) would launch for this input; one report each.
 
     pass_: a pass name from the op's catalogue entry ("fwd", "bwd") or "all".
     shape, dtype: the input; None gives the entry's default. offset: the input is a view
     that many elements into its buffer. arch: "sm_90" by default (the local GPU's if any).
     tma: False asks ops that have a tensor-descriptor path for their pointer path instead.
-    overlap: the attention forward's rotated key loop (OVERLAP).
     """
     from ..registry import InspectRequest
 
@@ -83,9 +81,9 @@ def compile_report(op: str, pass_: str = "all", shape: tuple[int, ...] | None = 
             raise ValueError(f"{op} has no pass {name!r}; it has: {', '.join(entry.passes)}")
     target = parse_arch(arch)
     request = InspectRequest(shape=tuple(shape) if shape else None, dtype=_dtype(dtype),
-                             offset=offset, causal=causal, tma=tma, overlap=overlap)
+                             offset=offset, causal=causal, tma=tma)
     asked = {"shape": list(shape) if shape else None, "dtype": _dtype_name(request.dtype),
-             "offset": offset, "causal": causal, "tma": tma, "overlap": overlap}
+             "offset": offset, "causal": causal, "tma": tma}
     reports = []
     for name in passes:
         for launch in record(op, name, request):

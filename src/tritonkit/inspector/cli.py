@@ -40,8 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--causal", action="store_true", help="causal masking (attention)")
     parser.add_argument("--no-tma", dest="tma", action="store_false", default=None,
                         help="the pointer path even where the op could use tensor descriptors (attention fwd)")
-    parser.add_argument("--overlap", action="store_true",
-                        help="the rotated key loop: next block's Q K^T before this block's softmax (attention fwd)")
     parser.add_argument("--arch", default=None, help="target, e.g. sm_90 (default: this GPU, else sm_90)")
     parser.add_argument("--emit", choices=EMIT_CHOICES, help="print this IR of each kernel")
     parser.add_argument("--json", action="store_true", help="print the facts as JSON")
@@ -62,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         arch = parse_arch(opts.arch)
         common = dict(pass_=opts.pass_, shape=opts.shape, dtype=opts.dtype, causal=opts.causal, arch=arch,
-                      tma=opts.tma, overlap=opts.overlap)
+                      tma=opts.tma)
         if opts.compare:
             offset = opts.offset or 1
             left = compile_report(opts.op, offset=0, **common)
@@ -127,7 +125,5 @@ def _heading(opts: argparse.Namespace, arch: int, offset: int, reports: list[Ker
         parts.append("causal")
     if opts.tma is False:
         parts.append("pointer path (--no-tma)")
-    if opts.overlap:
-        parts.append("rotated key loop (--overlap)")
     where = "compiled on the CPU, no GPU used" if _runtime.INTERPRETED else _runtime.describe()
     return " · ".join(parts) + f"\ntarget sm_{arch} ({where})"

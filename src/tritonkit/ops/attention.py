@@ -26,8 +26,8 @@ forward on Hopper and later: there q, k, v are read through tensor descriptors (
 `_tma_ok` has checked on the host that their bases and strides allow it (USE_TMA), and
 otherwise, silently, through pointers. (Triton 3.6's Hopper warp specialization was tried
 on this forward and gave wrong results on the H200: notes/attention_tma.md.)
-OVERLAP (off by default, not yet timed) rotates the forward's key loop so that block j's
-softmax runs while the tensor cores compute block j-1's P V (notes/attention_overlap.md).
+(A rotated key loop, block j's softmax under block j-1's P V, was built, timed slower on
+the H200 and removed: notes/attention_overlap.md.)
 
 Tile sizes: on a GPU, `triton.autotune` per (head-dim block, causal, GROUP, a power-of-two
 bucket of the length, dtypes), results cached on disk; TRITONKIT_AUTOTUNE=0 (set by the
@@ -163,41 +163,19 @@ def _attn_fwd_tiles(
     lo, hi, Nk, qk_scale,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
     SCALE_POS: tl.constexpr, PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
-    USE_TMA: tl.constexpr, OVERLAP: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     # The key blocks [lo, hi): per block S = Q K^T, the softmax step, acc = acc alpha + P V.
     # The first block a program visits holds key 0, which every row sees, so m is finite
     # after it. k_src, v_src: the kv head's base pointers, or (USE_TMA) descriptors of all of
     # K and V, read at [b, hk, key, 0]; TMA fills keys past Nk and columns past D with zeros.
-    # OVERLAP rotates the loop (notes/attention_overlap.md): iteration j issues S_j = Q K_j^T,
-    # then block j-1's P V, then block j's softmax, which runs while the tensor cores work
-    # on that P V (Triton waits for a wgmma whose result is a loop-carried accumulator only at
-    # the end of the iteration). The first softmax is peeled before the loop, the last P V
-    # after it; every block is visited once, in order, with the same math.
-    if OVERLAP:
-        if lo < hi:
-            qk = _attn_fwd_qk(q, k_src, stride_kn, kt_offs, b, hk, lo, offs_n0, d_col, Nk,
-                              BLOCK_N, BLOCK_D, MASKED, PAD_D, DOT_FP32, USE_TMA)
-            p, alpha, l_i, m_i = _attn_fwd_softmax(qk, l_i, m_i, lo, offs_m, offs_n0, Nk, qk_scale,
-                                                   MASKED, CAUSAL, SCALE_POS)
-            for start_n in tl.range(lo + BLOCK_N, hi, BLOCK_N):
-                qk = _attn_fwd_qk(q, k_src, stride_kn, kt_offs, b, hk, start_n, offs_n0, d_col, Nk,
-                                  BLOCK_N, BLOCK_D, MASKED, PAD_D, DOT_FP32, USE_TMA)
-                acc = _attn_fwd_pv(acc, alpha, p, v_src, stride_vn, v_offs, b, hk, start_n - BLOCK_N,
-                                   offs_n0, d_row, Nk, BLOCK_N, BLOCK_D, MASKED, PAD_D, DOT_FP32, USE_TMA)
-                p, alpha, l_i, m_i = _attn_fwd_softmax(qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale,
-                                                       MASKED, CAUSAL, SCALE_POS)
-            last = lo + (hi - lo - 1) // BLOCK_N * BLOCK_N
-            acc = _attn_fwd_pv(acc, alpha, p, v_src, stride_vn, v_offs, b, hk, last,
-                               offs_n0, d_row, Nk, BLOCK_N, BLOCK_D, MASKED, PAD_D, DOT_FP32, USE_TMA)
-    else:
-        for start_n in tl.range(lo, hi, BLOCK_N):
-            qk = _attn_fwd_qk(q, k_src, stride_kn, kt_offs, b, hk, start_n, offs_n0, d_col, Nk,
-                              BLOCK_N, BLOCK_D, MASKED, PAD_D, DOT_FP32, USE_TMA)
-            p, alpha, l_i, m_i = _attn_fwd_softmax(qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale,
-                                                   MASKED, CAUSAL, SCALE_POS)
-            acc = _attn_fwd_pv(acc, alpha, p, v_src, stride_vn, v_offs, b, hk, start_n,
-                               offs_n0, d_row, Nk, BLOCK_N, BLOCK_D, MASKED, PAD_D, DOT_FP32, USE_TMA)
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        qk = _attn_fwd_qk(q, k_src, stride_kn, kt_offs, b, hk, start_n, offs_n0, d_col, Nk,
+                          BLOCK_N, BLOCK_D, MASKED, PAD_D, DOT_FP32, USE_TMA)
+        p, alpha, l_i, m_i = _attn_fwd_softmax(qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale,
+                                               MASKED, CAUSAL, SCALE_POS)
+        acc = _attn_fwd_pv(acc, alpha, p, v_src, stride_vn, v_offs, b, hk, start_n,
+                           offs_n0, d_row, Nk, BLOCK_N, BLOCK_D, MASKED, PAD_D, DOT_FP32, USE_TMA)
     return acc, l_i, m_i
 
 
@@ -216,7 +194,7 @@ def _attn_fwd_kernel(
     CAUSAL: tl.constexpr, SCALE_POS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
-    USE_TMA: tl.constexpr, OVERLAP: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -268,11 +246,11 @@ def _attn_fwd_kernel(
     acc, l_i, m_i = _attn_fwd_tiles(
         acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk,
         offs_m, offs_n0, d_row, d_col, 0, lo, Nk, qk_scale,
-        BLOCK_N, BLOCK_D, False, CAUSAL, SCALE_POS, PAD_D, DOT_FP32, USE_TMA, OVERLAP)
+        BLOCK_N, BLOCK_D, False, CAUSAL, SCALE_POS, PAD_D, DOT_FP32, USE_TMA)
     acc, l_i, m_i = _attn_fwd_tiles(
         acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk,
         offs_m, offs_n0, d_row, d_col, lo, hi, Nk, qk_scale,
-        BLOCK_N, BLOCK_D, True, CAUSAL, SCALE_POS, PAD_D, DOT_FP32, USE_TMA, OVERLAP)
+        BLOCK_N, BLOCK_D, True, CAUSAL, SCALE_POS, PAD_D, DOT_FP32, USE_TMA)
 
     o = acc / l_i[:, None]
     o_ptrs = (O + b64 * stride_ob + h64 * stride_oh + start_m.to(tl.int64) * stride_on
@@ -668,7 +646,7 @@ def _autotuned(kernel, kinds: str | tuple[str, ...], prune, key: list[str]):
 _FWD_SPACES = {kind: [c.triton_config() for c in autotune_configs(kind)] for kind in ("fwd", "fwd_tma")}
 # USE_TMA keys the forward: with descriptors, O and LSE are the tensors whose dtypes it adds.
 _attn_fwd_tuned = _autotuned(_attn_fwd_kernel, ("fwd", "fwd_tma"), _prune_fwd,
-                             ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP", "USE_TMA", "OVERLAP"])
+                             ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP", "USE_TMA"])
 _attn_bwd_dkdv_tuned = _autotuned(_attn_bwd_dkdv_kernel, "dkdv", _prune_dkdv,
                                   ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP"])
 _attn_bwd_dq_tuned = _autotuned(_attn_bwd_dq_kernel, "dq", _prune_dq, ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP"])
@@ -822,7 +800,7 @@ _attn_fwd_kernel.add_pre_run_hook(_fit_descriptors)
 
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                   scale: float | None = None, *, config: TileConfig | None = None,
-                  tma: bool | None = None, overlap: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                  tma: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Launcher of the forward pass. Returns (o, lse): o like q (B, H, Nq, D) in q's dtype,
     lse (B, H, Nq) float32, the natural-log sum of exp(scores) per query row.
 
@@ -831,8 +809,6 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     tma: None reads q, k, v through tensor descriptors (TMA) wherever `_tma_ok` allows it and
     through pointers elsewhere; False always through pointers; True through descriptors, or a
     ValueError if the inputs do not allow them. (Benchmarks and tests compare the paths.)
-    overlap: the key loop rotated by one product (OVERLAP: block j+1's Q K^T issued before
-    block j's softmax); off by default until the H200 says it pays (notes/attention_overlap.md).
     """
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
     q, k, v = (_head_dim_innermost(t) for t in (q, k, v))
@@ -856,7 +832,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     args = (q_in, k_in, v_in, o, lse, Nq, Nk, D, H // Hkv, scale * LOG2E, _n_bucket(max(Nq, Nk)),
             *q.stride(), *k.stride(), *v.stride(), *o.stride())
     constexprs = dict(CAUSAL=causal, SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D,
-                      DOT_FP32=_dot_fp32(q.dtype), USE_TMA=use_tma, OVERLAP=bool(overlap))
+                      DOT_FP32=_dot_fp32(q.dtype), USE_TMA=use_tma)
     if config is None and _autotune_enabled():
         Launch("attention_fwd", _attn_fwd_tuned,
                lambda meta: (cdiv(Nq, meta["BLOCK_M"]), H, B),

@@ -26,7 +26,6 @@ class InspectRequest:
     offset: int = 0                          # element offset of the view into its buffer
     causal: bool = False
     tma: bool | None = None                  # False: the pointer path even where TMA is allowed
-    overlap: bool = False                    # attention fwd: the rotated key loop (OVERLAP)
 
 
 @dataclass

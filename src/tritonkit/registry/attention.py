@@ -35,7 +35,7 @@ def _inspect_inputs(request: InspectRequest, device: torch.device):
 
 def _inspect_fwd(request: InspectRequest, device: torch.device) -> None:
     q, k, v = _inspect_inputs(request, device)
-    attention_fwd(q, k, v, request.causal, tma=request.tma, overlap=request.overlap)
+    attention_fwd(q, k, v, request.causal, tma=request.tma)
 
 
 def _inspect_bwd(request: InspectRequest, device: torch.device) -> None:
