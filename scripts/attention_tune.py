@@ -14,6 +14,11 @@ descriptors (TMA), over a few configs each, on the bench shapes (D=64, D=128 at
 N=4096 and 16384 full and causal, D=256 with 16 heads, GQA 32 over 8 heads, and packed qkv),
 each config checked against SDPA, beside SDPA's FA2 and cuDNN; ends with a table.
     PYTHONPATH=src python3 scripts/attention_tune.py --tma
+
+--bwd-paths: the whole backward (fixed configs) with its streamed tiles through pointers and
+through tensor descriptors, on the backward's bench shapes, beside SDPA's FA2 and cuDNN.
+--kinds dkdv,dq limits the config sweep to those passes.
+    PYTHONPATH=src python3 scripts/attention_tune.py --bwd-paths --kinds dkdv,dq
 """
 
 from __future__ import annotations
@@ -46,11 +51,16 @@ def inputs(B, H, Hkv, N, D, seed=0):
     return q, k, v, torch.randn_like(q)
 
 
+KINDS = ("fwd", "dkdv", "dq")  # the passes the config sweep covers (--kinds)
+
+
 def tasks_for(D):
     block_d = A._block_d(D)
     prunes = {"fwd": A._prune_fwd, "dkdv": A._prune_dkdv, "dq": A._prune_dq}
     out = []
     for kind, prune in prunes.items():
+        if kind not in KINDS:
+            continue
         for c in prune([c.triton_config() for c in A.autotune_configs(kind)], {}, BLOCK_D=block_d):
             out.append((kind, A.TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)))
     return out
@@ -185,6 +195,58 @@ def autotuned(shape, causal):
           f"dq {A._attn_bwd_dq_tuned.best_config}")
     fixed_case(shape, causal)
     os.environ["TRITONKIT_AUTOTUNE"] = "0"
+
+
+# ---------------------------------------------------------------------------------------
+# --bwd-paths: the backward's pointer and tensor-descriptor paths side by side
+# ---------------------------------------------------------------------------------------
+
+BWD_CASES = [  # (label, (B, H, Hkv, N, D), causal): the backward's bars in issue 4
+    ("D=64 N=4096", (4, 32, 32, 4096, 64), False),
+    ("D=64 N=16384 causal", (4, 32, 32, 16384, 64), True),
+    ("D=128 N=4096", (4, 32, 32, 4096, 128), False),
+    ("D=128 N=4096 causal", (4, 32, 32, 4096, 128), True),
+    ("D=128 N=16384", (4, 32, 32, 16384, 128), False),
+    ("D=128 N=16384 causal", (4, 32, 32, 16384, 128), True),
+    ("D=256 N=4096 H=16", (4, 16, 16, 4096, 256), False),
+    ("D=128 N=4096 GQA32/8", (4, 32, 8, 4096, 128), False),
+]
+
+
+def bwd_paths():
+    on_gpu = DEVICE.type == "cuda"
+    table = []
+    for label, shape, causal in BWD_CASES:
+        B, H, Hkv, N, D = shape if on_gpu else TMA_SMALL + shape[4:]
+        q, k, v, do = inputs(B, H, Hkv, N, D)
+        o, lse = A.attention_fwd(q, k, v, causal)
+        work = flops(B, H, N, D, causal, True)
+        got, tf = {}, {}
+        for path in ("pointer", "tma"):
+            run = lambda: A.attention_bwd(do, q, k, v, o, lse, causal, tma=path == "tma")
+            try:
+                got[path] = run()
+                tf[path] = work / bench(run) / 1e9
+            except Exception as e:
+                print(f"  {label} {path}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+        diff = "-"
+        if len(got) == 2:
+            diff = f"{max(((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(got['tma'], got['pointer'])):.1e}"
+        peer = {name: work / times[1] / 1e9 for name, times in peers(q, k, v, do, causal).items()}
+        table.append((label, tf, peer, diff))
+        text = lambda x: f"{x:.1f}" if x is not None else "-"
+        print(f"{label:<22} pointer {text(tf.get('pointer')):>6}  tma {text(tf.get('tma')):>6}  "
+              f"FA2 {text(peer.get('FA2')):>6}  cuDNN {text(peer.get('cuDNN')):>6}  tma vs pointer diff {diff}")
+        del q, k, v, do, o, lse, got
+    print("\nbackward TFLOP/s (2.5 x 4*B*H*N^2*D / time, half when causal; bf16; fixed configs)")
+    print(f"{'case':<22} {'pointer':>8} {'TMA':>8} {'FA2':>7} {'cuDNN':>7} {'TMA/ptr':>8} {'TMA/cuDNN':>9} {'TMA/FA2':>8}")
+    for label, tf, peer, diff in table:
+        ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
+        text = lambda x: f"{x:.1f}" if x is not None else "-"
+        t = tf.get("tma")
+        print(f"{label:<22} {text(tf.get('pointer')):>8} {text(t):>8} {text(peer.get('FA2')):>7} "
+              f"{text(peer.get('cuDNN')):>7} {ratio(t, tf.get('pointer')):>8} {ratio(t, peer.get('cuDNN')):>9} "
+              f"{ratio(t, peer.get('FA2')):>8}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -325,12 +387,18 @@ def main():
     parser.add_argument("--extra", action="store_true")
     parser.add_argument("--autotune", action="store_true")
     parser.add_argument("--tma", action="store_true", help="the forward's pointer and TMA paths")
+    parser.add_argument("--bwd-paths", action="store_true", help="the backward's pointer and TMA paths")
+    parser.add_argument("--kinds", default="fwd,dkdv,dq", help="passes the config sweep covers")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     args = parser.parse_args()
+    global KINDS
+    KINDS = tuple(args.kinds.split(","))
+    if args.bwd_paths:
+        bwd_paths()
     if args.tma:
         tma_sweep(args.workers)
-        if not (args.extra or args.autotune or "--shapes" in sys.argv):
-            return 0
+    if (args.tma or args.bwd_paths) and not (args.extra or args.autotune or "--shapes" in sys.argv):
+        return 0
     parsed = [tuple(int(x) for x in s.split(",")) for s in args.shapes]
     shapes = [p[:5] for p in parsed]
     causals = [{0: (False,), 1: (True,), 2: (False, True)}[p[5] if len(p) > 5 else 2] for p in parsed]

@@ -18,12 +18,13 @@ import torch
 import torch.nn.functional as F
 
 import tritonkit
+from tritonkit._launch import record_launches
 from tritonkit.ops import attention as attention_module
 from tritonkit.ops.attention import attention_bwd, attention_fwd, attention_reference
 from tritonkit.registry.attention import packed_qkv
 from _tolerance import assert_close_to_reference, eps_for
 from conftest import ON_GPU
-from test_attention import CASE_PARAMS, DTYPES, make_qkv, poison_outputs, sdpa  # noqa: F401 (fixture)
+from test_attention import CASE_PARAMS, DTYPES, PATH_CASES, make_qkv, poison_outputs, sdpa  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,6 +103,74 @@ def test_backward_is_deterministic(device):
     first = grads(lambda *t: tritonkit.attention(*t, causal=True), (q, k, v), upstream)
     second = grads(lambda *t: tritonkit.attention(*t, causal=True), (q, k, v), upstream)
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def reference_grads(q, k, v, causal, do):
+    """dq, dk, dv of the float64 reference, and SDPA's in the inputs' dtype (the yardstick)."""
+    wide = grads(lambda *t: attention_reference(*t, causal, upcast=False), [t.double() for t in (q, k, v)], do.double())
+    theirs = grads(lambda *t: sdpa(*t, causal, None, flash_first=True), (q, k, v), do)
+    return wide, theirs
+
+
+@pytest.mark.parametrize("path", ["tensor descriptors", "pointers"])
+@pytest.mark.parametrize("B,H,Hkv,Nq,Nk,D,causal", PATH_CASES)
+def test_backward_paths(B, H, Hkv, Nq, Nk, D, causal, path, device):
+    # The backward launcher alone, its streamed tiles (Q, dO for dK/dV; K, V for dQ) read
+    # through tensor descriptors or through pointers: ragged blocks, padded D, GQA, causal.
+    q, k, v = make_qkv(B, H, Hkv, Nq, Nk, D, torch.float16, device)
+    do = torch.randn_like(q)
+    o, lse = attention_fwd(q, k, v, causal)
+    with record_launches() as launches:
+        ours = attention_bwd(do, q, k, v, o, lse, causal, tma=path == "tensor descriptors")
+    assert [launch.constexprs.get("USE_TMA") for launch in launches[1:]] == [path == "tensor descriptors"] * 2
+    wide, theirs = reference_grads(q, k, v, causal, do)
+    for name, a, ref, b in zip(("dq", "dk", "dv"), ours, wide, theirs):
+        assert_close_to_reference(a, ref, b, eps=eps_for(q.dtype, gradient=True), what=f"{name} ({path})")
+
+
+@pytest.mark.parametrize("path", ["tensor descriptors", "pointers"])
+def test_backward_never_reads_past_the_end(path, device):
+    # Every operand is the first rows of a taller buffer whose extra rows hold NaN (Nq=37 and
+    # Nk=50 of 64 rows a head): a streamed tile that read past the end, or into the next head,
+    # would turn a gradient NaN.
+    B, H, D = 1, 2, 32
+
+    def rows_of_nan_buffer(n):
+        t = torch.full((B, H, 64, D), float("nan"), dtype=torch.float16, device=device)
+        t[:, :, :n] = torch.randn(B, H, n, D, dtype=torch.float16, device=device)
+        return t[:, :, :n]
+
+    q, do = rows_of_nan_buffer(37), rows_of_nan_buffer(37)
+    k, v = rows_of_nan_buffer(50), rows_of_nan_buffer(50)
+    o, lse = attention_fwd(q, k, v, False)
+    ours = attention_bwd(do, q, k, v, o, lse, False, tma=path == "tensor descriptors")
+    wide, theirs = reference_grads(q, k, v, False, do)
+    for name, a, ref, b in zip(("dq", "dk", "dv"), ours, wide, theirs):
+        assert_close_to_reference(a, ref, b, eps=eps_for(q.dtype, gradient=True), what=f"{name} ({path})")
+
+
+def test_backward_tma_refused_where_inputs_do_not_allow_it(device):
+    q, k, v = (t.detach() for t in packed_qkv(1, 2, 24, 16, torch.float16, device, offset=1))
+    do = torch.randn_like(q)
+    o, lse = attention_fwd(q, k, v, False)
+    with record_launches() as launches:
+        attention_bwd(do, q, k, v, o, lse, False)  # silently through pointers
+    assert [launch.constexprs.get("USE_TMA") for launch in launches[1:]] == [False, False]
+    with pytest.raises(ValueError, match="tensor descriptors"):
+        attention_bwd(do, q, k, v, o, lse, False, tma=True)
+
+
+def test_backward_descriptors_take_the_tile_of_the_config_that_launches():
+    q, k, v, do = (torch.randn(1, 2, 64, 64, dtype=torch.float16) for _ in range(4))
+    descs = [attention_module._descriptor(t, 16, 64) for t in (q, k, v, do)]
+    attention_module._fit_dkdv_descriptors(*descs, USE_TMA=True, BLOCK_M=32, BLOCK_N=128, BLOCK_D=64)
+    assert [d.block_shape for d in descs] == [[1, 1, 32, 64], [1, 1, 16, 64], [1, 1, 16, 64], [1, 1, 32, 64]]
+    attention_module._fit_dq_descriptors(*descs, USE_TMA=True, BLOCK_M=32, BLOCK_N=128, BLOCK_D=64)
+    assert [d.block_shape for d in descs[1:3]] == [[1, 1, 128, 64], [1, 1, 128, 64]]
+    assert attention_module._fit_dkdv_descriptors in attention_module._attn_bwd_dkdv_kernel.pre_run_hooks
+    assert attention_module._fit_dq_descriptors in attention_module._attn_bwd_dq_kernel.pre_run_hooks
+    for tuned in (attention_module._attn_bwd_dkdv_tuned, attention_module._attn_bwd_dq_tuned):
+        assert "USE_TMA" in tuned.keys
 
 
 def test_backward_launcher_alone(device):

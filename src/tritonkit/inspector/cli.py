@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="make the input a view N elements into its buffer (N=1: misaligned)")
     parser.add_argument("--causal", action="store_true", help="causal masking (attention)")
     parser.add_argument("--no-tma", dest="tma", action="store_false", default=None,
-                        help="the pointer path even where the op could use tensor descriptors (attention fwd)")
+                        help="the pointer path even where the op could use tensor descriptors (attention fwd and bwd)")
     parser.add_argument("--arch", default=None, help="target, e.g. sm_90 (default: this GPU, else sm_90)")
     parser.add_argument("--emit", choices=EMIT_CHOICES, help="print this IR of each kernel")
     parser.add_argument("--json", action="store_true", help="print the facts as JSON")

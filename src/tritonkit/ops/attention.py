@@ -300,23 +300,29 @@ def _attn_bwd_preprocess_kernel(
 @triton.jit
 def _attn_bwd_dkdv_tiles(
     dk, dv, k, v,
-    q_base, do_base, lse_base, delta_base, stride_qn, stride_don, q_offs, do_offs,
+    q_src, do_src, lse_base, delta_base, stride_qn, stride_don, q_offs, do_offs, b, h,
     offs_n, offs_m0, d_row,
     lo, hi, Nq, qk_scale,
-    BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CHECK_M: tl.constexpr,
-    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CHECK_M: tl.constexpr,
+    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr, USE_TMA: tl.constexpr,
 ):
     # For query blocks [lo, hi), with the key block's K, V loaded once by the caller:
     #   P^T = 2^(K Q^T qk_scale - lse2),  dV += P^T dO,
     #   dP^T = V dO^T,  dS^T = P^T * (dP^T - delta),  dK += dS^T Q  (times scale at the end).
     # Rows past Nq load as zeros with lse = delta = 0, so they add exactly nothing; keys past
     # Nk give rows of dK, dV that are never stored. Only the causal band needs a mask.
+    # q_src, do_src: the query head's base pointers, or (USE_TMA) descriptors of all of Q
+    # and dO, read at [b, h, row, 0] (zeros past Nq and D, as the pointer path loads).
     for start_m in tl.range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
-        m64 = tl.cast(start_m, tl.int64)
-        m_ok = offs_m[:, None] < Nq
-        q = _load(q_base + m64 * stride_qn + q_offs, m_ok, d_row, CHECK_M, PAD_D)
-        do = _load(do_base + m64 * stride_don + do_offs, m_ok, d_row, CHECK_M, PAD_D)
+        if USE_TMA:
+            q = q_src.load([b, h, start_m, 0]).reshape(BLOCK_M, BLOCK_D)
+            do = do_src.load([b, h, start_m, 0]).reshape(BLOCK_M, BLOCK_D)
+        else:
+            m64 = tl.cast(start_m, tl.int64)
+            m_ok = offs_m[:, None] < Nq
+            q = _load(q_src + m64 * stride_qn + q_offs, m_ok, d_row, CHECK_M, PAD_D)
+            do = _load(do_src + m64 * stride_don + do_offs, m_ok, d_row, CHECK_M, PAD_D)
         if CHECK_M:
             lse2 = tl.load(lse_base + offs_m, mask=offs_m < Nq, other=0.0) * 1.4426950408889634
             delta = tl.load(delta_base + offs_m, mask=offs_m < Nq, other=0.0)
@@ -349,8 +355,9 @@ def _attn_bwd_dkdv_kernel(
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
     # meta
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    CHECK_M: tl.constexpr, PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+    CHECK_M: tl.constexpr, PAD_D: tl.constexpr, DOT_FP32: tl.constexpr, USE_TMA: tl.constexpr,
 ):
+    # With USE_TMA, Q and DO are tensor descriptors of the whole (B, H, Nq, D) tensors.
     pid_n = tl.program_id(0)
     hk = tl.program_id(1)
     b = tl.program_id(2)
@@ -385,20 +392,25 @@ def _attn_bwd_dkdv_kernel(
         lo = 0
         band = 0
     for g in range(GROUP):  # the group's query heads in a fixed order: deterministic sums
+        h = hk * GROUP + g
         h64 = hk64 * GROUP + g
-        q_base = Q + b64 * stride_qb + h64 * stride_qh
-        do_base = DO + b64 * stride_dob + h64 * stride_doh
+        if USE_TMA:
+            q_src = Q
+            do_src = DO
+        else:
+            q_src = Q + b64 * stride_qb + h64 * stride_qh
+            do_src = DO + b64 * stride_dob + h64 * stride_doh
         lse_base = LSE + (b64 * H + h64) * Nq
         delta_base = DELTA + (b64 * H + h64) * Nq
         if CAUSAL:
             dk, dv = _attn_bwd_dkdv_tiles(
-                dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don,
-                q_offs, do_offs, offs_n, offs_m0, d_row, lo, band, Nq, qk_scale,
-                BLOCK_M, True, CHECK_M, PAD_D, DOT_FP32)
+                dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qn, stride_don,
+                q_offs, do_offs, b, h, offs_n, offs_m0, d_row, lo, band, Nq, qk_scale,
+                BLOCK_M, BLOCK_D, True, CHECK_M, PAD_D, DOT_FP32, USE_TMA)
         dk, dv = _attn_bwd_dkdv_tiles(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don,
-            q_offs, do_offs, offs_n, offs_m0, d_row, band, Nq, Nq, qk_scale,
-            BLOCK_M, False, CHECK_M, PAD_D, DOT_FP32)
+            dk, dv, k, v, q_src, do_src, lse_base, delta_base, stride_qn, stride_don,
+            q_offs, do_offs, b, h, offs_n, offs_m0, d_row, band, Nq, Nq, qk_scale,
+            BLOCK_M, BLOCK_D, False, CHECK_M, PAD_D, DOT_FP32, USE_TMA)
 
     dk = dk * sm_scale
     if PAD_D:
@@ -416,21 +428,26 @@ def _attn_bwd_dkdv_kernel(
 @triton.jit
 def _attn_bwd_dq_tiles(
     dq, q, do, lse2, delta,
-    k_base, v_base, stride_kn, stride_vn, kt_offs, vt_offs,
+    k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk,
     offs_m, offs_n0, d_col,
     lo, hi, Nk, qk_scale,
-    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr, USE_TMA: tl.constexpr,
 ):
     # For key blocks [lo, hi):  P = 2^(Q K^T qk_scale - lse2),  dP = dO V^T,
     #   dS = P * (dP - delta),  dQ += dS K  (times scale at the end).
     # MASKED blocks zero P past Nk (K loads as 0 there, but 2^(-lse2) could overflow) and,
-    # when CAUSAL, after the query.
+    # when CAUSAL, after the query. k_src, v_src: the kv head's base pointers, or (USE_TMA)
+    # descriptors of all of K and V, read at [b, hk, key, 0].
     for start_n in tl.range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        n64 = tl.cast(start_n, tl.int64)
-        kT = _load(k_base + n64 * stride_kn + kt_offs, offs_n[None, :] < Nk, d_col, MASKED, PAD_D)
-        vT = _load(v_base + n64 * stride_vn + vt_offs, offs_n[None, :] < Nk, d_col, MASKED, PAD_D)
+        if USE_TMA:
+            kT = tl.trans(k_src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D))
+            vT = tl.trans(v_src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D))
+        else:
+            n64 = tl.cast(start_n, tl.int64)
+            kT = _load(k_src + n64 * stride_kn + kt_offs, offs_n[None, :] < Nk, d_col, MASKED, PAD_D)
+            vT = _load(v_src + n64 * stride_vn + vt_offs, offs_n[None, :] < Nk, d_col, MASKED, PAD_D)
         qk = _mm(q, kT, DOT_FP32)
         p = tl.math.exp2(qk * qk_scale - lse2[:, None])
         if MASKED:
@@ -458,8 +475,9 @@ def _attn_bwd_dq_kernel(
     stride_dqb, stride_dqh, stride_dqn, stride_dqd,
     # meta
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr,
+    PAD_D: tl.constexpr, DOT_FP32: tl.constexpr, USE_TMA: tl.constexpr,
 ):
+    # With USE_TMA, K and V are tensor descriptors of the whole (B, Hkv, Nk, D) tensors.
     pid_m = tl.program_id(0)
     if CAUSAL:
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -487,8 +505,13 @@ def _attn_bwd_dq_kernel(
     row_base = (b64 * H + h64) * Nq
     lse2 = tl.load(LSE + row_base + offs_m, mask=offs_m < Nq, other=0.0) * 1.4426950408889634
     delta = tl.load(DELTA + row_base + offs_m, mask=offs_m < Nq, other=0.0)
-    k_base = K + b64 * stride_kb + hk64 * stride_kh
-    v_base = V + b64 * stride_vb + hk64 * stride_vh
+    hk = h // GROUP
+    if USE_TMA:
+        k_src = K
+        v_src = V
+    else:
+        k_src = K + b64 * stride_kb + hk64 * stride_kh
+        v_src = V + b64 * stride_vb + hk64 * stride_vh
     kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
     vt_offs = offs_d[:, None] * stride_vd + offs_n0[None, :] * stride_vn
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -500,11 +523,11 @@ def _attn_bwd_dq_kernel(
         hi = Nk
         lo = Nk // BLOCK_N * BLOCK_N
     dq = _attn_bwd_dq_tiles(
-        dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, kt_offs, vt_offs,
-        offs_m, offs_n0, d_col, 0, lo, Nk, qk_scale, BLOCK_N, False, CAUSAL, PAD_D, DOT_FP32)
+        dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk,
+        offs_m, offs_n0, d_col, 0, lo, Nk, qk_scale, BLOCK_N, BLOCK_D, False, CAUSAL, PAD_D, DOT_FP32, USE_TMA)
     dq = _attn_bwd_dq_tiles(
-        dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, kt_offs, vt_offs,
-        offs_m, offs_n0, d_col, lo, hi, Nk, qk_scale, BLOCK_N, True, CAUSAL, PAD_D, DOT_FP32)
+        dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk,
+        offs_m, offs_n0, d_col, lo, hi, Nk, qk_scale, BLOCK_N, BLOCK_D, True, CAUSAL, PAD_D, DOT_FP32, USE_TMA)
 
     dq = dq * sm_scale
     if PAD_D:
@@ -648,8 +671,9 @@ _FWD_SPACES = {kind: [c.triton_config() for c in autotune_configs(kind)] for kin
 _attn_fwd_tuned = _autotuned(_attn_fwd_kernel, ("fwd", "fwd_tma"), _prune_fwd,
                              ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP", "USE_TMA"])
 _attn_bwd_dkdv_tuned = _autotuned(_attn_bwd_dkdv_kernel, "dkdv", _prune_dkdv,
-                                  ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP"])
-_attn_bwd_dq_tuned = _autotuned(_attn_bwd_dq_kernel, "dq", _prune_dq, ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP"])
+                                  ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP", "USE_TMA"])
+_attn_bwd_dq_tuned = _autotuned(_attn_bwd_dq_kernel, "dq", _prune_dq,
+                                ["BLOCK_D", "CAUSAL", "N_BUCKET", "GROUP", "USE_TMA"])
 
 
 def _autotune_enabled() -> bool:
@@ -782,19 +806,24 @@ def _descriptor(t: torch.Tensor, rows: int, block_d: int) -> TensorDescriptor:
     return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, block_d])
 
 
-def _fit_descriptors(*args, **meta) -> None:
-    """Pre-run hook of the forward kernel: give its descriptors the tile shape of the config
-    being launched (the autotuner picks BLOCK_M and BLOCK_N after the launcher built them;
-    Triton compiles a descriptor for the block shape it carries). A config pre_hook, as in
-    Triton's tutorial, would do the same, but Triton's on-disk tuning cache skips configs
-    that have one."""
-    if meta.get("USE_TMA"):
-        q, k, v = args[:3]
-        q.block_shape = [1, 1, meta["BLOCK_M"], meta["BLOCK_D"]]
-        k.block_shape = [1, 1, meta["BLOCK_N"], meta["BLOCK_D"]]
-        v.block_shape = [1, 1, meta["BLOCK_N"], meta["BLOCK_D"]]
+def _descriptor_fitter(rows_of: dict[int, str]):
+    """A pre-run hook that gives a kernel's descriptors (argument position -> the meta-parameter
+    counting their tile's rows) the tile shape of the config being launched. The autotuner
+    picks BLOCK_M and BLOCK_N after the launcher built them, and Triton compiles a descriptor
+    for the block shape it carries. A config pre_hook, as in Triton's tutorial, would do the
+    same, but Triton's on-disk tuning cache skips configs that have one."""
+    def fit_descriptors(*args, **meta) -> None:
+        if meta.get("USE_TMA"):
+            for position, rows in rows_of.items():
+                args[position].block_shape = [1, 1, meta[rows], meta["BLOCK_D"]]
+    return fit_descriptors
 
 
+_fit_descriptors = _descriptor_fitter({0: "BLOCK_M", 1: "BLOCK_N", 2: "BLOCK_N"})   # forward: Q; K, V
+_fit_dkdv_descriptors = _descriptor_fitter({0: "BLOCK_M", 3: "BLOCK_M"})           # dK/dV: Q, dO
+_fit_dq_descriptors = _descriptor_fitter({1: "BLOCK_N", 2: "BLOCK_N"})             # dQ: K, V
+_attn_bwd_dkdv_kernel.add_pre_run_hook(_fit_dkdv_descriptors)
+_attn_bwd_dq_kernel.add_pre_run_hook(_fit_dq_descriptors)
 _attn_fwd_kernel.add_pre_run_hook(_fit_descriptors)
 
 
@@ -845,10 +874,14 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
 def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   o: torch.Tensor, lse: torch.Tensor, causal: bool = False, scale: float | None = None,
-                  *, dkdv_config: TileConfig | None = None, dq_config: TileConfig | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  *, dkdv_config: TileConfig | None = None, dq_config: TileConfig | None = None,
+                  tma: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launcher of the backward pass: (dq, dk, dv) from the upstream gradient `do` and the
-    forward's `o` and `lse`. Deterministic: the same inputs give bitwise the same gradients."""
+    forward's `o` and `lse`. Deterministic: the same inputs give bitwise the same gradients.
+
+    tma: as in `attention_fwd`. Through descriptors go the tiles each kernel streams: Q and
+    dO in the dK/dV pass (when both allow it), K and V in the dQ pass (when both allow it);
+    the rest through pointers."""
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
     scale = _resolve_scale(scale, D)
     causal = bool(causal)
@@ -887,30 +920,36 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
            dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)()
 
     common = dict(CAUSAL=causal, BLOCK_D=block_d, PAD_D=pad_d, DOT_FP32=dot_fp32)
-    dkdv_args = (q, k, v, do, dk, dv, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale, n_bucket,
+    tma_dkdv, tma_dq = (tma is not False and _tma_ok(*pair) for pair in ((q, do), (k, v)))
+    if tma and not (tma_dkdv and tma_dq):
+        raise ValueError("tma=True, but q, k, v, do cannot all be read through tensor descriptors: each "
+                         "needs a 16-byte aligned start and strides that are multiples of 16 bytes")
+    dkdv_cfg = dkdv_config or fixed["dkdv"]
+    q_in, do_in = (_descriptor(t, dkdv_cfg.block_m, block_d) if tma_dkdv else t for t in (q, do))
+    dkdv_args = (q_in, k, v, do_in, dk, dv, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale, n_bucket,
                  *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride())
     if dkdv_config is None and tuned:
         # CHECK_M must not depend on the tuned BLOCK_M: mask query rows unless every block is full.
         Launch("attention_bwd_dkdv", _attn_bwd_dkdv_tuned,
                lambda meta: (cdiv(Nk, meta["BLOCK_N"]), Hkv, B), dkdv_args,
-               dict(common, CHECK_M=Nq % 128 != 0), num_warps=None, num_stages=None)()
+               dict(common, CHECK_M=Nq % 128 != 0, USE_TMA=tma_dkdv), num_warps=None, num_stages=None)()
     else:
-        cfg = dkdv_config or fixed["dkdv"]
-        Launch("attention_bwd_dkdv", _attn_bwd_dkdv_kernel, (cdiv(Nk, cfg.block_n), Hkv, B),
-               dkdv_args, dict(common, CHECK_M=Nq % cfg.block_m != 0, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
-               num_warps=cfg.num_warps, num_stages=cfg.num_stages)()
+        Launch("attention_bwd_dkdv", _attn_bwd_dkdv_kernel, (cdiv(Nk, dkdv_cfg.block_n), Hkv, B), dkdv_args,
+               dict(common, CHECK_M=Nq % dkdv_cfg.block_m != 0, USE_TMA=tma_dkdv, **dkdv_cfg.meta()),
+               num_warps=dkdv_cfg.num_warps, num_stages=dkdv_cfg.num_stages)()
 
-    dq_args = (q, k, v, do, dq, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale, n_bucket,
+    dq_cfg = dq_config or fixed["dq"]
+    k_in, v_in = (_descriptor(t, dq_cfg.block_n, block_d) if tma_dq else t for t in (k, v))
+    dq_args = (q, k_in, v_in, do, dq, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale, n_bucket,
                *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride())
     if dq_config is None and tuned:
         Launch("attention_bwd_dq", _attn_bwd_dq_tuned,
-               lambda meta: (cdiv(Nq, meta["BLOCK_M"]), H, B), dq_args, common,
+               lambda meta: (cdiv(Nq, meta["BLOCK_M"]), H, B), dq_args, dict(common, USE_TMA=tma_dq),
                num_warps=None, num_stages=None)()
     else:
-        cfg = dq_config or fixed["dq"]
-        Launch("attention_bwd_dq", _attn_bwd_dq_kernel, (cdiv(Nq, cfg.block_m), H, B), dq_args,
-               dict(common, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
-               num_warps=cfg.num_warps, num_stages=cfg.num_stages)()
+        Launch("attention_bwd_dq", _attn_bwd_dq_kernel, (cdiv(Nq, dq_cfg.block_m), H, B), dq_args,
+               dict(common, USE_TMA=tma_dq, **dq_cfg.meta()),
+               num_warps=dq_cfg.num_warps, num_stages=dq_cfg.num_stages)()
     return dq, dk, dv
 
 

@@ -43,7 +43,7 @@ def _inspect_bwd(request: InspectRequest, device: torch.device) -> None:
     B, H, N, D = q.shape
     o, do = torch.empty_like(q), torch.empty_like(q)
     lse = torch.empty((B, H, N), dtype=torch.float32, device=device)
-    attention_bwd(do, q, k, v, o, lse, request.causal)
+    attention_bwd(do, q, k, v, o, lse, request.causal, tma=request.tma)
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
