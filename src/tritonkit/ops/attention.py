@@ -96,6 +96,19 @@ def _load(ptrs, rows_ok, d_ok, CHECK_ROWS: tl.constexpr, CHECK_D: tl.constexpr):
 
 
 @triton.jit
+def _head_sources(A, B, b64, h64, stride_ab, stride_ah, stride_bb, stride_bh, USE_TMA: tl.constexpr):
+    # What the tile loops read two streamed operands from: the (b, h) head's base pointers,
+    # or (USE_TMA) the descriptors of the whole tensors, which the loops index by [b, h, row, 0].
+    if USE_TMA:
+        a_src = A
+        b_src = B
+    else:
+        a_src = A + b64 * stride_ab + h64 * stride_ah
+        b_src = B + b64 * stride_bb + h64 * stride_bh
+    return a_src, b_src
+
+
+@triton.jit
 def _attn_fwd_qk(
     q, k_src, stride_kn, kt_offs, b, hk, start_n, offs_n0, d_col, Nk,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
@@ -223,12 +236,7 @@ def _attn_fwd_kernel(
         q_ptrs = (Q + b64 * stride_qb + h64 * stride_qh + start_m.to(tl.int64) * stride_qn
                   + rows_m[:, None] * stride_qn + offs_d[None, :] * stride_qd)
         q = _load(q_ptrs, m_ok, d_row, True, PAD_D)
-    if USE_TMA:
-        k_src = K
-        v_src = V
-    else:
-        k_src = K + b64 * stride_kb + hk64 * stride_kh
-        v_src = V + b64 * stride_vb + hk64 * stride_vh
+    k_src, v_src = _head_sources(K, V, b64, hk64, stride_kb, stride_kh, stride_vb, stride_vh, USE_TMA)
     kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
     v_offs = offs_n0[:, None] * stride_vn + offs_d[None, :] * stride_vd
 
@@ -394,12 +402,7 @@ def _attn_bwd_dkdv_kernel(
     for g in range(GROUP):  # the group's query heads in a fixed order: deterministic sums
         h = hk * GROUP + g
         h64 = hk64 * GROUP + g
-        if USE_TMA:
-            q_src = Q
-            do_src = DO
-        else:
-            q_src = Q + b64 * stride_qb + h64 * stride_qh
-            do_src = DO + b64 * stride_dob + h64 * stride_doh
+        q_src, do_src = _head_sources(Q, DO, b64, h64, stride_qb, stride_qh, stride_dob, stride_doh, USE_TMA)
         lse_base = LSE + (b64 * H + h64) * Nq
         delta_base = DELTA + (b64 * H + h64) * Nq
         if CAUSAL:
@@ -506,12 +509,7 @@ def _attn_bwd_dq_kernel(
     lse2 = tl.load(LSE + row_base + offs_m, mask=offs_m < Nq, other=0.0) * 1.4426950408889634
     delta = tl.load(DELTA + row_base + offs_m, mask=offs_m < Nq, other=0.0)
     hk = h // GROUP
-    if USE_TMA:
-        k_src = K
-        v_src = V
-    else:
-        k_src = K + b64 * stride_kb + hk64 * stride_kh
-        v_src = V + b64 * stride_vb + hk64 * stride_vh
+    k_src, v_src = _head_sources(K, V, b64, hk64, stride_kb, stride_kh, stride_vb, stride_vh, USE_TMA)
     kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
     vt_offs = offs_d[:, None] * stride_vd + offs_n0[None, :] * stride_vn
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)

@@ -30,7 +30,7 @@ CHUNK_COLS = 8192          # columns per chunk for long rows, when few (H200 swe
 LAG_BYTES = 8 << 20        # how far the one-launch long-row schedule reads ahead (well inside L2)
 PROGRAMS_PER_SM = 16       # programs the one-launch schedule starts per SM
 ONE_LAUNCH_LONG_ROWS = True  # long rows in one launch (stats and apply interleaved) or two
-RELOAD_COLS = 16384        # 16-bit rows from this long are read twice rather than held in float32
+RELOAD_COLS = 32768        # 16-bit rows from this long are read twice rather than held in float32
 ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
 
 
@@ -242,7 +242,9 @@ def _row_config(n_rows: int, n_cols: int, element_bytes: int) -> tuple[int, int,
     columns). Walking rows in steps inside one program instead lost everywhere it was tried:
     66% against 97% at 4096 x 32768 fp32, 62% against 67% for the chunked path at
     1024 x 131072. 16-bit rows of RELOAD_COLS or more are held in their own dtype and read
-    twice (RELOAD): held in float32 they leave one program an SM (74% at 4096 x 32768 bf16)."""
+    twice (RELOAD): held in float32 they leave one program an SM (H200, 2026-11-29, 4096 x 32768
+    bf16: 75% of the copy ceiling held in float32, 94% with RELOAD at 32 warps; at 16384
+    columns RELOAD lost, 86-90% against 91%)."""
     block_n = triton.next_power_of_2(n_cols)
     block_m = max(1, min(triton.next_power_of_2(n_rows), 4096 // block_n))
     elements = block_m * block_n
