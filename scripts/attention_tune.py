@@ -222,29 +222,39 @@ def bwd_paths():
         o, lse = A.attention_fwd(q, k, v, causal)
         work = flops(B, H, N, D, causal, True)
         got, tf = {}, {}
-        for path in ("pointer", "tma"):
-            run = lambda: A.attention_bwd(do, q, k, v, o, lse, causal, tma=path == "tma")
+        real_tma_ok = A._tma_ok
+        for path in ("pointer", "tma", "tma dkdv only", "tma dq only"):
+            # One pass through descriptors, the other through pointers: the launcher asks
+            # _tma_ok about (q, do) for dK/dV and about (k, v) for dQ.
+            only = path.split()[1] if path.startswith("tma ") else None
+            A._tma_ok = lambda *ts: real_tma_ok(*ts) and (only is None or (ts[0] is k) == (only == "dq"))
+            run = lambda: A.attention_bwd(do, q, k, v, o, lse, causal, tma=None if path != "pointer" else False)
             try:
                 got[path] = run()
                 tf[path] = work / bench(run) / 1e9
             except Exception as e:
                 print(f"  {label} {path}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+            finally:
+                A._tma_ok = real_tma_ok
         diff = "-"
-        if len(got) == 2:
+        if "tma" in got and "pointer" in got:
             diff = f"{max(((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(got['tma'], got['pointer'])):.1e}"
         peer = {name: work / times[1] / 1e9 for name, times in peers(q, k, v, do, causal).items()}
         table.append((label, tf, peer, diff))
         text = lambda x: f"{x:.1f}" if x is not None else "-"
         print(f"{label:<22} pointer {text(tf.get('pointer')):>6}  tma {text(tf.get('tma')):>6}  "
+              f"dkdv-only {text(tf.get('tma dkdv only')):>6}  dq-only {text(tf.get('tma dq only')):>6}  "
               f"FA2 {text(peer.get('FA2')):>6}  cuDNN {text(peer.get('cuDNN')):>6}  tma vs pointer diff {diff}")
         del q, k, v, do, o, lse, got
     print("\nbackward TFLOP/s (2.5 x 4*B*H*N^2*D / time, half when causal; bf16; fixed configs)")
-    print(f"{'case':<22} {'pointer':>8} {'TMA':>8} {'FA2':>7} {'cuDNN':>7} {'TMA/ptr':>8} {'TMA/cuDNN':>9} {'TMA/FA2':>8}")
+    print(f"{'case':<22} {'pointer':>8} {'TMA':>8} {'dkdv TMA':>8} {'dq TMA':>8} {'FA2':>7} {'cuDNN':>7} "
+          f"{'TMA/ptr':>8} {'TMA/cuDNN':>9} {'TMA/FA2':>8}")
     for label, tf, peer, diff in table:
         ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
         text = lambda x: f"{x:.1f}" if x is not None else "-"
         t = tf.get("tma")
-        print(f"{label:<22} {text(tf.get('pointer')):>8} {text(t):>8} {text(peer.get('FA2')):>7} "
+        print(f"{label:<22} {text(tf.get('pointer')):>8} {text(t):>8} {text(tf.get('tma dkdv only')):>8} "
+              f"{text(tf.get('tma dq only')):>8} {text(peer.get('FA2')):>7} "
               f"{text(peer.get('cuDNN')):>7} {ratio(t, tf.get('pointer')):>8} {ratio(t, peer.get('cuDNN')):>9} "
               f"{ratio(t, peer.get('FA2')):>8}")
 

@@ -570,16 +570,20 @@ def fixed_configs(block_d: int) -> dict[str, TileConfig]:
     still cross several blocks and the causal band spans more than one key block."""
     if _interpreting():
         return {"fwd": TileConfig(32, 16), "fwd_tma": TileConfig(32, 16), "dkdv": TileConfig(16, 32),
-                "dq": TileConfig(32, 16)}
-    # The fastest of each pass on the H200 at N=4096, bf16 (notes/attention.md, notes/attention_tma.md).
+                "dkdv_tma": TileConfig(16, 32), "dq": TileConfig(32, 16), "dq_tma": TileConfig(32, 16)}
+    # The fastest of each pass on the H200, bf16 (notes/attention.md, notes/attention_tma.md);
+    # "_tma": the pass with its streamed tiles read through tensor descriptors.
     if block_d <= 64:
         return {"fwd": TileConfig(128, 64, 8, 3), "fwd_tma": TileConfig(128, 64, 8, 3),
-                "dkdv": TileConfig(64, 64, 4, 3), "dq": TileConfig(128, 64, 8, 3)}
+                "dkdv": TileConfig(64, 64, 4, 3), "dkdv_tma": TileConfig(64, 64, 4, 3),
+                "dq": TileConfig(128, 64, 8, 3), "dq_tma": TileConfig(64, 64, 4, 3)}
     if block_d <= 128:
         return {"fwd": TileConfig(128, 128, 8, 3), "fwd_tma": TileConfig(128, 128, 8, 3),
-                "dkdv": TileConfig(64, 128, 8, 3), "dq": TileConfig(128, 32, 8, 3)}
+                "dkdv": TileConfig(64, 128, 8, 3), "dkdv_tma": TileConfig(64, 64, 4, 2),
+                "dq": TileConfig(128, 32, 8, 3), "dq_tma": TileConfig(128, 64, 8, 3)}
     return {"fwd": TileConfig(128, 64, 8, 2), "fwd_tma": TileConfig(128, 64, 8, 2),
-            "dkdv": TileConfig(64, 64, 8, 2), "dq": TileConfig(128, 32, 8, 3)}
+            "dkdv": TileConfig(64, 64, 8, 2), "dkdv_tma": TileConfig(64, 64, 8, 2),
+            "dq": TileConfig(128, 32, 8, 3), "dq_tma": TileConfig(128, 32, 8, 3)}
 
 
 def _shared_bytes(block_m: int, block_n: int, block_d: int, stages: int, resident: int, streamed: int) -> int:
@@ -621,7 +625,8 @@ def _fits(kind: str, c: triton.Config, block_d: int) -> bool:
 def _pruner(kind: str):
     def prune(configs, named_args, **kwargs):
         block_d = kwargs["BLOCK_D"]
-        return _fixed_first([c for c in configs if _fits(kind, c, block_d)], kind, block_d) or configs[:1]
+        fixed_kind = kind + "_tma" if kwargs.get("USE_TMA") else kind
+        return _fixed_first([c for c in configs if _fits(kind, c, block_d)], fixed_kind, block_d) or configs[:1]
     return prune
 
 
@@ -922,7 +927,7 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     if tma and not (tma_dkdv and tma_dq):
         raise ValueError("tma=True, but q, k, v, do cannot all be read through tensor descriptors: each "
                          "needs a 16-byte aligned start and strides that are multiples of 16 bytes")
-    dkdv_cfg = dkdv_config or fixed["dkdv"]
+    dkdv_cfg = dkdv_config or fixed["dkdv_tma" if tma_dkdv else "dkdv"]
     q_in, do_in = (_descriptor(t, dkdv_cfg.block_m, block_d) if tma_dkdv else t for t in (q, do))
     dkdv_args = (q_in, k, v, do_in, dk, dv, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale, n_bucket,
                  *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride())
@@ -936,7 +941,7 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
                dict(common, CHECK_M=Nq % dkdv_cfg.block_m != 0, USE_TMA=tma_dkdv, **dkdv_cfg.meta()),
                num_warps=dkdv_cfg.num_warps, num_stages=dkdv_cfg.num_stages)()
 
-    dq_cfg = dq_config or fixed["dq"]
+    dq_cfg = dq_config or fixed["dq_tma" if tma_dq else "dq"]
     k_in, v_in = (_descriptor(t, dq_cfg.block_n, block_d) if tma_dq else t for t in (k, v))
     dq_args = (q, k_in, v_in, do, dq, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale, n_bucket,
                *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride())
