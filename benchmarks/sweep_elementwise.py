@@ -159,9 +159,40 @@ def host_overhead():
     pstats.Stats(profile).sort_stats("tottime").print_stats(14)
 
 
+def small_add():
+    """add at 2^20 and 2^24 elements, fp32 and bf16: do_bench (L2 cleared before each call)
+    beside back-to-back calls timed by events, and host microseconds per call, to tell a slow
+    kernel from a slow launch path."""
+    import time
+    import tritonkit
+
+    for n in (1 << 20, 1 << 24):
+        for dtype in (torch.float32, torch.bfloat16):
+            x, y = (torch.randn(n, device="cuda", dtype=dtype) for _ in range(2))
+            out = torch.empty_like(x)
+            for name, fn in (("tritonkit.add", lambda: tritonkit.add(x, y, out=out)),
+                             ("torch.add", lambda: torch.add(x, y, out=out))):
+                cleared = bench(fn)
+                for _ in range(20):
+                    fn()
+                torch.cuda.synchronize()
+                start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                host_start = time.perf_counter()
+                start_event.record()
+                for _ in range(200):
+                    fn()
+                end_event.record()
+                host_us = (time.perf_counter() - host_start) / 200 * 1e6
+                torch.cuda.synchronize()
+                print(f"{name:14} n=2^{n.bit_length() - 1} {str(dtype):15} do_bench {cleared * 1e3:7.1f} us, "
+                      f"back-to-back {start_event.elapsed_time(end_event) / 200 * 1e3:7.1f} us/call, "
+                      f"host {host_us:5.1f} us/call")
+
+
 if __name__ == "__main__":
     import sys
 
     parts = sys.argv[1:] or ["overhead", "add", "softmax", "long"]
     for part in parts:
-        {"overhead": host_overhead, "add": sweep_add, "softmax": sweep_softmax, "long": sweep_long_rows}[part]()
+        {"overhead": host_overhead, "add": sweep_add, "softmax": sweep_softmax, "long": sweep_long_rows,
+         "small_add": small_add}[part]()
