@@ -21,17 +21,18 @@ Passes:
 
 Exponentials use exp2, with log2(e) folded into the scale. Causal tiles are split into
 blocks that need no mask (strictly below the diagonal) and the diagonal band (masked).
-Loads are plain pointer loads, right for any strides and element offset, except in the
-forward on Hopper and later: there q, k, v are read through tensor descriptors (TMA) when
-`_tma_ok` has checked on the host that their bases and strides allow it (USE_TMA), and
-otherwise, silently, through pointers. (Triton 3.6's Hopper warp specialization was tried
-on this forward and gave wrong results on the H200: notes/attention_tma.md.)
-(A rotated key loop, block j's softmax under block j-1's P V, was built, timed slower on
-the H200 and removed: notes/attention_overlap.md.)
+Loads are plain pointer loads, right for any strides and element offset, except on Hopper
+and later, where the tiles each kernel streams (q, k, v in the forward; q, dO in dK/dV; k,
+v in dQ) are read through tensor descriptors (TMA) when `_tma_ok` has checked on the host
+that their bases and strides allow it (USE_TMA), and otherwise, silently, through pointers.
+(Triton 3.6's Hopper warp specialization was tried on the forward and gave wrong results
+on the H200: notes/attention_tma.md. A rotated key loop, block j's softmax under block j-1's
+P V, was built, timed slower on the H200 and removed: notes/attention_overlap.md.)
 
 Tile sizes: on a GPU, `triton.autotune` per (head-dim block, causal, GROUP, a power-of-two
-bucket of the length, dtypes), results cached on disk; TRITONKIT_AUTOTUNE=0 (set by the
-tests), an explicit `config`, or the interpreter use one fixed config per pass instead.
+bucket of the length, USE_TMA, dtypes), results cached on disk; TRITONKIT_AUTOTUNE=0 (set by
+the GPU script), an explicit `config`, or the interpreter use one fixed config per pass and
+path instead (`fixed_configs`).
 """
 
 import functools
