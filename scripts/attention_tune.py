@@ -17,7 +17,8 @@ each config checked against SDPA, beside SDPA's FA2 and cuDNN; ends with a table
 
 --bwd-paths: the whole backward (fixed configs) with its streamed tiles through pointers and
 through tensor descriptors, on the backward's bench shapes, beside SDPA's FA2 and cuDNN.
---kinds dkdv,dq limits the config sweep to those passes.
+--kinds dkdv,dq limits the config sweep to those passes. --bwd-streams: the whole backward
+with the dQ pass on a side stream (concurrent with dK/dV, the default) and after it.
     PYTHONPATH=src python3 scripts/attention_tune.py --bwd-paths --kinds dkdv,dq
 """
 
@@ -259,6 +260,28 @@ def bwd_paths():
               f"{ratio(t, peer.get('FA2')):>8}")
 
 
+def bwd_streams():
+    """The whole backward with dQ launched beside dK/dV (A.CONCURRENT_DQ) and after it."""
+    on_gpu = DEVICE.type == "cuda"
+    print("\nbackward TFLOP/s, dQ on a side stream (concurrent) and after dK/dV (sequential), fixed configs")
+    for label, shape, causal in BWD_CASES:
+        B, H, Hkv, N, D = shape if on_gpu else TMA_SMALL + shape[4:]
+        q, k, v, do = inputs(B, H, Hkv, N, D)
+        o, lse = A.attention_fwd(q, k, v, causal)
+        work = flops(B, H, N, D, causal, True)
+        got, tf = {}, {}
+        for mode in (True, False):
+            A.CONCURRENT_DQ = mode
+            run = lambda: A.attention_bwd(do, q, k, v, o, lse, causal)
+            got[mode] = run()
+            tf[mode] = work / bench(run) / 1e9
+        A.CONCURRENT_DQ = True
+        same = all(torch.equal(a, b) for a, b in zip(got[True], got[False]))
+        print(f"{label:<22} concurrent {tf[True]:6.1f}  sequential {tf[False]:6.1f}  ratio {tf[True] / tf[False]:.3f}"
+              f"  bitwise equal: {same}")
+        del q, k, v, do, o, lse, got
+
+
 # ---------------------------------------------------------------------------------------
 # --tma: the forward's pointer and tensor-descriptor paths side by side
 # ---------------------------------------------------------------------------------------
@@ -399,15 +422,18 @@ def main():
     parser.add_argument("--tma", action="store_true", help="the forward's pointer and TMA paths")
     parser.add_argument("--bwd-paths", action="store_true", help="the backward's pointer and TMA paths")
     parser.add_argument("--kinds", default="fwd,dkdv,dq", help="passes the config sweep covers")
+    parser.add_argument("--bwd-streams", action="store_true", help="dQ beside dK/dV or after it")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     args = parser.parse_args()
     global KINDS
     KINDS = tuple(args.kinds.split(","))
     if args.bwd_paths:
         bwd_paths()
+    if args.bwd_streams:
+        bwd_streams()
     if args.tma:
         tma_sweep(args.workers)
-    if (args.tma or args.bwd_paths) and not (args.extra or args.autotune or "--shapes" in sys.argv):
+    if (args.tma or args.bwd_paths or args.bwd_streams) and not (args.extra or args.autotune or "--shapes" in sys.argv):
         return 0
     parsed = [tuple(int(x) for x in s.split(",")) for s in args.shapes]
     shapes = [p[:5] for p in parsed]

@@ -35,6 +35,7 @@ the GPU script), an explicit `config`, or the interpreter use one fixed config p
 path instead (`fixed_configs`).
 """
 
+import contextlib
 import functools
 import math
 import os
@@ -946,15 +947,47 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     k_in, v_in = (_descriptor(t, dq_cfg.block_n, block_d) if tma_dq else t for t in (k, v))
     dq_args = (q, k_in, v_in, do, dq, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale, n_bucket,
                *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride())
-    if dq_config is None and tuned:
-        Launch("attention_bwd_dq", _attn_bwd_dq_tuned,
-               lambda meta: (cdiv(Nq, meta["BLOCK_M"]), H, B), dq_args, dict(common, USE_TMA=tma_dq),
-               num_warps=None, num_stages=None)()
-    else:
-        Launch("attention_bwd_dq", _attn_bwd_dq_kernel, (cdiv(Nq, dq_cfg.block_m), H, B), dq_args,
-               dict(common, USE_TMA=tma_dq, **dq_cfg.meta()),
-               num_warps=dq_cfg.num_warps, num_stages=dq_cfg.num_stages)()
+    with _beside_the_current_stream(q.device, CONCURRENT_DQ and _launch.launches_execute()):
+        if dq_config is None and tuned:
+            Launch("attention_bwd_dq", _attn_bwd_dq_tuned,
+                   lambda meta: (cdiv(Nq, meta["BLOCK_M"]), H, B), dq_args, dict(common, USE_TMA=tma_dq),
+                   num_warps=None, num_stages=None)()
+        else:
+            Launch("attention_bwd_dq", _attn_bwd_dq_kernel, (cdiv(Nq, dq_cfg.block_m), H, B), dq_args,
+                   dict(common, USE_TMA=tma_dq, **dq_cfg.meta()),
+                   num_warps=dq_cfg.num_warps, num_stages=dq_cfg.num_stages)()
     return dq, dk, dv
+
+
+# The dQ pass needs only the preprocess's delta, not dK and dV: launched on a second stream
+# it can fill the SMs that the dK/dV pass's last, uneven programs leave idle (and the other
+# way round), instead of waiting for that pass to drain.
+CONCURRENT_DQ = True
+
+
+@functools.lru_cache(maxsize=None)
+def _side_stream(device: torch.device) -> "torch.cuda.Stream":
+    return torch.cuda.Stream(device)
+
+
+@contextlib.contextmanager
+def _beside_the_current_stream(device: torch.device, enabled: bool):
+    """Run the block's launches on a side stream that starts after everything queued so far
+    on the current stream, and make the current stream wait for them before anything queued
+    after the block. Tensors made on the current stream stay safe: the caching allocator hands
+    their memory out again only to work on that stream, which now waits for the side stream.
+    CUDA only (the interpreter, a CPU tensor, or enabled=False: the current stream)."""
+    if not enabled or device.type != "cuda":
+        yield
+        return
+    main = torch.cuda.current_stream(device)
+    side = _side_stream(device)
+    side.wait_stream(main)
+    try:
+        with torch.cuda.stream(side):
+            yield
+    finally:
+        main.wait_stream(side)
 
 
 # ---------------------------------------------------------------------------------------
