@@ -214,14 +214,18 @@ BWD_CASES = [  # (label, (B, H, Hkv, N, D), causal): the backward's bars in issu
 ]
 
 
-def bwd_paths():
-    on_gpu = DEVICE.type == "cuda"
-    table = []
+def bwd_cases():
+    """(label, causal, backward flops, q, k, v, do, o, lse) of each BWD_CASES case (small
+    shapes through the interpreter on a CPU dry run)."""
     for label, shape, causal in BWD_CASES:
-        B, H, Hkv, N, D = shape if on_gpu else TMA_SMALL + shape[4:]
+        B, H, Hkv, N, D = shape if DEVICE.type == "cuda" else TMA_SMALL + shape[4:]
         q, k, v, do = inputs(B, H, Hkv, N, D)
-        o, lse = A.attention_fwd(q, k, v, causal)
-        work = flops(B, H, N, D, causal, True)
+        yield (label, causal, flops(B, H, N, D, causal, True), q, k, v, do, *A.attention_fwd(q, k, v, causal))
+
+
+def bwd_paths():
+    table = []
+    for label, causal, work, q, k, v, do, o, lse in bwd_cases():
         got, tf = {}, {}
         real_tma_ok = A._tma_ok
         for path in ("pointer", "tma", "tma dkdv only", "tma dq only"):
@@ -262,13 +266,8 @@ def bwd_paths():
 
 def bwd_streams():
     """The whole backward with dQ launched beside dK/dV (A.CONCURRENT_DQ) and after it."""
-    on_gpu = DEVICE.type == "cuda"
     print("\nbackward TFLOP/s, dQ on a side stream (concurrent) and after dK/dV (sequential), fixed configs")
-    for label, shape, causal in BWD_CASES:
-        B, H, Hkv, N, D = shape if on_gpu else TMA_SMALL + shape[4:]
-        q, k, v, do = inputs(B, H, Hkv, N, D)
-        o, lse = A.attention_fwd(q, k, v, causal)
-        work = flops(B, H, N, D, causal, True)
+    for label, causal, work, q, k, v, do, o, lse in bwd_cases():
         got, tf = {}, {}
         for mode in (True, False):
             A.CONCURRENT_DQ = mode
