@@ -19,6 +19,8 @@ each config checked against SDPA, beside SDPA's FA2 and cuDNN; ends with a table
 through tensor descriptors, on the backward's bench shapes, beside SDPA's FA2 and cuDNN.
 --kinds dkdv,dq limits the config sweep to those passes. --bwd-streams: the whole backward
 with the dQ pass on a side stream (concurrent with dK/dV, the default) and after it.
+--bwd-kernels: each backward kernel timed alone (preprocess, dK/dV, dQ), with the block
+products each performs counted as its flops, to tell which pass a shortfall sits in.
     PYTHONPATH=src python3 scripts/attention_tune.py --bwd-paths --kinds dkdv,dq
 """
 
@@ -264,6 +266,25 @@ def bwd_paths():
               f"{ratio(t, peer.get('FA2')):>8}")
 
 
+def bwd_kernels():
+    """Each kernel of the backward timed alone. A kernel's TFLOP/s counts the block products it
+    performs: dK/dV 4 a tile (S^T, dV, dP^T, dK), dQ 3 (S, dP, dQ), each 2*Nq*Nk*D a head
+    (half when causal): 7 in all, against the 5 that the whole backward's 2.5x convention counts."""
+    print("\nbackward kernels alone, fixed configs: ms, and TFLOP/s of the products each performs")
+    for label, causal, work, q, k, v, do, o, lse in bwd_cases():
+        with record_launches() as launches:
+            A.attention_bwd(do, q, k, v, o, lse, causal)
+        product = work / 2.5 / 2  # one N x N x D product over every head (halved when causal)
+        products = {"attention_bwd_dkdv": 4, "attention_bwd_dq": 3}
+        cells = []
+        for launch in launches:
+            ms = bench(launch)
+            rate = f" {products[launch.name] * product / ms / 1e9:6.1f} TFLOP/s" if launch.name in products else ""
+            cells.append(f"{launch.name.removeprefix('attention_bwd_')} {ms:7.3f} ms{rate}")
+        print(f"{label:<22} " + " | ".join(cells))
+        del q, k, v, do, o, lse, launches
+
+
 def bwd_streams():
     """The whole backward with dQ launched beside dK/dV (A.CONCURRENT_DQ) and after it."""
     print("\nbackward TFLOP/s, dQ on a side stream (concurrent) and after dK/dV (sequential), fixed configs")
@@ -422,6 +443,7 @@ def main():
     parser.add_argument("--bwd-paths", action="store_true", help="the backward's pointer and TMA paths")
     parser.add_argument("--kinds", default="fwd,dkdv,dq", help="passes the config sweep covers")
     parser.add_argument("--bwd-streams", action="store_true", help="dQ beside dK/dV or after it")
+    parser.add_argument("--bwd-kernels", action="store_true", help="each backward kernel timed alone")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     args = parser.parse_args()
     global KINDS
@@ -430,9 +452,11 @@ def main():
         bwd_paths()
     if args.bwd_streams:
         bwd_streams()
+    if args.bwd_kernels:
+        bwd_kernels()
     if args.tma:
         tma_sweep(args.workers)
-    if (args.tma or args.bwd_paths or args.bwd_streams) and not (args.extra or args.autotune or "--shapes" in sys.argv):
+    if (args.tma or args.bwd_paths or args.bwd_streams or args.bwd_kernels) and not (args.extra or args.autotune or "--shapes" in sys.argv):
         return 0
     parsed = [tuple(int(x) for x in s.split(",")) for s in args.shapes]
     shapes = [p[:5] for p in parsed]
