@@ -2,6 +2,7 @@
 that Triton 3.6 would compile differently, or a cached kernel could meet an argument it was
 not compiled for (a misaligned pointer given to a kernel compiled for aligned ones)."""
 
+import contextlib
 import itertools
 
 import pytest
@@ -13,7 +14,7 @@ from triton.backends.compiler import BaseBackend
 from triton.runtime.jit import JITFunction
 
 from tritonkit import _launch
-from tritonkit._launch import Launch
+from tritonkit._launch import Launch, TensorDescriptor
 
 
 def _triton_specialization(arg):
@@ -117,6 +118,30 @@ def test_cached_launch_passes_every_parameter_in_order(jit_kernel, monkeypatch):
     monkeypatch.setitem(_launch._cache_of(jit_kernel).compiled, _launch._specialization_key(launch), FakeCompiled())
     launch()
     assert calls == [(7, 1, 1, 1234, None, None, None, None, None, x, x, 33, 2.0, 128, True)]
+
+
+def test_launch_runs_on_the_device_of_its_tensors(monkeypatch):
+    # Triton launches on the current CUDA device; a launch whose tensors live on another
+    # device switches to it for the launch (as torch's own ops do), and only then.
+    entered, ran = [], []
+    device_of = _launch._device_of
+
+    @contextlib.contextmanager
+    def fake_device_guard(device):
+        entered.append(device)
+        yield
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", fake_device_guard)
+    monkeypatch.setattr(Launch, "_run", lambda self: ran.append(entered[:]))
+    for index in (0, 1):
+        monkeypatch.setattr(_launch, "_device_of", lambda args, i=index: torch.device("cuda", i))
+        Launch("t", None, (1,), ())()
+    assert ran == [[], [torch.device("cuda", 1)]]
+    x = torch.randn(8, 8)
+    assert device_of((3, x)) == x.device
+    assert device_of((TensorDescriptor(x, [8, 8], [8, 1], [8, 8]),)) == x.device
+    assert device_of((1, 2.0)) is None
 
 
 def test_launch_hooks_seen(monkeypatch):

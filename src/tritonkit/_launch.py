@@ -49,7 +49,14 @@ class Launch:
         for launches, run in _recorders:
             launches.append(self)
             execute = execute and run
-        if execute:
+        if not execute:
+            return
+        device = _device_of(self.args)
+        if device is not None and device.type == "cuda" and device.index != torch.cuda.current_device():
+            # Triton launches on the current device; torch ops follow their tensors instead.
+            with torch.cuda.device(device):
+                self._run()
+        else:
             self._run()
 
     def _run(self) -> None:
@@ -151,6 +158,16 @@ def _constexpr_names(kernel: Any) -> tuple[str, ...] | None:
     params = [p for p in kernel.params if p.is_constexpr]
     tail_ok = all(p.num >= len(kernel.params) - len(params) for p in params)
     return tuple(p.name for p in params) if tail_ok and not any(p.has_default for p in params) else None
+
+
+def _device_of(args: tuple) -> torch.device | None:
+    """The device of a launch's first tensor (or tensor descriptor's tensor) argument."""
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            return arg.device
+        if isinstance(arg, TensorDescriptor):
+            return arg.base.device
+    return None
 
 
 def _driver():
