@@ -62,11 +62,11 @@ def _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD: tl.constexpr,
 
 
 @triton.jit
-def _exact_float32(x):
-    """x in float32 for a reduction that must not keep a float32 copy of x alive: bf16 by
-    its bits (tl.max widens bf16 with the same op as the later x.to(float32), and the two
-    would merge, holding the whole float32 tile across the reduction); fp16 as it is (its
-    max stays in fp16)."""
+def _max_operand(x):
+    """What the row max of a 16-bit tile reads, so that no float32 copy of the tile stays
+    alive across the reduction: bf16 widened through its bits (tl.max would widen bf16 with
+    the same op as the sum's later x.to(float32), the two would merge, and the whole float32
+    tile would be held); fp16 as it is (tl.max keeps fp16). Exact either way."""
     if x.dtype == tl.bfloat16:
         widened = (x.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
     else:
@@ -105,7 +105,7 @@ def _softmax_rows_kernel(
         if BACKWARD:
             dot = tl.sum(x.to(tl.float32) * dy.to(tl.float32), axis=1)  # x holds y here
         else:
-            row_max = tl.max(_exact_float32(x), axis=1)
+            row_max = tl.max(_max_operand(x), axis=1).to(tl.float32)
             row_sum = tl.sum(tl.exp(x.to(tl.float32) - row_max[:, None]), axis=1)
         x, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD, False, "evict_first")
     else:
