@@ -135,13 +135,14 @@ def test_each_long_row_path(path, monkeypatch, device):
 @pytest.mark.parametrize("n_cols", [300, 512])
 def test_reload_path(dtype, n_cols, monkeypatch, device):
     # 16-bit rows held in their own dtype and read twice (RELOAD), here switched on for short
-    # rows: forward, backward, a view at an odd offset, -inf entries, a strided dim.
+    # rows: forward, backward, a view at an odd offset, -inf and NaN entries, a strided dim.
     monkeypatch.setattr(softmax_module, "RELOAD_COLS", 1)
     softmax_module._row_config.cache_clear()
     try:
         base = torch.randn(7 * n_cols + 3, device=device, dtype=dtype)
         x = base[3:].view(7, n_cols)
         x[1, ::5] = -float("inf")
+        x[4, n_cols // 3] = float("nan")   # a NaN row, as torch gives
         with record_launches() as launches:
             check_forward(x, -1)
             check_backward(x, -1)
