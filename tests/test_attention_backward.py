@@ -24,7 +24,7 @@ from tritonkit.ops.attention import attention_bwd, attention_fwd, attention_refe
 from tritonkit.registry.attention import packed_qkv
 from _tolerance import assert_close_to_reference, eps_for
 from conftest import ON_GPU
-from test_attention import CASE_PARAMS, DTYPES, PATH_CASES, make_qkv, poison_outputs, sdpa  # noqa: F401 (fixture)
+from test_attention import CASE_PARAMS, DTYPES, PATH_CASES, _layout, make_qkv, poison_outputs, sdpa  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,6 +147,33 @@ def test_backward_never_reads_past_the_end(path, device):
     wide, theirs = reference_grads(q, k, v, False, do)
     for name, a, ref, b in zip(("dq", "dk", "dv"), ours, wide, theirs):
         assert_close_to_reference(a, ref, b, eps=eps_for(q.dtype, gradient=True), what=f"{name} ({path})")
+
+
+BWD_TMA_LAYOUTS = {  # layout -> (dK/dV reads q, dO through descriptors, dQ reads k, v through them)
+    "contiguous (B, H, N, D)": (True, True),
+    "(B, N, H, D) memory, transposed views": (True, True),
+    "packed qkv at offset 8": (True, True),
+    "packed qkv at offset 1": (False, False),
+    "k rows 68 elements apart (136 B)": (True, False),
+    "k broadcast over the batch (stride 0)": (True, False),
+    "q head dim not innermost (copied)": (True, True),
+}
+
+
+@pytest.mark.parametrize("name", list(BWD_TMA_LAYOUTS))
+def test_backward_tma_per_pass_follows_the_host_check(name, device):
+    # Each pass decides for the operands it streams; a mixed case (dK/dV through descriptors,
+    # dQ through pointers) must be as right as the others.
+    q, k, v = _layout(name, device)
+    do = torch.randn(q.shape, dtype=q.dtype, device=device)
+    o, lse = attention_fwd(q, k, v, True)
+    with record_launches() as launches:
+        ours = attention_bwd(do, q, k, v, o, lse, True)
+    assert tuple(launch.constexprs["USE_TMA"] for launch in launches[1:]) == BWD_TMA_LAYOUTS[name]
+    if name == "k rows 68 elements apart (136 B)":
+        wide, theirs = reference_grads(q, k, v, True, do)
+        for label, a, ref, b in zip(("dq", "dk", "dv"), ours, wide, theirs):
+            assert_close_to_reference(a, ref, b, eps=eps_for(q.dtype, gradient=True), what=label)
 
 
 def test_backward_tma_refused_where_inputs_do_not_allow_it(device):
