@@ -34,12 +34,18 @@ def grads(fn, leaves, upstream):
     return torch.autograd.grad(fn(*leaves), leaves, upstream)
 
 
+def reference_grads(q, k, v, causal, do, scale=None):
+    """dq, dk, dv of the float64 reference, and SDPA's in the inputs' dtype (the yardstick)."""
+    wide = grads(lambda *t: attention_reference(*t, causal, scale, upcast=False),
+                 [t.double() for t in (q, k, v)], do.double())
+    theirs = grads(lambda *t: sdpa(*t, causal, scale, flash_first=True), (q, k, v), do)
+    return wide, theirs
+
+
 def check_backward(q, k, v, causal, upstream=None, scale=None):
     upstream = torch.randn_like(q) if upstream is None else upstream
     ours = grads(lambda *t: tritonkit.attention(*t, causal=causal, scale=scale), (q, k, v), upstream)
-    theirs = grads(lambda *t: sdpa(*t, causal, scale, flash_first=True), (q, k, v), upstream)
-    wide = grads(lambda *t: attention_reference(*t, causal, scale, upcast=False),
-                 [t.double() for t in (q, k, v)], upstream.double())
+    wide, theirs = reference_grads(q, k, v, causal, upstream, scale)
     for name, a, ref, b, like in zip(("dq", "dk", "dv"), ours, wide, theirs, (q, k, v)):
         assert a.dtype == like.dtype and a.shape == like.shape, name
         assert_close_to_reference(a, ref, b, eps=eps_for(q.dtype, gradient=True), what=name)
@@ -103,13 +109,6 @@ def test_backward_is_deterministic(device):
     first = grads(lambda *t: tritonkit.attention(*t, causal=True), (q, k, v), upstream)
     second = grads(lambda *t: tritonkit.attention(*t, causal=True), (q, k, v), upstream)
     assert all(torch.equal(a, b) for a, b in zip(first, second))
-
-
-def reference_grads(q, k, v, causal, do):
-    """dq, dk, dv of the float64 reference, and SDPA's in the inputs' dtype (the yardstick)."""
-    wide = grads(lambda *t: attention_reference(*t, causal, upcast=False), [t.double() for t in (q, k, v)], do.double())
-    theirs = grads(lambda *t: sdpa(*t, causal, None, flash_first=True), (q, k, v), do)
-    return wide, theirs
 
 
 @pytest.mark.parametrize("path", ["tensor descriptors", "pointers"])
