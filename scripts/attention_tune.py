@@ -267,21 +267,24 @@ def bwd_paths():
 
 
 def bwd_kernels():
-    """Each kernel of the backward timed alone. A kernel's TFLOP/s counts the block products it
-    performs: dK/dV 4 a tile (S^T, dV, dP^T, dK), dQ 3 (S, dP, dQ), each 2*Nq*Nk*D a head
-    (half when causal): 7 in all, against the 5 that the whole backward's 2.5x convention counts."""
+    """Each kernel of the backward timed alone, then the whole backward. A kernel's TFLOP/s
+    counts the block products it performs: dK/dV 4 a tile (S^T, dV, dP^T, dK), dQ 3 (S, dP,
+    dQ), each 2*Nq*Nk*D a head (half when causal): 7 in all, against the 5 that the whole
+    backward's 2.5x convention counts. (Run it with PYTHONPATH at another source tree to
+    compare two versions of the kernels in one GPU call.)"""
     print("\nbackward kernels alone, fixed configs: ms, and TFLOP/s of the products each performs")
     for label, causal, work, q, k, v, do, o, lse in bwd_cases():
-        with record_launches() as launches:
-            A.attention_bwd(do, q, k, v, o, lse, causal)
         product = work / 2.5 / 2  # one N x N x D product over every head (halved when causal)
         products = {"attention_bwd_dkdv": 4, "attention_bwd_dq": 3}
+        with record_launches() as launches:
+            A.attention_bwd(do, q, k, v, o, lse, causal)
         cells = []
         for launch in launches:
             ms = bench(launch)
             rate = f" {products[launch.name] * product / ms / 1e9:6.1f} TFLOP/s" if launch.name in products else ""
             cells.append(f"{launch.name.removeprefix('attention_bwd_')} {ms:7.3f} ms{rate}")
-        print(f"{label:<22} " + " | ".join(cells))
+        whole = work / bench(lambda: A.attention_bwd(do, q, k, v, o, lse, causal)) / 1e9
+        print(f"{label:<22} " + " | ".join(cells) + f" | whole {whole:6.1f} TFLOP/s")
         del q, k, v, do, o, lse, launches
 
 
