@@ -43,6 +43,7 @@ def sweep_softmax():
     pipelined row loop, and walking long rows in steps inside one program.)"""
     original = sm_mod._row_config
     cases = ((4096, 4096, torch.float32), (4096, 4096, torch.bfloat16), (4096, 32768, torch.bfloat16),
+             (4096, 32768, torch.float16),
              (32768, 4096, torch.bfloat16), (4096, 16384, torch.bfloat16),
              (1823, 781, torch.float32), (1823, 781, torch.bfloat16))
     src = torch.empty(1 << 28, device="cuda")
@@ -93,7 +94,7 @@ def sweep_long_rows():
               f"(ceiling {ceiling:.0f})")
         variants = [("two launches", dict(ONE_LAUNCH_LONG_ROWS=False)), ("default", {})]
         for lag_mb in (8, 32):
-            for per_sm in (8, 16):
+            for per_sm in (2, 4, 8, 16):
                 for chunk in (4096, 8192, 16384):
                     variants.append((f"one launch, lag {lag_mb} MB, {per_sm}/SM, chunk {chunk}",
                                      dict(LAG_BYTES=lag_mb << 20, CHUNK_COLS=chunk,

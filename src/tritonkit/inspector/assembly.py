@@ -52,7 +52,7 @@ def _memory_kind(opcode: str) -> str | None:
     if opcode.startswith("cp.async.bulk.tensor"):
         return "tma store" if ".global.shared" in opcode else "tma load"
     if opcode.startswith("cp.reduce.async.bulk.tensor"):
-        return "tma store"
+        return "tma reduce"
     if opcode.startswith("cp.async.") and ".global" in opcode and "bulk" not in opcode:
         return "cp.async"
     if opcode.startswith("ld.global"):
@@ -109,7 +109,7 @@ def _memory_ops(ptx: str, arg_names: list[tuple[str, str]]) -> list[MemOp]:
         addresses = [op for op in operands if op.startswith("[")]
         if kind == "tma load":
             addresses = addresses[1:2]
-        elif kind == "tma store":
+        elif kind in ("tma store", "tma reduce"):
             addresses = addresses[:1]
         elif kind == "cp.async":
             addresses = addresses[1:2]

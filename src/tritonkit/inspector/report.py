@@ -42,7 +42,7 @@ class ArgInfo:
 @dataclass
 class MemOp:
     """Global-memory instructions of one kind, width and argument, counted in the PTX."""
-    kind: str               # load, store, atomic, cp.async, tma load, tma store
+    kind: str               # load, store, atomic, cp.async, tma load, tma store, tma reduce
     instruction: str        # ld.global.v4.b32, cp.async.cg.shared.global (16 B), ...
     bits: int | None        # bits moved by one instruction for one thread (None for TMA)
     count: int              # static count of such instructions in the PTX
