@@ -28,10 +28,7 @@ from .._layout import cdiv, collapse_dims, pad_front
 MAX_FUSED_COLS = 32768     # longest row held on chip by one program (fp32: 128 KB)
 CHUNK_COLS = 8192          # columns per chunk for long rows, when few (H200 sweep, 2026-11-29)
 LAG_BYTES = 8 << 20        # how far the one-launch long-row schedule reads ahead (well inside L2)
-# Programs the one-launch schedule starts per SM. 4 against 16 (H200 sweep, session 4, same
-# run): 16x2^20 bf16 24% -> 42% of the copy ceiling, 1024x131072 fp32 77% -> 81%, 16x2^20 and
-# 64x2^20 fp32 level (56%, 68%); benchmarks/results/2026-11-29-h200-session4-softmax-sweep.txt.
-PROGRAMS_PER_SM = 4
+PROGRAMS_PER_SM = 16       # programs the one-launch schedule starts per SM
 ONE_LAUNCH_LONG_ROWS = True  # long rows in one launch (stats and apply interleaved) or two
 RELOAD_COLS = 32768        # 16-bit rows from this long are read twice rather than held in float32
 ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
