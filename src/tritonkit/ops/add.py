@@ -11,6 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._autograd import eager_function, records_grad, tracing
 from .._checks import check_same_device, check_tensor
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, pad_front
@@ -162,7 +163,7 @@ def add_fwd(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -
 
 
 # Torch custom op: opaque to torch.compile (fullgraph traces it), with fake and autograd
-# registrations. Eager calls without a gradient skip the op's dispatch overhead.
+# registrations; eager calls take _AddFunction or the launcher (see tritonkit._autograd).
 
 @torch.library.custom_op("tritonkit::add", mutates_args=())
 def _add_op(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -188,6 +189,9 @@ def _add_backward(ctx, grad):
 
 
 _add_op.register_autograd(_add_backward, setup_context=_add_setup_context)
+# Its backward is torch ops, so it can itself be differentiated.
+_AddFunction = eager_function("_AddFunction", add_fwd, _add_setup_context, _add_backward,
+                              differentiable_backward=True)
 
 
 def _unbroadcast(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
@@ -213,6 +217,8 @@ def add(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None) ->
     if out is not None:
         return add_fwd(x, y, out)
     tensors = isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)  # else add_fwd says which is not
-    if tensors and (torch.compiler.is_compiling() or (torch.is_grad_enabled() and (x.requires_grad or y.requires_grad))):
+    if tensors and tracing():
         return _add_op(x, y)
+    if tensors and records_grad(x, y):
+        return _AddFunction.apply(x, y)
     return add_fwd(x, y)

@@ -46,6 +46,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from .._autograd import eager_function, records_grad, tracing
 from .._checks import check_same_device, check_tensor, dtype_name
 from .. import _launch
 from .._launch import Launch
@@ -1044,14 +1045,19 @@ def _attention_setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)
 
 
-def _attention_backward(ctx, do, dlse):
-    # lse is marked non-differentiable, so only o's gradient flows back.
-    q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = _attention_bwd_op(do, q, k, v, o, lse, ctx.causal, ctx.scale)
-    return dq, dk, dv, None, None
+def _attention_backward_by(bwd):
+    """The backward pass, computed by `bwd`: the custom op, or the launcher itself."""
+    def backward(ctx, do, dlse):
+        # lse is marked non-differentiable, so only o's gradient flows back.
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = bwd(do, q, k, v, o, lse, ctx.causal, ctx.scale)
+        return dq, dk, dv, None, None
+    return backward
 
 
-_attention_fwd_op.register_autograd(_attention_backward, setup_context=_attention_setup_context)
+_attention_fwd_op.register_autograd(_attention_backward_by(_attention_bwd_op), setup_context=_attention_setup_context)
+_AttentionFunction = eager_function("_AttentionFunction", attention_fwd, _attention_setup_context,
+                                    _attention_backward_by(attention_bwd))
 
 
 # ---------------------------------------------------------------------------------------
@@ -1080,7 +1086,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     Memory: O(B * H * N) beyond inputs and output; the backward is deterministic.
     """
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
-    return _attention_fwd_op(q, k, v, bool(causal), _resolve_scale(scale, D))[0]
+    causal, scale = bool(causal), _resolve_scale(scale, D)
+    if tracing():
+        return _attention_fwd_op(q, k, v, causal, scale)[0]
+    if records_grad(q, k, v):
+        return _AttentionFunction.apply(q, k, v, causal, scale)[0]
+    return attention_fwd(q, k, v, causal, scale)[0]
 
 
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,

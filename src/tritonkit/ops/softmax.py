@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._autograd import eager_function, records_grad, tracing
 from .._checks import check_same_device, check_tensor
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, pad_front
@@ -370,7 +371,7 @@ def softmax_bwd(grad_out: torch.Tensor, y: torch.Tensor, dim: int = -1) -> torch
 
 
 # Torch custom ops: opaque to torch.compile (fullgraph traces them), with fake and
-# autograd registrations. Eager calls without a gradient skip the op's dispatch overhead.
+# autograd registrations; eager calls take _SoftmaxFunction or the launcher (_autograd.py).
 
 @torch.library.custom_op("tritonkit::softmax_fwd", mutates_args=())
 def _softmax_fwd_op(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -397,12 +398,17 @@ def _softmax_setup_context(ctx, inputs, output):
     ctx.dim = inputs[1]
 
 
-def _softmax_backward(ctx, grad_out):
-    (y,) = ctx.saved_tensors
-    return _softmax_bwd_op(grad_out, y, ctx.dim), None
+def _softmax_backward_by(bwd):
+    """The backward formula, computed by `bwd`: the custom op, or the launcher itself."""
+    def backward(ctx, grad_out):
+        (y,) = ctx.saved_tensors
+        return bwd(grad_out, y, ctx.dim), None
+    return backward
 
 
-_softmax_fwd_op.register_autograd(_softmax_backward, setup_context=_softmax_setup_context)
+_softmax_fwd_op.register_autograd(_softmax_backward_by(_softmax_bwd_op), setup_context=_softmax_setup_context)
+_SoftmaxFunction = eager_function("_SoftmaxFunction", softmax_fwd, _softmax_setup_context,
+                                  _softmax_backward_by(softmax_bwd))
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -414,8 +420,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     a row of all ``-inf`` gives NaN. Raises TypeError for non-tensors or other dtypes,
     ValueError for an out-of-range ``dim``.
     """
-    if isinstance(x, torch.Tensor) and (torch.compiler.is_compiling()
-                                        or (torch.is_grad_enabled() and x.requires_grad)):
+    if isinstance(x, torch.Tensor) and (tracing() or records_grad(x)):
         check_tensor("x", x)
-        return _softmax_fwd_op(x, _normalize_dim("dim", x, dim))
+        dim = _normalize_dim("dim", x, dim)
+        return _softmax_fwd_op(x, dim) if tracing() else _SoftmaxFunction.apply(x, dim)
     return softmax_fwd(x, dim)  # validates x and dim itself

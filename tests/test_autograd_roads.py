@@ -1,0 +1,107 @@
+"""The three roads of tritonkit._autograd: while torch.compile traces, the custom op; eagerly
+with a gradient to record, the op's plain autograd.Function; without one, the launcher. The
+roads must give bitwise the same results, and the eager ones must not pass through the
+custom op (its dispatch is the host time they exist to save)."""
+
+import pytest
+import torch
+
+import tritonkit
+from tritonkit.ops import add as add_module
+from tritonkit.ops import attention as attention_module
+from tritonkit.ops import softmax as softmax_module
+from test_attention import make_qkv
+
+
+def _forbid(monkeypatch, module, name):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"eager call went through the custom op {name}")
+    monkeypatch.setattr(module, name, refuse)
+
+
+def _fresh_leaves(*tensors):
+    return [t.detach().clone().requires_grad_() for t in tensors]
+
+
+def _roads(public, op, inputs, upstream_of):
+    """Output and input gradients through the public function (eager) and through the op."""
+    results = []
+    for run in (public, op):
+        leaves = _fresh_leaves(*inputs)
+        out = run(*leaves)
+        results.append((out, *torch.autograd.grad(out, leaves, upstream_of(out))))
+    return results
+
+
+def _assert_same(eager, through_op):
+    for a, b in zip(eager, through_op):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a, b)
+
+
+def test_softmax_roads_agree(device):
+    x = torch.randn(5, 3, 77, device=device)[:, 1:]  # a strided view
+    up = torch.randn(5, 2, 77, device=device)
+    eager, through_op = _roads(lambda t: tritonkit.softmax(t, 1), lambda t: softmax_module._softmax_fwd_op(t, 1),
+                               (x,), lambda out: up)
+    _assert_same(eager, through_op)
+
+
+def test_add_roads_agree(device):
+    x = torch.randn(4, 1, 9, device=device)
+    y = torch.randn(3, 1, device=device, dtype=torch.float16)
+    up = torch.randn(4, 3, 9, device=device)
+    eager, through_op = _roads(tritonkit.add, add_module._add_op, (x, y), lambda out: up)
+    _assert_same(eager, through_op)
+
+
+def test_attention_roads_agree(device):
+    q, k, v = make_qkv(1, 4, 2, 37, 45, 32, torch.float16, device)
+    up = torch.randn_like(q)
+    eager, through_op = _roads(lambda *t: tritonkit.attention(*t, causal=True),
+                               lambda *t: attention_module._attention_fwd_op(*t, True, 32 ** -0.5)[0],
+                               (q, k, v), lambda out: up)
+    _assert_same(eager, through_op)
+
+
+def test_eager_calls_do_not_dispatch_the_custom_ops(monkeypatch, device):
+    for module, name in ((softmax_module, "_softmax_fwd_op"), (softmax_module, "_softmax_bwd_op"),
+                         (add_module, "_add_op"), (attention_module, "_attention_fwd_op"),
+                         (attention_module, "_attention_bwd_op")):
+        _forbid(monkeypatch, module, name)
+    x = torch.randn(3, 40, device=device, requires_grad=True)
+    q, k, v = make_qkv(1, 2, 1, 24, 24, 16, torch.float16, device, requires_grad=True)
+    for out, leaves in ((tritonkit.softmax(x, -1), [x]), (tritonkit.add(x, x), [x]),
+                        (tritonkit.attention(q, k, v), [q, k, v])):
+        assert out.grad_fn is not None
+        torch.autograd.grad(out, leaves, torch.randn_like(out))
+    with torch.no_grad():  # the launcher alone
+        assert tritonkit.attention(q, k, v).grad_fn is None
+        assert tritonkit.softmax(x, -1).grad_fn is None
+
+
+@pytest.mark.parametrize("op", ["softmax", "attention"])
+def test_second_derivatives_are_refused_not_wrong(op, device):
+    # The backward kernels are not themselves differentiable: asking for a gradient of a
+    # gradient must fail loudly, not return one that misses terms.
+    if op == "softmax":
+        leaves = [torch.randn(3, 20, device=device, requires_grad=True)]
+        out = tritonkit.softmax(leaves[0], -1)
+    else:
+        leaves = make_qkv(1, 2, 2, 16, 16, 16, torch.float16, device, requires_grad=True)
+        out = tritonkit.attention(*leaves)
+    grads = torch.autograd.grad(out, leaves, torch.randn_like(out), create_graph=True)
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad(sum(g.float().sum() for g in grads), leaves)
+
+
+def test_add_backward_is_differentiable(device):
+    # add's backward is torch ops (sums over broadcast dims), so it differentiates further.
+    x = torch.randn(4, 1, device=device, requires_grad=True)
+    y = torch.randn(4, 6, device=device, requires_grad=True)
+    up = torch.randn(4, 6, device=device, requires_grad=True)
+    (dx,) = torch.autograd.grad(tritonkit.add(x, y), x, up, create_graph=True)
+    (ours,) = torch.autograd.grad((dx * dx).sum(), up)
+    (dx_ref,) = torch.autograd.grad(x + y, x, up, create_graph=True)
+    (theirs,) = torch.autograd.grad((dx_ref * dx_ref).sum(), up)
+    torch.testing.assert_close(ours, theirs)
