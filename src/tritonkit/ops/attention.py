@@ -330,8 +330,9 @@ def _attn_bwd_dkdv_tiles(
     # Nk give rows of dK, dV that are never stored. Only the causal band needs a mask.
     # One pipelined loop over (query block, head of the group), heads innermost, with the
     # head counted along rather than divided out of the loop index. (Session 3's kernel ran
-    # a loop over the group's heads around two pipelined loops over query blocks; on the
-    # H200 its causal backward was 10-13% slower, the full one level.) Q and DO: pointers,
+    # a loop over the group's heads around two pipelined loops over query blocks: its causal
+    # backward was 0.95-0.96x FlexAttention's on the H200, this one 1.05-1.10x, measured
+    # beside Flex in each session's runs; full attention did not move.) Q and DO: pointers,
     # or (USE_TMA) tensor descriptors of the whole tensors, read at [b, h, row, 0] (zeros past
     # Nq and D).
     start_m = lo
