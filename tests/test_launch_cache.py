@@ -175,3 +175,11 @@ def test_each_kernel_keeps_its_own_launch_state(jit_kernel):
     assert _launch._cache_of(jit_kernel) is not _launch._cache_of(other)
     assert _launch._cache_of(other).constexpr_names == ("BLOCK",)
     assert _launch._cache_of(jit_kernel).constexpr_names == ("BLOCK", "EVEN")
+
+
+def test_host_next_power_of_2_matches_tritons():
+    # The launchers' host-side replacement for triton.next_power_of_2 (a constexpr function,
+    # slow to call from Python) must pick the same block sizes.
+    from tritonkit._layout import next_power_of_2
+    for n in [*range(0, 4100), 2**20 - 1, 2**20, 2**20 + 1, 2**31 - 1, 2**40 + 3]:
+        assert next_power_of_2(n) == triton.next_power_of_2(n), n

@@ -50,7 +50,7 @@ from .._autograd import eager_function, records_grad, tracing
 from .._checks import check_same_device, check_tensor, dtype_name
 from .. import _launch
 from .._launch import Launch
-from .._layout import cdiv
+from .._layout import cdiv, next_power_of_2
 from .._runtime import INTERPRETED
 
 LOG2E = 1.4426950408889634
@@ -706,7 +706,7 @@ def _autotune_enabled() -> bool:
 
 
 def _n_bucket(n: int) -> int:
-    return min(max(triton.next_power_of_2(n), 256), 16384)
+    return min(max(next_power_of_2(n), 256), 16384)
 
 
 # ---------------------------------------------------------------------------------------
@@ -771,7 +771,7 @@ def _dot_fp32(dtype: torch.dtype) -> bool:
 
 
 def _block_d(head_dim: int) -> int:
-    return max(16, triton.next_power_of_2(head_dim))
+    return max(16, next_power_of_2(head_dim))
 
 
 def _head_dim_innermost(t: torch.Tensor) -> torch.Tensor:

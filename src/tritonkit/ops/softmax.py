@@ -24,7 +24,7 @@ import triton.language as tl
 from .._autograd import eager_function, records_grad, tracing
 from .._checks import check_same_device, check_tensor
 from .._launch import Launch
-from .._layout import cdiv, collapse_dims, pad_front
+from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
 
 MAX_FUSED_COLS = 32768     # longest row held on chip by one program (fp32: 128 KB)
 CHUNK_COLS = 8192          # columns per chunk for long rows, when few (H200 sweep, 2026-11-29)
@@ -252,8 +252,8 @@ def _row_config(n_rows: int, n_cols: int, element_bytes: int) -> tuple[int, int,
     twice (RELOAD): held in float32 they leave one program an SM (H200, 2026-11-29, 4096 x 32768
     bf16: 75% of the copy ceiling held in float32, 94% with RELOAD at 32 warps; at 16384
     columns RELOAD lost, 86-90% against 91%)."""
-    block_n = triton.next_power_of_2(n_cols)
-    block_m = max(1, min(triton.next_power_of_2(n_rows), 4096 // block_n))
+    block_n = next_power_of_2(n_cols)
+    block_m = max(1, min(next_power_of_2(n_rows), 4096 // block_n))
     elements = block_m * block_n
     reload = element_bytes == 2 and block_n >= RELOAD_COLS
     # Held in float32: 128 bytes of input a thread; RELOAD: 32 elements (16 registers) a
@@ -306,7 +306,7 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
     lag = min(total, max(n_chunks, LAG_BYTES // (CHUNK_COLS * a.element_size())))
     args = (a, b, out, stat1, stat2, sync, n_rows, n_cols, n_chunks, lag, *row_sizes,
             *a_strides, *b_strides, *o_strides)
-    meta = dict(CHUNK=CHUNK_COLS, BLOCK_CHUNKS=triton.next_power_of_2(n_chunks), BACKWARD=backward)
+    meta = dict(CHUNK=CHUNK_COLS, BLOCK_CHUNKS=next_power_of_2(n_chunks), BACKWARD=backward)
     if ONE_LAUNCH_LONG_ROWS:
         programs = min(2 * total, _resident_programs(a.device))
         Launch(name + "_chunks", _softmax_chunks_kernel, (programs,), args, dict(meta, PHASE=2),
