@@ -103,6 +103,30 @@ def test_out_is_written_everywhere(device):
     check_add(x, y, out=strided_out)
 
 
+def test_out_that_overlaps_its_inputs(device):
+    # As torch: writing onto the very same elements of an input is fine, onto part of one is
+    # refused (the result would depend on the order the kernel writes in), and so is an
+    # output whose elements share memory.
+    buffer = torch.randn(1001, device=device)
+    x, y = buffer.clone(), torch.randn(1001, device=device)
+    expected = x + y
+    assert tritonkit.add(x, y, out=x) is x and torch.equal(x, expected)
+    for view_out, view_x in ((buffer[:-1], buffer[1:]), (buffer[1:], buffer[:-1])):
+        with pytest.raises(ValueError, match="out partly overlaps x"):
+            tritonkit.add(view_x, torch.randn(1000, device=device), out=view_out)
+        with pytest.raises(RuntimeError, match="single memory location"):
+            torch.add(view_x, torch.randn(1000, device=device), out=view_out)
+    with pytest.raises(ValueError, match="out partly overlaps y"):
+        tritonkit.add(torch.randn(1000, device=device), buffer[:-1], out=buffer[1:])
+    with pytest.raises(ValueError, match="out has elements that share memory"):
+        tritonkit.add(y[:5], y[:5], out=torch.zeros(1, device=device).expand(5))
+    # Interleaved columns of one buffer do not overlap: allowed, as torch allows them.
+    pairs = torch.randn(300, 2, device=device)
+    a, b = pairs[:, 0].clone(), pairs[:, 1].clone()
+    tritonkit.add(pairs[:, 0], pairs[:, 1], out=pairs[:, 1])
+    assert torch.equal(pairs[:, 1], a + b)
+
+
 def test_bad_input_names_the_argument(device):
     x = torch.randn(4, device=device)
     with pytest.raises(TypeError, match="y must be a torch.Tensor"):

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from .._autograd import eager_function, records_grad, tracing
-from .._checks import check_same_device, check_tensor
+from .._checks import check_same_device, check_tensor, check_writable_output
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, pad_front
 
@@ -121,6 +121,8 @@ def add_fwd(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -
         check_tensor("x", x)
         if out is None:
             out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        else:
+            check_writable_output("out", out, x=x, y=y)
         _launch(x, y, out, x.numel(), *_UNUSED_LAYOUT, x.dtype, contiguous=True)
         return out
     x, y = _scalars_to_device(x, y)
@@ -142,6 +144,7 @@ def add_fwd(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -
             raise ValueError(f"out has shape {tuple(out.shape)}, but x + y has shape {tuple(shape)}")
         if not torch.can_cast(result_dtype, out.dtype):
             raise TypeError(f"out has dtype {out.dtype}, which {result_dtype} cannot be cast to")
+        check_writable_output("out", out, x=x, y=y)
     n = out.numel()
     if n == 0:
         return out
@@ -212,7 +215,8 @@ def add(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None) ->
     returned (no gradient through ``out``, and ``out=`` calls are not traced by torch.compile).
 
     Raises TypeError for non-tensors and unsupported dtypes, ValueError for shapes that
-    do not broadcast, a wrong ``out`` shape, or tensors on different devices.
+    do not broadcast, a wrong ``out`` shape, an ``out`` that partly overlaps x or y or
+    whose elements share memory (as torch refuses them), or tensors on different devices.
     """
     if out is not None:
         return add_fwd(x, y, out)
