@@ -11,13 +11,14 @@ Passes:
 - forward: one program per (query block, head, batch).
 - backward, FlashAttention-2 style, deterministic (no atomics):
   1. preprocess: delta_i = sum_d dO_id * O_id.
-  2. dK, dV: one program per (key block, kv head, batch); it walks the query heads of its
-     group one after the other, so dK and dV of grouped-query attention are summed over the
-     group in a fixed order.
-  3. dQ: one program per (query block, head, batch), walking the key blocks.
+  2. dK, dV: one program per (key block, kv head, batch); it walks (query block, query head
+     of its group) pairs in one pipelined loop per band, so dK and dV of grouped-query
+     attention are summed over the group in a fixed order.
+  3. dQ: one program per (query block, head, batch), walking the key blocks; launched on a
+     side stream beside 2 (CONCURRENT_DQ).
   Recomputing P in both 2 and 3 costs 7 block matrix products per tile instead of the 5 of
-  a single pass with atomic dQ updates; that mode was built, was no faster on the H200,
-  and was removed (notes/attention.md).
+  a single pass with atomic dQ updates; that mode was built twice, was slower on the H200
+  both times, and is not kept (notes/attention.md).
 
 Exponentials use exp2, with log2(e) folded into the scale. Causal tiles are split into
 blocks that need no mask (strictly below the diagonal) and the diagonal band (masked).
