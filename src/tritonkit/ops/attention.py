@@ -590,8 +590,14 @@ def _interpreting() -> bool:
 def fixed_configs(block_d: int) -> dict[str, TileConfig]:
     """The one config per pass used under the interpreter, under tests and when autotuning is
     off (TRITONKIT_AUTOTUNE=0). Interpreter blocks are small, so that test shapes of ~100 rows
-    still cross several blocks and the causal band spans more than one key block."""
-    if _interpreting():
+    still cross several blocks and the causal band spans more than one key block. The dict is
+    shared between calls: read it, do not change it."""
+    return _fixed_configs(block_d, _interpreting())
+
+
+@functools.lru_cache(maxsize=None)
+def _fixed_configs(block_d: int, interpreting: bool) -> dict[str, TileConfig]:
+    if interpreting:
         return {"fwd": TileConfig(32, 16), "fwd_tma": TileConfig(32, 16), "dkdv": TileConfig(16, 32),
                 "dkdv_tma": TileConfig(16, 32), "dq": TileConfig(32, 16), "dq_tma": TileConfig(32, 16)}
     # The fastest of each pass on the H200, bf16 (notes/attention.md, notes/attention_tma.md);
@@ -1087,10 +1093,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     different head dims, unsupported D, an empty k, or tensors on different devices.
     Memory: O(B * H * N) beyond inputs and output; the backward is deterministic.
     """
-    B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
-    causal, scale = bool(causal), _resolve_scale(scale, D)
+    causal = bool(causal)
     if tracing():
-        return _attention_fwd_op(q, k, v, causal, scale)[0]
+        B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
+        return _attention_fwd_op(q, k, v, causal, _resolve_scale(scale, D))[0]
+    # The launchers validate q, k, v and scale themselves (scale=None means 1/sqrt(D) there).
     if records_grad(q, k, v):
         return _AttentionFunction.apply(q, k, v, causal, scale)[0]
     return attention_fwd(q, k, v, causal, scale)[0]
