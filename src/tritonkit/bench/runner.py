@@ -11,7 +11,7 @@ import torch
 
 from .. import _runtime
 from ..registry import BenchCase, OpEntry, entries
-from .timing import copy_ceiling_gbs, matmul_ceiling_tflops, time_ms
+from .timing import HOST_CHECK_BELOW_MS, copy_ceiling_gbs, host_bound_note, host_ms, matmul_ceiling_tflops, time_ms
 
 
 @dataclass
@@ -25,12 +25,13 @@ class Measurement:
     ms: float | None          # None: the provider failed or could not run this case
     rate: float | None        # GB/s or TFLOP/s
     note: str = ""
+    host_ms: float | None = None  # host time a call, measured for short cases on a GPU
 
 
 def _measure_case(op: str, case: BenchCase, device: torch.device) -> list[Measurement]:
-    def row(provider, ms=None, note=""):
+    def row(provider, ms=None, note="", host=None):
         rate = case.work / (ms * 1e-3) / (1e9 if case.unit == "GB/s" else 1e12) if ms else None
-        return Measurement(op, case.label, case.group, provider, case.unit, case.size, ms, rate, note)
+        return Measurement(op, case.label, case.group, provider, case.unit, case.size, ms, rate, note, host)
 
     if device.type == "cuda" and case.bytes_in_flight:
         free, _ = torch.cuda.mem_get_info()
@@ -43,7 +44,9 @@ def _measure_case(op: str, case: BenchCase, device: torch.device) -> list[Measur
     results = []
     for name, fn in providers.items():
         try:
-            results.append(row(name, time_ms(fn)))
+            ms = time_ms(fn)
+            host = host_ms(fn) if ms < HOST_CHECK_BELOW_MS else None
+            results.append(row(name, ms, host_bound_note(ms, host), host))
         except Exception as err:  # a peer that cannot run a case must not end the run
             results.append(row(name, note=f"failed: {type(err).__name__}: {str(err).splitlines()[0][:80]}"))
         if device.type == "cuda":

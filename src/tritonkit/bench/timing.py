@@ -31,6 +31,34 @@ def time_ms(fn: Callable[[], object]) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+HOST_CHECK_BELOW_MS = 0.5   # cases timed under this also get their host time measured
+HOST_CALLS = 20
+
+
+def host_ms(fn: Callable[[], object]) -> float | None:
+    """Milliseconds of host (Python and launch) time one call takes, on a GPU: HOST_CALLS
+    calls queued back to back without waiting for the GPU. When it comes near the timed
+    GPU time, the case measures the host, not the kernel (do_bench's CUDA events then see
+    the GPU waiting for work). None under the interpreter, whose calls are synchronous."""
+    if _runtime.INTERPRETED:
+        return None
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(HOST_CALLS):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / HOST_CALLS * 1e3
+
+
+def host_bound_note(ms: float, host: float | None) -> str:
+    """A note for a case whose host time a call is at least 70% of its timed GPU time."""
+    if host is None or host < 0.7 * ms:
+        return ""
+    return (f"host-bound: {host * 1e3:.0f} us of host time a call against {ms * 1e3:.0f} us timed; "
+            f"this figure measures the host more than the kernel")
+
+
 def copy_ceiling_gbs(device: torch.device) -> float:
     """Device-to-device copy of 1 GiB fp32 (256 KiB on the CPU), bytes read + written."""
     numel = (1 << 28) if device.type == "cuda" else (1 << 16)
