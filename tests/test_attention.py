@@ -339,7 +339,7 @@ def test_tuner_tries_the_configs_of_the_chosen_path():
                                                   BLOCK_D=block_d, USE_TMA=False)
             fixed = attention_module.fixed_configs(block_d)
             assert tma[0] == fixed["fwd_tma"].triton_config() and pointer[0] == fixed["fwd"].triton_config()
-            assert tma and all(c.kwargs["BLOCK_M"] == 128 for c in tma)
+            assert tma and {str(c) for c in tma} <= {str(c.triton_config()) for c in attention_module.autotune_configs("fwd_tma")}
             assert {str(c) for c in pointer} <= {str(c.triton_config()) for c in attention_module.autotune_configs("fwd")}
     assert "USE_TMA" in attention_module._attn_fwd_tuned.keys
 
