@@ -105,3 +105,35 @@ def test_add_backward_is_differentiable(device):
     (dx_ref,) = torch.autograd.grad(x + y, x, up, create_graph=True)
     (theirs,) = torch.autograd.grad((dx_ref * dx_ref).sum(), up)
     torch.testing.assert_close(ours, theirs)
+
+
+@pytest.mark.gpu
+def test_forward_and_backward_replay_in_a_cuda_graph(device):
+    # torch.compile(mode="reduce-overhead") and hand-written training steps capture whole
+    # steps in CUDA graphs: every launch (Triton's, the backward's side stream, the host
+    # tensor descriptors passed by value) must capture and replay to the eager result.
+    q, k, v = make_qkv(2, 4, 2, 300, 300, 64, torch.bfloat16, device, requires_grad=True)
+    x = torch.randn(64, 1000, device=device, requires_grad=True)
+    up, up_x = torch.randn_like(q), torch.randn_like(x)
+
+    def step():
+        out = tritonkit.attention(q, k, v, causal=True)
+        y = tritonkit.add(tritonkit.softmax(x, -1), x)
+        return (out, y, *torch.autograd.grad((out, y), (q, k, v, x), (up, up_x)))
+
+    side = torch.cuda.Stream()  # warm-up (compiles) on a side stream, as torch's docs ask
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    with torch.no_grad():  # new values in the same buffers, then replay
+        for t in (q, k, v, x, up, up_x):
+            t.copy_(torch.randn_like(t))
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, want in zip(captured, step()):
+        assert torch.equal(got, want)
