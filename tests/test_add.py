@@ -90,6 +90,18 @@ def test_zero_dim_tensors_act_as_scalars(device):
     check_add(torch.tensor(2.25), x)
 
 
+def test_gradient_of_a_cpu_scalar_beside_a_device_tensor(device):
+    # The 0-d CPU operand's gradient comes back on the CPU, summed, as torch.add's does.
+    x = torch.randn(5, 7, device=device, requires_grad=True)
+    s = torch.tensor(0.5, requires_grad=True)
+    up = torch.randn(5, 7, device=device)
+    ours = torch.autograd.grad(tritonkit.add(x, s), (x, s), up)
+    theirs = torch.autograd.grad(x + s, (x, s), up)
+    for a, b in zip(ours, theirs):
+        assert a.device == b.device and a.shape == b.shape
+        torch.testing.assert_close(a, b)
+
+
 def test_empty(device):
     check_add(torch.randn(0, 5, device=device), torch.randn(5, device=device))
 

@@ -182,8 +182,8 @@ def _add_fake(x, y):
 
 def _add_setup_context(ctx, inputs, output):
     x, y = inputs
-    ctx.x_meta = (x.shape, x.dtype)
-    ctx.y_meta = (y.shape, y.dtype)
+    ctx.x_meta = (x.shape, x.dtype, x.device)
+    ctx.y_meta = (y.shape, y.dtype, y.device)
 
 
 def _add_backward(ctx, grad):
@@ -197,12 +197,13 @@ _AddFunction = eager_function("_AddFunction", add_fwd, _add_setup_context, _add_
                               differentiable_backward=True)
 
 
-def _unbroadcast(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+def _unbroadcast(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    # A 0-d CPU operand beside a GPU one gets its gradient back on the CPU, as torch's own.
     lead = grad.dim() - len(shape)
     dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and grad.shape[lead + i] != 1]
     if dims:
         grad = grad.sum(dim=dims, keepdim=True)
-    return grad.reshape(shape).to(dtype)
+    return grad.reshape(shape).to(device=device, dtype=dtype)
 
 
 def add(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
