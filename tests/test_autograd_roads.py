@@ -80,6 +80,36 @@ def test_eager_calls_do_not_dispatch_the_custom_ops(monkeypatch, device):
         assert tritonkit.softmax(x, -1).grad_fn is None
 
 
+@pytest.mark.parametrize("tracing_mode", ["fake", "real"])
+def test_make_fx_records_the_custom_ops(tracing_mode, device):
+    # Tracers that intercept torch ops (make_fx here; torch.export and FakeTensorMode work
+    # the same way) must see the custom ops, not kernel launches on tensors without data.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def model(x, q):
+        return tritonkit.add(tritonkit.softmax(x, -1), x), tritonkit.attention(q, q, q, causal=True)
+
+    x = torch.randn(4, 40, device=device)
+    q = torch.randn(1, 2, 24, 16, device=device, dtype=torch.float16)
+    graph = make_fx(model, tracing_mode=tracing_mode)(x, q)
+    for name in ("tritonkit.softmax_fwd", "tritonkit.add", "tritonkit.attention_fwd"):
+        assert name in graph.code, (name, graph.code)
+    if tracing_mode == "real":  # the traced graph runs and matches the eager call
+        for got, want in zip(graph(x, q), model(x, q)):
+            assert torch.equal(got, want)
+
+
+def test_fake_tensors_get_fake_results():
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    with FakeTensorMode():
+        x = torch.empty(3, 50)
+        q = torch.empty(2, 4, 33, 32, dtype=torch.bfloat16).transpose(1, 2).contiguous().transpose(1, 2)
+        outs = (tritonkit.softmax(x, 0), tritonkit.add(x, x[0]), tritonkit.attention(q, q[:, :2], q[:, :2]))
+    assert all(isinstance(t, FakeTensor) for t in outs)
+    assert outs[0].shape == (3, 50) and outs[1].shape == (3, 50)
+    assert outs[2].shape == q.shape and outs[2].dtype == torch.bfloat16 and outs[2].stride() == q.stride()
+
+
 @pytest.mark.parametrize("op", ["softmax", "attention"])
 def test_second_derivatives_are_refused_not_wrong(op, device):
     # The backward kernels are not themselves differentiable: asking for a gradient of a

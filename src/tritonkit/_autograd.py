@@ -6,7 +6,10 @@ costs far more host time than the kernels it launches on small inputs: on the CP
 ~47 us a forward against ~9 us for the launcher, and ~26 us for the backward op against
 ~9 us; a plain (old-style) torch.autograd.Function costs ~5 us, one with a separate
 setup_context ~21 us (the style custom ops use internally). So the public functions take
-three roads: while torch.compile traces, the custom op; eagerly with a gradient to record,
+three roads: while anything traces or intercepts torch ops (torch.compile, torch.export,
+make_fx, FakeTensorMode or any other torch dispatch mode, tensor subclasses such as
+FakeTensor or DTensor), the custom op, whose registrations those understand; eagerly with a
+gradient to record,
 the op's plain Function, whose backward calls the backward launcher directly; without one,
 the forward launcher alone. All three run the same launchers on the same arguments.
 """
@@ -16,9 +19,16 @@ from __future__ import annotations
 import torch
 
 
-def tracing() -> bool:
-    """Whether torch.compile is tracing the caller (then the custom op must be used)."""
-    return torch.compiler.is_compiling()
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def tracing(*tensors: object) -> bool:
+    """Whether the call must go through the custom op: torch.compile is tracing, a torch
+    dispatch mode is active (make_fx, export, FakeTensorMode, FlopCounterMode...), or an
+    argument is a tensor subclass. A launcher given such tensors would touch data pointers
+    that do not exist, or launch kernels the tracer never sees."""
+    return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+            or any(isinstance(t, torch.Tensor) and type(t) not in _PLAIN_TENSORS for t in tensors))
 
 
 def records_grad(*tensors: object) -> bool:

@@ -222,7 +222,7 @@ def add(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None) ->
     if out is not None:
         return add_fwd(x, y, out)
     tensors = isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)  # else add_fwd says which is not
-    if tensors and tracing():
+    if tensors and tracing(x, y):
         return _add_op(x, y)
     if tensors and records_grad(x, y):
         return _AddFunction.apply(x, y)

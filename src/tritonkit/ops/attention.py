@@ -1099,7 +1099,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     Memory: O(B * H * N) beyond inputs and output; the backward is deterministic.
     """
     causal = bool(causal)
-    if tracing():
+    if tracing(q, k, v):
         B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
         return _attention_fwd_op(q, k, v, causal, _resolve_scale(scale, D))[0]
     # The launchers validate q, k, v and scale themselves (scale=None means 1/sqrt(D) there).
