@@ -167,3 +167,23 @@ def test_forward_and_backward_replay_in_a_cuda_graph(device):
     torch.cuda.synchronize()
     for got, want in zip(captured, step()):
         assert torch.equal(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_ops_on_a_gpu_that_is_not_the_current_one():
+    # Triton launches on the current device; tensors on another GPU must still be computed
+    # there (the launch switches device, as torch's own ops do), forward and backward.
+    assert torch.cuda.current_device() == 0
+    other = torch.device("cuda", 1)
+    q, k, v = make_qkv(1, 4, 2, 200, 200, 64, torch.bfloat16, other, requires_grad=True)
+    x = torch.randn(30, 500, device=other, requires_grad=True)
+    up = torch.randn_like(q)
+    ours = (tritonkit.attention(q, k, v, causal=True), tritonkit.softmax(x, -1), tritonkit.add(x, x))
+    grads = torch.autograd.grad(ours, (q, k, v, x), (up, torch.ones_like(x), torch.ones_like(x)))
+    assert all(t.device == other for t in (*ours, *grads))
+    with torch.cuda.device(other):  # the same calls with that GPU current
+        want = (tritonkit.attention(q, k, v, causal=True), tritonkit.softmax(x, -1), tritonkit.add(x, x))
+        want_grads = torch.autograd.grad(want, (q, k, v, x), (up, torch.ones_like(x), torch.ones_like(x)))
+    for got, ref in zip((*ours, *grads), (*want, *want_grads)):
+        assert torch.equal(got, ref)
