@@ -110,6 +110,29 @@ def test_fake_tensors_get_fake_results():
     assert outs[2].shape == q.shape and outs[2].dtype == torch.bfloat16 and outs[2].stride() == q.stride()
 
 
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_activation_checkpointing(use_reentrant, device):
+    # torch.utils.checkpoint reruns the forward during the backward (both of its modes):
+    # the gradients must be bitwise those of the plain run.
+    from torch.utils.checkpoint import checkpoint
+
+    def leaves():
+        torch.manual_seed(5)
+        return (torch.randn(1, 2, 40, 32, dtype=torch.float16, device=device, requires_grad=True),
+                torch.randn(6, 50, device=device, requires_grad=True))
+
+    def block(q, x):
+        o = tritonkit.attention(q, q, q, causal=True)
+        return o.float().sum() + tritonkit.softmax(tritonkit.add(x, x), -1).pow(2).sum()
+
+    q, x = leaves()
+    block(q, x).backward()
+    want = (q.grad, x.grad)
+    q, x = leaves()
+    checkpoint(block, q, x, use_reentrant=use_reentrant).backward()
+    assert all(torch.equal(got, ref) for got, ref in zip((q.grad, x.grad), want))
+
+
 @pytest.mark.parametrize("op", ["softmax", "attention"])
 def test_second_derivatives_are_refused_not_wrong(op, device):
     # The backward kernels are not themselves differentiable: asking for a gradient of a
