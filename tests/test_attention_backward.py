@@ -247,6 +247,16 @@ def torch_attention_module(module: tritonkit.nn.Attention, x: torch.Tensor) -> t
     return module.proj(o.transpose(1, 2).flatten(2))
 
 
+def float64_module_grads(module: tritonkit.nn.Attention, x: torch.Tensor, upstream: torch.Tensor):
+    """The layer's output and its gradients (x, then the parameters) in float64, through the
+    float64 attention reference: the yardstick for the module tests."""
+    ref_module = copy.deepcopy(module).double()
+    x64 = x.detach().double().requires_grad_()
+    q, k, v = ref_module.split_heads(x64)
+    out = ref_module.proj(attention_reference(q, k, v, module.causal, upcast=False).transpose(1, 2).flatten(2))
+    return out, torch.autograd.grad(out, [x64, *ref_module.parameters()], upstream.double())
+
+
 @pytest.mark.parametrize("kv_heads", [4, 2])
 def test_nn_attention_matches_torch(kv_heads, device):
     torch.manual_seed(1)
@@ -257,17 +267,35 @@ def test_nn_attention_matches_torch(kv_heads, device):
     out = module(x)
     upstream = torch.randn_like(out)
     ours = torch.autograd.grad(out, params, upstream)
-    ref_module = copy.deepcopy(module).double()
-    x64 = x.detach().double().requires_grad_()
-    q, k, v = ref_module.split_heads(x64)
-    ref_out = ref_module.proj(attention_reference(q, k, v, True, upcast=False).transpose(1, 2).flatten(2))
-    ref = torch.autograd.grad(ref_out, [x64, *ref_module.parameters()], upstream.double())
+    ref_out, ref = float64_module_grads(module, x, upstream)
     theirs_out = torch_attention_module(module, x)
     theirs = torch.autograd.grad(theirs_out, params, upstream)
     assert_close_to_reference(out, ref_out, theirs_out)
     names = ["x"] + [n for n, _ in module.named_parameters()]
     for name, a, r, b in zip(names, ours, ref, theirs):
         assert_close_to_reference(a, r, b, eps=eps_for(dtype, gradient=True), what=f"grad of {name}")
+
+
+def test_nn_attention_under_autocast(device):
+    # The usual training setup: float32 weights and inputs, bf16 autocast. The projections
+    # hand the kernel bf16 q, k, v; ours must match the same layer with SDPA under the same
+    # autocast, forward and every gradient.
+    torch.manual_seed(2)
+    module = tritonkit.nn.Attention(64, 4, 2, causal=True, device=device)
+    x = torch.randn(2, 29, 64, device=device, requires_grad=True)
+    params = [x, *module.parameters()]
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        out = module(x)
+        theirs_out = torch_attention_module(module, x)
+    assert out.dtype == theirs_out.dtype == torch.bfloat16
+    upstream = torch.randn_like(out)
+    ours = torch.autograd.grad(out, params, upstream)
+    theirs = torch.autograd.grad(theirs_out, params, upstream)
+    ref_out, ref = float64_module_grads(module, x, upstream)  # no autocast there
+    assert_close_to_reference(out, ref_out, theirs_out)
+    for name, a, r, b in zip(["x"] + [n for n, _ in module.named_parameters()], ours, ref, theirs):
+        assert a.dtype == b.dtype == torch.float32, name
+        assert_close_to_reference(a, r, b, eps=eps_for(torch.bfloat16, gradient=True), what=f"grad of {name}")
 
 
 def test_nn_attention_refuses_bad_shapes():
