@@ -927,8 +927,6 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     dO in the dK/dV pass (when both allow it), K and V in the dQ pass (when both allow it);
     the rest through pointers."""
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
-    scale = _resolve_scale(scale, D)
-    causal = bool(causal)
     for name, t in (("do", do), ("o", o)):
         check_tensor(name, t, HALF_DTYPES)
         if t.shape != q.shape:
@@ -939,6 +937,22 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     if lse.shape != (B, H, Nq):
         raise ValueError(f"lse has shape {tuple(lse.shape)}; expected {(B, H, Nq)}")
     check_same_device(q=q, do=do, o=o, lse=lse)
+    return _attention_bwd_checked(do, q, k, v, o, lse, causal, scale, dkdv_config=dkdv_config,
+                                  dq_config=dq_config, tma=tma)
+
+
+def _attention_bwd_checked(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           o: torch.Tensor, lse: torch.Tensor, causal: bool = False,
+                           scale: float | None = None, *, dkdv_config: TileConfig | None = None,
+                           dq_config: TileConfig | None = None,
+                           tma: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`attention_bwd` after its checks, for callers whose arguments are known good: the
+    eager autograd road, whose q, k, v, o, lse are what the checked forward saved and whose
+    do autograd has already matched to o's shape, dtype and device."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    scale = _resolve_scale(scale, D)
+    causal = bool(causal)
     lse = lse.contiguous()
     q, k, v, do, o = (_head_dim_innermost(t) for t in (q, k, v, do, o))
 
@@ -1070,7 +1084,7 @@ def _attention_backward_by(bwd):
 
 _attention_fwd_op.register_autograd(_attention_backward_by(_attention_bwd_op), setup_context=_attention_setup_context)
 _AttentionFunction = eager_function("_AttentionFunction", attention_fwd, _attention_setup_context,
-                                    _attention_backward_by(attention_bwd))
+                                    _attention_backward_by(_attention_bwd_checked))
 
 
 # ---------------------------------------------------------------------------------------
