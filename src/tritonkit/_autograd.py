@@ -9,9 +9,9 @@ setup_context ~21 us (the style custom ops use internally). So the public functi
 three roads: while anything traces or intercepts torch ops (torch.compile, torch.export,
 make_fx, FakeTensorMode or any other torch dispatch mode, tensor subclasses such as
 FakeTensor or DTensor), the custom op, whose registrations those understand; eagerly with a
-gradient to record,
-the op's plain Function, whose backward calls the backward launcher directly; without one,
-the forward launcher alone. All three run the same launchers on the same arguments.
+gradient to record, the op's plain Function, whose backward calls the backward launcher
+directly; without one, the forward launcher alone. All three run the same launchers on the
+same arguments.
 """
 
 from __future__ import annotations

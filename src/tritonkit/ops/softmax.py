@@ -420,8 +420,10 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     a row of all ``-inf`` gives NaN. Raises TypeError for non-tensors or other dtypes,
     ValueError for an out-of-range ``dim``.
     """
-    if isinstance(x, torch.Tensor) and (tracing(x) or records_grad(x)):
+    if isinstance(x, torch.Tensor) and tracing(x):
         check_tensor("x", x)
-        dim = _normalize_dim("dim", x, dim)
-        return _softmax_fwd_op(x, dim) if tracing(x) else _SoftmaxFunction.apply(x, dim)
-    return softmax_fwd(x, dim)  # validates x and dim itself
+        return _softmax_fwd_op(x, _normalize_dim("dim", x, dim))
+    # The launchers validate x and dim themselves.
+    if isinstance(x, torch.Tensor) and records_grad(x):
+        return _SoftmaxFunction.apply(x, dim)
+    return softmax_fwd(x, dim)
