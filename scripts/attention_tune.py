@@ -312,7 +312,10 @@ def bwd_streams():
 # (label, (B, H, Hkv, N, D), causal, layout): the bench shapes of notes/attention.md
 TMA_CASES = [
     ("D=64 N=4096", (4, 32, 32, 4096, 64), False, "bhnd"),
+    ("D=64 N=16384 causal", (4, 32, 32, 16384, 64), True, "bhnd"),
+    ("D=128 N=2048", (4, 32, 32, 2048, 128), False, "bhnd"),
     ("D=128 N=4096", (4, 32, 32, 4096, 128), False, "bhnd"),
+    ("D=128 N=8192", (4, 32, 32, 8192, 128), False, "bhnd"),
     ("D=128 N=4096 causal", (4, 32, 32, 4096, 128), True, "bhnd"),
     ("D=128 N=16384", (4, 32, 32, 16384, 128), False, "bhnd"),
     ("D=128 N=16384 causal", (4, 32, 32, 16384, 128), True, "bhnd"),

@@ -330,14 +330,29 @@ def test_descriptors_take_the_tile_of_the_config_that_launches():
     assert attention_module._fit_descriptors in attention_module._attn_fwd_kernel.pre_run_hooks
 
 
+def test_fixed_forward_tile_follows_head_dim_and_keys_a_row_sees():
+    # The GPU's fixed TMA forward tiles (recorded, not run): one-warpgroup 64-row tiles at
+    # D=64 and, at D=128, where rows see up to 2048 keys (half the length when causal);
+    # 128-row tiles where they see more.
+    def tile(D, N, causal=False):
+        q = torch.empty(1, 2, N, D, dtype=torch.bfloat16)  # never read: the launch is only recorded
+        launch = recorded_fwd(q, q, q, causal=causal)
+        assert launch.constexprs["USE_TMA"]
+        return launch.constexprs["BLOCK_M"], launch.constexprs["BLOCK_N"], launch.num_warps
+    assert tile(64, 4096) == tile(64, 16384, True) == (64, 128, 4)
+    assert tile(128, 1000) == tile(128, 2048) == tile(128, 4096, True) == (64, 64, 4)
+    assert tile(128, 2049) == tile(128, 16384) == tile(128, 8192, True) == (128, 128, 8)
+    assert tile(256, 512) == (128, 64, 8)
+
+
 def test_tuner_tries_the_configs_of_the_chosen_path():
     with record_launches(execute=False):  # the GPU's fixed configs
-        for block_d in (64, 128, 256):
+        for block_d, n_bucket in [(d, n) for d in (64, 128, 256) for n in (1024, 16384)]:
             tma = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, {},
-                                              BLOCK_D=block_d, USE_TMA=True)
+                                              BLOCK_D=block_d, USE_TMA=True, N_BUCKET=n_bucket, CAUSAL=False)
             pointer = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, {},
-                                                  BLOCK_D=block_d, USE_TMA=False)
-            fixed = attention_module.fixed_configs(block_d)
+                                                  BLOCK_D=block_d, USE_TMA=False, N_BUCKET=n_bucket)
+            fixed = attention_module.fixed_configs(block_d, n_bucket)
             assert tma[0] == fixed["fwd_tma"].triton_config() and pointer[0] == fixed["fwd"].triton_config()
             assert tma and {str(c) for c in tma} <= {str(c.triton_config()) for c in attention_module.autotune_configs("fwd_tma")}
             assert {str(c) for c in pointer} <= {str(c.triton_config()) for c in attention_module.autotune_configs("fwd")}

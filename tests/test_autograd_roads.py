@@ -99,11 +99,12 @@ def test_make_fx_records_the_custom_ops(tracing_mode, device):
             assert torch.equal(got, want)
 
 
-def test_fake_tensors_get_fake_results():
+def test_fake_tensors_get_fake_results(device):
+    # On the device the ops accept: CPU tensors only under the interpreter, CUDA ones on a GPU.
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     with FakeTensorMode():
-        x = torch.empty(3, 50)
-        q = torch.empty(2, 4, 33, 32, dtype=torch.bfloat16).transpose(1, 2).contiguous().transpose(1, 2)
+        x = torch.empty(3, 50, device=device)
+        q = torch.empty(2, 4, 33, 32, dtype=torch.bfloat16, device=device).transpose(1, 2).contiguous().transpose(1, 2)
         outs = (tritonkit.softmax(x, 0), tritonkit.add(x, x[0]), tritonkit.attention(q, q[:, :2], q[:, :2]))
     assert all(isinstance(t, FakeTensor) for t in outs)
     assert outs[0].shape == (3, 50) and outs[1].shape == (3, 50)

@@ -133,11 +133,12 @@ def test_launch_runs_on_the_device_of_its_tensors(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "device", fake_device_guard)
-    monkeypatch.setattr(Launch, "_run", lambda self: ran.append(entered[:]))
-    for index in (0, 1):
+    monkeypatch.setattr(Launch, "_run", lambda self, device: ran.append((entered[:], device)))
+    for index in (0, 1, None):
         monkeypatch.setattr(_launch, "_device_of", lambda args, i=index: torch.device("cuda", i))
         Launch("t", None, (1,), ())()
-    assert ran == [[], [torch.device("cuda", 1)]]
+    # the launch hands the device it runs on to the specialisation key (no second query)
+    assert ran == [([], 0), ([torch.device("cuda", 1)], 1), ([torch.device("cuda", 1)], 0)]
     x = torch.randn(8, 8)
     assert device_of((3, x)) == x.device
     assert device_of((TensorDescriptor(x, [8, 8], [8, 1], [8, 8]),)) == x.device

@@ -52,15 +52,21 @@ class Launch:
         if not execute:
             return
         device = _device_of(self.args)
-        if device is not None and device.type == "cuda" and device.index != torch.cuda.current_device():
+        if device is None or device.type != "cuda":
+            self._run(None)
+            return
+        current = torch.cuda.current_device()
+        if device.index is None or device.index == current:
+            self._run(current)
+        else:
             # Triton launches on the current device; torch ops follow their tensors instead.
             with torch.cuda.device(device):
-                self._run()
-        else:
-            self._run()
+                self._run(device.index)
 
-    def _run(self) -> None:
-        key = None if INTERPRETED or not isinstance(self.grid, tuple) else _specialization_key(self)
+    def _run(self, device: int | None) -> None:
+        """Launch on `device` (a CUDA index, now current; None: not a CUDA launch, or no
+        tensor to say which, and the key asks the driver)."""
+        key = None if INTERPRETED or not isinstance(self.grid, tuple) else _specialization_key(self, device)
         cache = _cache_of(self.kernel) if key is not None else None
         compiled = cache.compiled.get(key) if key is not None else None
         if compiled is None or _launch_hooks_set():
@@ -82,14 +88,15 @@ class Launch:
                 if v is not None}
 
 
-def _specialization_key(launch: Launch) -> tuple | None:
+def _specialization_key(launch: Launch, device: int | None = None) -> tuple | None:
     """A key that determines everything Triton 3.6 specialises a compiled kernel on. Triton
     looks at each argument's type; at each tensor's dtype and whether its address is 16-byte
     aligned; at each tensor descriptor's dtype and block; at whether each int is 1, a multiple
     of 16, and inside int32 or int64. This key holds the argument types, the tensors' dtype
     and alignment, the descriptors' dtype and block, and every other argument's exact value
     (finer than needed: a new shape takes Triton's own path once), the constexprs, launch
-    options and device; the kernel itself holds the cache (`_cache_of`). It runs on every
+    options and device (the current one, given by the caller that made it current, or asked of
+    the driver); the kernel itself holds the cache (`_cache_of`). It runs on every
     launch, so where each kind of argument sits is worked out once per (kernel, argument
     types). None (take Triton's path) for anything but a plain JITFunction without pre-run
     hooks given all its arguments as tensors, tensor descriptors, ints, floats, bools or None."""
@@ -106,7 +113,7 @@ def _specialization_key(launch: Launch) -> tuple | None:
     tensor_positions, descriptor_positions, plain_values = layout
     tensors = tuple((args[i].dtype, args[i].data_ptr() % 16 == 0) for i in tensor_positions)
     descriptors = tuple(_descriptor_key(args[i]) for i in descriptor_positions)
-    return (_driver().get_current_device(), types, tensors, descriptors, plain_values(args),
+    return (_driver().get_current_device() if device is None else device, types, tensors, descriptors, plain_values(args),
             tuple(launch.constexprs.items()), launch.num_warps, launch.num_stages)
 
 

@@ -587,27 +587,41 @@ def _interpreting() -> bool:
     return INTERPRETED and _launch.launches_execute()
 
 
-def fixed_configs(block_d: int) -> dict[str, TileConfig]:
+def fixed_configs(block_d: int, row_keys: int | None = None) -> dict[str, TileConfig]:
     """The one config per pass used under the interpreter, under tests and when autotuning is
     off (TRITONKIT_AUTOTUNE=0). Interpreter blocks are small, so that test shapes of ~100 rows
-    still cross several blocks and the causal band spans more than one key block. The dict is
-    shared between calls: read it, do not change it."""
-    return _fixed_configs(block_d, _interpreting())
+    still cross several blocks and the causal band spans more than one key block. row_keys
+    (about how many keys a query row sees: `_row_keys`; None: many) picks the forward's tile
+    where the best one depends on it. The dict is shared between calls: read it, do not change it."""
+    return _fixed_configs(block_d, _interpreting(), row_keys is not None and row_keys <= SHORT_ROWS)
+
+
+# At D=128 the TMA forward's 64-row tiles of one warpgroup (two CTAs an SM) beat the 128-row,
+# two-warpgroup tile where rows see few keys, and lose to it where they see many (H200, bf16,
+# three runs of `attention_tune.py --tma`, fifth session: full N=2048 +3..9%, causal N=4096
+# +2..6%; full N=4096 -2..+3%; full N=8192 and 16384, causal N=16384 -3..-7%).
+SHORT_ROWS = 2048
+
+
+def _row_keys(Nq: int, Nk: int, causal: bool) -> int:
+    """About how many keys a query row sees: the longer length, halved under a causal mask."""
+    return max(Nq, Nk) // 2 if causal else max(Nq, Nk)
 
 
 @functools.lru_cache(maxsize=None)
-def _fixed_configs(block_d: int, interpreting: bool) -> dict[str, TileConfig]:
+def _fixed_configs(block_d: int, interpreting: bool, short: bool = False) -> dict[str, TileConfig]:
     if interpreting:
         return {"fwd": TileConfig(32, 16), "fwd_tma": TileConfig(32, 16), "dkdv": TileConfig(16, 32),
                 "dkdv_tma": TileConfig(16, 32), "dq": TileConfig(32, 16), "dq_tma": TileConfig(32, 16)}
     # The fastest of each pass on the H200, bf16 (notes/attention.md, notes/attention_tma.md);
     # "_tma": the pass with its streamed tiles read through tensor descriptors.
     if block_d <= 64:
-        return {"fwd": TileConfig(128, 64, 8, 3), "fwd_tma": TileConfig(128, 64, 8, 3),
+        return {"fwd": TileConfig(128, 64, 8, 3), "fwd_tma": TileConfig(64, 128, 4, 2),
                 "dkdv": TileConfig(64, 64, 4, 3), "dkdv_tma": TileConfig(64, 64, 4, 3),
                 "dq": TileConfig(128, 64, 8, 3), "dq_tma": TileConfig(64, 64, 4, 3)}
     if block_d <= 128:
-        return {"fwd": TileConfig(128, 128, 8, 3), "fwd_tma": TileConfig(128, 128, 8, 3),
+        return {"fwd": TileConfig(128, 128, 8, 3),
+                "fwd_tma": TileConfig(64, 64, 4, 3) if short else TileConfig(128, 128, 8, 3),
                 "dkdv": TileConfig(64, 128, 8, 3), "dkdv_tma": TileConfig(64, 64, 4, 2),
                 "dq": TileConfig(128, 32, 8, 3), "dq_tma": TileConfig(128, 64, 8, 3)}
     return {"fwd": TileConfig(128, 64, 8, 2), "fwd_tma": TileConfig(128, 64, 8, 2),
@@ -629,9 +643,9 @@ def _fp32_regs(c: triton.Config, *tiles: int) -> float:
     return sum(tiles) / (32 * c.num_warps)
 
 
-def _fixed_first(configs: list, kind: str, block_d: int) -> list:
+def _fixed_first(configs: list, kind: str, block_d: int, row_keys: int | None = None) -> list:
     """The fixed config first: it is what `tritonkit inspect` shows for an untuned run."""
-    fixed = fixed_configs(block_d)[kind].triton_config()
+    fixed = fixed_configs(block_d, row_keys)[kind].triton_config()
     same = [c for c in configs if c.kwargs == fixed.kwargs and
             (c.num_warps, c.num_stages) == (fixed.num_warps, fixed.num_stages)]
     return same + [c for c in configs if c not in same]
@@ -668,7 +682,9 @@ def _prune_fwd(configs, named_args, **kwargs):
     kind = "fwd_tma" if kwargs.get("USE_TMA") else "fwd"
     block_d = kwargs["BLOCK_D"]
     mine = [c for c in configs if c in _FWD_SPACES[kind]]
-    return _fixed_first([c for c in mine if _fits("fwd", c, block_d)], kind, block_d) or mine[:1]
+    n_bucket = kwargs.get("N_BUCKET")
+    row_keys = None if n_bucket is None else _row_keys(n_bucket, n_bucket, kwargs.get("CAUSAL", False))
+    return _fixed_first([c for c in mine if _fits("fwd", c, block_d)], kind, block_d, row_keys) or mine[:1]
 
 
 def autotune_configs(kind: str) -> list[TileConfig]:
@@ -680,8 +696,9 @@ def autotune_configs(kind: str) -> list[TileConfig]:
     if kind == "fwd_tma":  # the forward through tensor descriptors
         # 128-row query tiles; and 64-row tiles of one warpgroup, small enough at D=128 (64x64:
         # 138 registers, 116 KB shared at 3 stages, compiled for sm_90) for two CTAs an SM,
-        # whose warpgroups, unlike the two of one 128-row CTA, need not keep in step. Not yet
-        # timed on the H200 (added after the fourth session's GPU time was spent).
+        # whose warpgroups, unlike the two of one 128-row CTA, need not keep in step (that one's
+        # loop has three CTA-wide barriers an iteration). They win at D=64 and at D=128 up to
+        # N=2048 on the H200 (fixed configs above; notes/attention_tma.md).
         return ([TileConfig(128, n, w, s) for n in (64, 128) for w in (4, 8) for s in (2, 3, 4)]
                 + [TileConfig(64, n, 4, s) for n in (64, 128) for s in (2, 3, 4)])
     if kind == "dkdv":
@@ -896,13 +913,14 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         return o, lse
     block_d = _block_d(D)
     use_tma = _use_tma(tma, q, k, v)
-    fixed = fixed_configs(block_d)["fwd_tma" if use_tma else "fwd"]
+    n_bucket = _n_bucket(max(Nq, Nk))
+    fixed = fixed_configs(block_d, _row_keys(Nq, Nk, causal))["fwd_tma" if use_tma else "fwd"]
     tile = config or fixed
     q_in, k_in, v_in = q, k, v
     if use_tma:
         q_in = _descriptor(q, tile.block_m, block_d)
         k_in, v_in = (_descriptor(t, tile.block_n, block_d) for t in (k, v))
-    args = (q_in, k_in, v_in, o, lse, Nq, Nk, D, H // Hkv, scale * LOG2E, _n_bucket(max(Nq, Nk)),
+    args = (q_in, k_in, v_in, o, lse, Nq, Nk, D, H // Hkv, scale * LOG2E, n_bucket,
             *q.stride(), *k.stride(), *v.stride(), *o.stride())
     constexprs = dict(CAUSAL=causal, SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D,
                       DOT_FP32=_dot_fp32(q.dtype), USE_TMA=use_tma)
