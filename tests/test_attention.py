@@ -298,6 +298,22 @@ def test_tma_path_is_taken_only_where_the_host_check_allows(name, device):
             assert desc.base is t and desc.shape == list(t.shape) and desc.strides == list(t.stride())
 
 
+@pytest.mark.parametrize("name", list(TMA_LAYOUTS))
+def test_descriptors_built_unchecked_are_what_tritons_checks_accept(name, device):
+    # `_descriptor` skips TensorDescriptor's own checks, repeating `_tma_ok`'s: every operand
+    # `_tma_ok` passes must also pass Triton's checks, giving an equal descriptor, and every
+    # one it refuses must fail them or fall outside what the hardware documents.
+    for t in (attention_module._head_dim_innermost(t) for t in _layout(name, device)):
+        try:
+            checked = TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 32, 64])
+        except AssertionError:
+            checked = None
+        if attention_module._tma_ok(t):
+            assert checked is not None and attention_module._descriptor(t, 32, 64) == checked
+        elif checked is not None:  # Triton's checks pass a broadcast (stride 0) dim; TMA does not
+            assert 0 in t.stride()
+
+
 def test_tma_can_be_refused_or_insisted_on(device):
     q, k, v = _layout("contiguous (B, H, N, D)", device)
     assert recorded_fwd(q, k, v, tma=False).constexprs["USE_TMA"] is False
