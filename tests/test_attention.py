@@ -346,12 +346,12 @@ def test_descriptors_take_the_tile_of_the_config_that_launches():
     assert attention_module._fit_descriptors in attention_module._attn_fwd_kernel.pre_run_hooks
 
 
-def test_fixed_forward_tile_follows_head_dim_and_keys_a_row_sees():
+def test_fixed_forward_tile_follows_head_dim_and_keys_a_row_sees(device):
     # The GPU's fixed TMA forward tiles (recorded, not run): one-warpgroup 64-row tiles at
     # D=64 and, at D=128, where rows see up to 2048 keys (half the length when causal);
     # 128-row tiles where they see more.
     def tile(D, N, causal=False):
-        q = torch.empty(1, 2, N, D, dtype=torch.bfloat16)  # never read: the launch is only recorded
+        q = torch.empty(1, 2, N, D, dtype=torch.bfloat16, device=device)  # never read: only recorded
         launch = recorded_fwd(q, q, q, causal=causal)
         assert launch.constexprs["USE_TMA"]
         return launch.constexprs["BLOCK_M"], launch.constexprs["BLOCK_N"], launch.num_warps
