@@ -161,9 +161,94 @@ def test_launches_the_key_cannot_hold_take_tritons_path(jit_kernel):
     # a descriptor or any other object: never held in the cache (it may hold a tensor alive)
     assert _launch._specialization_key(Launch("t", jit_kernel, (1,), (x, x, 33, object()),
                                               {"BLOCK": 128, "EVEN": True})) is None
-    jit_kernel.add_pre_run_hook(lambda *args, **kwargs: None)  # hooks must run on every launch
-    assert _launch._specialization_key(Launch("t", jit_kernel, (1,), (x, x, 33, 2.0),
-                                              {"BLOCK": 128, "EVEN": True})) is None
+    # an autotuned kernel that has not chosen a config for these arguments yet
+    tuner = triton.autotune([triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"])(jit_kernel)
+    assert Launch("t", tuner, lambda meta: (1,), (x, x, 33, 2.0), {"EVEN": True}, None, None)._direct() is None
+
+
+class _FakeCompiled:
+    packed_metadata = function = None
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, *args):
+        self.calls.append(args)
+
+
+@pytest.fixture
+def cuda_standin(monkeypatch):
+    """A stand-in CUDA driver (device 0, stream 1234) with the interpreter off."""
+    class FakeDriver:
+        @staticmethod
+        def get_current_device():
+            return 0
+
+        @staticmethod
+        def get_current_stream(device):
+            return 1234
+
+    monkeypatch.setattr(_launch, "_driver", lambda: FakeDriver)
+    monkeypatch.setattr(_launch, "INTERPRETED", False)
+
+
+def _tuned(jit_kernel, x):
+    """An autotuned `jit_kernel` that has benchmarked (stand-in timings: BLOCK=128 wins) and
+    chosen its config for (x, x, 33, 2.0) through Triton's own Autotuner.run."""
+    configs = [triton.Config({"BLOCK": 64}, num_warps=4), triton.Config({"BLOCK": 128}, num_warps=8, num_stages=2)]
+    tuner = triton.autotune(configs, key=["n"])(jit_kernel)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tuner, "_bench", lambda *args, config, **kwargs: [1.0 / config.kwargs["BLOCK"]] * 3)
+        patch.setattr(jit_kernel, "run", lambda *args, **kwargs: None)
+        tuner.run(x, x, 33, 2.0, EVEN=True, grid=(1,), warmup=False)
+    return tuner
+
+
+def test_tuner_key_is_the_key_tritons_autotuner_keeps(jit_kernel, monkeypatch):
+    x = torch.randn(100)
+    tuner = _tuned(jit_kernel, x)
+    (key,) = tuner.cache
+    assert _launch.tuner_key(tuner, (x, x, 33, 2.0), {"EVEN": True}) == key
+    assert _launch.tuned_config(tuner, (x, x, 33, 2.0), {"EVEN": True}).kwargs == {"BLOCK": 128}
+    assert _launch.tuned_config(tuner, (x, x, 34, 2.0), {"EVEN": True}) is None      # another key
+    assert _launch.tuned_config(tuner, (x.half(), x, 33, 2.0), {"EVEN": True}) is None  # another dtype
+
+
+def test_autotuned_launch_takes_the_cached_path_with_its_choice(jit_kernel, monkeypatch, cuda_standin):
+    # Once the tuner has chosen, a launch runs its kernel with the chosen config's meta-
+    # parameters and options, the grid computed from them, straight through the cache.
+    x = torch.randn(100)
+    tuner = _tuned(jit_kernel, x)
+    launch = Launch("t", tuner, lambda meta: (triton.cdiv(100, meta["BLOCK"]),), (x, x, 33, 2.0),
+                    {"EVEN": True}, None, None)
+    direct = launch._direct()
+    assert direct.kernel is jit_kernel and direct.grid == (1,)
+    assert direct.constexprs == {"EVEN": True, "BLOCK": 128} and (direct.num_warps, direct.num_stages) == (8, 2)
+    compiled = _FakeCompiled()
+    monkeypatch.setitem(_launch._cache_of(jit_kernel).compiled, _launch._specialization_key(direct, 0), compiled)
+    launch()
+    assert compiled.calls == [(1, 1, 1, 1234, None, None, None, None, None, x, x, 33, 2.0, 128, True)]
+
+
+def test_pre_run_hooks_run_before_the_key_on_the_cached_path(jit_kernel, monkeypatch, cuda_standin):
+    # Hooks may change the arguments the key reads (tritonkit's set descriptors' tiles): they
+    # run first, on every launch, and the key sees what they did.
+    a = torch.zeros(4, 64)
+    seen = []
+
+    def fit(*args, **meta):
+        seen.append(meta["BLOCK"])
+        args[0].block_shape = [2, meta["BLOCK"]]
+    monkeypatch.setattr(jit_kernel, "pre_run_hooks", [fit])
+    desc = TensorDescriptor(a, [4, 64], [64, 1], [1, 16])
+    launch = Launch("t", jit_kernel, (1,), (desc, a, 33, 2.0), {"BLOCK": 64, "EVEN": True})
+    fitted = TensorDescriptor(a, [4, 64], [64, 1], [2, 64])
+    compiled = _FakeCompiled()
+    monkeypatch.setitem(_launch._cache_of(jit_kernel).compiled,
+                        _launch._specialization_key(Launch("t", jit_kernel, (1,), (fitted, a, 33, 2.0),
+                                                           {"BLOCK": 64, "EVEN": True}), 0), compiled)
+    launch()
+    assert seen == [64] and desc.block_shape == [2, 64] and len(compiled.calls) == 1
 
 
 def _other_kernel(x_ptr, n, BLOCK: tl.constexpr):

@@ -9,8 +9,10 @@ Launch cost. `kernel[grid](...)` spends ~19 us of host time per call on the H200
 launcher takes ~6 us (measured 2026-11-29, benchmarks/sweep_elementwise.py overhead). Small
 inputs are bound by that host time, so compiled launches are cached here under a key that
 holds everything Triton specialises on (see `_specialization_key`) and later calls go
-straight to the compiled launcher. The first call of each key, autotuned kernels, the
-interpreter, launch hooks and argument types the key does not know take Triton's own path.
+straight to the compiled launcher. An autotuned kernel joins them once it has chosen its
+config for a key (the launch then names its kernel and that config). The first call of each
+key, the interpreter, launch hooks and argument types the key does not know take Triton's
+own path.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ._runtime import INTERPRETED  # first: it may switch on the interpreter bef
 
 import triton  # noqa: E402
 from triton import knobs  # noqa: E402
+from triton.runtime.autotuner import Autotuner  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 _recorders: list[tuple[list["Launch"], bool]] = []
@@ -66,22 +69,53 @@ class Launch:
     def _run(self, device: int | None) -> None:
         """Launch on `device` (a CUDA index, now current; None: not a CUDA launch, or no
         tensor to say which, and the key asks the driver)."""
-        key = None if INTERPRETED or not isinstance(self.grid, tuple) else _specialization_key(self, device)
-        cache = _cache_of(self.kernel) if key is not None else None
+        direct = None if INTERPRETED or _launch_hooks_set() else self._direct()
+        if direct is None:
+            self.kernel[self.grid](*self.args, **self.constexprs, **self.launch_options())
+            return
+        kernel, args = direct.kernel, direct.args
+        for hook in kernel.pre_run_hooks:  # as JITFunction.run does before it specialises
+            hook(*args, **direct.constexprs, **direct.launch_options())
+        key = _specialization_key(direct, device)
+        cache = _cache_of(kernel) if key is not None else None
         compiled = cache.compiled.get(key) if key is not None else None
-        if compiled is None or _launch_hooks_set():
-            result = self.kernel[self.grid](*self.args, **self.constexprs, **self.launch_options())
+        if compiled is None:
+            # Triton's own path (it runs the pre-run hooks again: they must be idempotent,
+            # as tritonkit's are: they set descriptors' tile shapes).
+            result = kernel[direct.grid](*args, **direct.constexprs, **direct.launch_options())
             if (key is not None and hasattr(result, "packed_metadata")
-                    and set(self.constexprs) == set(cache.constexpr_names)):
+                    and set(direct.constexprs) == set(cache.constexpr_names)):
                 if len(cache.compiled) >= MAX_CACHED_LAUNCHES:
                     cache.compiled.clear()
                 cache.compiled[key] = result
             return
-        grid = self.grid + (1,) * (3 - len(self.grid))
+        grid = direct.grid + (1,) * (3 - len(direct.grid))
         device = key[0]  # _specialization_key puts the current device first
         stream = _driver().get_current_stream(device)
         compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
-                     None, None, None, *self.args, *(self.constexprs[name] for name in cache.constexpr_names))
+                     None, None, None, *args, *(direct.constexprs[name] for name in cache.constexpr_names))
+
+    def _direct(self) -> "Launch | None":
+        """This launch as a plain JITFunction launch with a tuple grid, which the cached path
+        can take: itself, or, for an autotuned kernel that has already chosen its config for
+        these arguments, its kernel with that config's meta-parameters and launch options.
+        None where only Triton's own path knows what to run (no choice made yet, heuristics,
+        configs with pre-hooks or options the cached path does not pass)."""
+        kernel = self.kernel
+        if isinstance(kernel, Autotuner):
+            config = tuned_config(kernel, self.args, self.constexprs)
+            if (config is None or config.pre_hook is not None or config.num_ctas != 1
+                    or config.maxnreg is not None or getattr(config, "ir_override", None) is not None):
+                return None
+            constexprs = {**self.constexprs, **config.kwargs}
+            grid = self.grid
+            if callable(grid):
+                grid = grid({**dict(zip(kernel.arg_names, self.args)), **constexprs})
+            return Launch(self.name, kernel.fn, tuple(grid), self.args, constexprs,
+                          config.num_warps, config.num_stages)._direct()
+        if type(kernel).__name__ != "JITFunction" or not isinstance(self.grid, tuple):
+            return None
+        return self
 
     def launch_options(self) -> dict[str, int]:
         return {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages))
@@ -98,10 +132,11 @@ def _specialization_key(launch: Launch, device: int | None = None) -> tuple | No
     options and device (the current one, given by the caller that made it current, or asked of
     the driver); the kernel itself holds the cache (`_cache_of`). It runs on every
     launch, so where each kind of argument sits is worked out once per (kernel, argument
-    types). None (take Triton's path) for anything but a plain JITFunction without pre-run
-    hooks given all its arguments as tensors, tensor descriptors, ints, floats, bools or None."""
+    types). None (take Triton's path) for anything but a plain JITFunction given all its
+    arguments as tensors, tensor descriptors, ints, floats, bools or None. The kernel's
+    pre-run hooks, which may change its arguments (descriptors' tile shapes), must have run."""
     kernel, args = launch.kernel, launch.args
-    if type(kernel).__name__ != "JITFunction" or kernel.pre_run_hooks:
+    if type(kernel).__name__ != "JITFunction":
         return None
     cache = _cache_of(kernel)
     types = tuple(map(type, args))
@@ -125,6 +160,26 @@ class _KernelCache:
         self.constexpr_names = _constexpr_names(kernel)
         self.layouts: dict[tuple[type, ...], tuple | bool] = {}
         self.compiled: dict[tuple, Any] = {}  # specialisation key -> triton CompiledKernel
+
+
+def tuner_key(tuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple:
+    """The key under which `tuner` (a triton.autotune wrapper) keeps its choice for a call
+    with these positional arguments and keyword meta-parameters, as Autotuner.run in Triton
+    3.6 builds it: the values of its key arguments, then the dtype of every named argument
+    that has one, in call order."""
+    named = {**dict(zip(tuner.arg_names, args)), **kwargs}
+    named = {k: v for k, v in named.items() if k in tuner.arg_names}
+    key = [named[k] for k in tuner.keys if k in named]
+    key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+    return tuple(key)
+
+
+def tuned_config(tuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """The config `tuner` would launch these arguments with without tuning again (its only
+    config, or the choice it made for their key in this process), else None."""
+    if len(tuner.configs) == 1:
+        return tuner.configs[0]
+    return tuner.cache.get(tuner_key(tuner, args, kwargs))
 
 
 def _cache_of(kernel: Any) -> _KernelCache:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .. import _runtime
-from .._launch import Launch, record_launches
+from .._launch import Launch, record_launches, tuner_key
 from .assembly import _memory_ops, _ptxas_usage, _sass_counts, _ttgir_arg_names
 from .report import MemOp
 
@@ -184,10 +184,7 @@ def _autotune_choice(tuner: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[A
     if n == 1:
         return tuner.configs[0], "autotune: its only config"
     named = dict(zip(tuner.arg_names, args))
-    everything = {**named, **kwargs}
-    key = [everything[k] for k in tuner.keys if k in everything]
-    key += [str(v.dtype) for k, v in everything.items() if k in tuner.arg_names and hasattr(v, "dtype")]
-    key = tuple(key)
+    key = tuner_key(tuner, args, kwargs)
     cached = tuner.cache.get(key)
     if cached is not None:
         return cached, f"autotune: the config this process already tuned for key {key}"
