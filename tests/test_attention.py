@@ -429,3 +429,30 @@ def test_every_tensor_descriptor_config(D, device):
         except triton.runtime.errors.OutOfResources:
             continue  # the pruning's shared-memory estimate is rough; the tuner skips these too
         torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2, msg=f"{cfg}")
+
+
+@pytest.mark.gpu
+def test_autotuned_forward_reaches_the_cached_launcher_with_the_same_bits(monkeypatch, device):
+    # Users autotune by default. The first call tunes (Triton's path), the second launches the
+    # choice through Triton's path and caches it, later ones take the cached launcher: all
+    # must give the same bits. Two candidate configs keep the tuning short.
+    if device.type != "cuda":
+        pytest.skip("needs a CUDA device (the interpreter never autotunes)")
+    tuner = attention_module._attn_fwd_tuned
+    two = [c.triton_config() for c in (TileConfig(64, 128, 4, 2), TileConfig(128, 64, 8, 3))]
+    monkeypatch.setattr(tuner, "configs", [c for c in tuner.configs if c in two])
+    monkeypatch.setattr(tuner, "cache", {})
+    monkeypatch.setenv("TRITONKIT_AUTOTUNE", "1")
+    q, k, v = make_qkv(1, 4, 2, 300, 300, 64, torch.bfloat16, device)
+    outs = [attention_fwd(q, k, v, True) for _ in range(2)]
+    assert len(tuner.configs) == 2 and len(tuner.cache) == 1
+
+    def triton_path(*args, **kwargs):
+        raise AssertionError("a launch took Triton's path after the choice was cached")
+    monkeypatch.setattr(tuner, "run", triton_path)
+    monkeypatch.setattr(attention_module._attn_fwd_kernel, "run", triton_path)
+    outs += [attention_fwd(q, k, v, True) for _ in range(2)]
+    for o, lse in outs[1:]:
+        assert torch.equal(o, outs[0][0]) and torch.equal(lse, outs[0][1])
+    want = attention_reference(q, k, v, True).to(q.dtype)
+    torch.testing.assert_close(outs[0][0], want, atol=2e-2, rtol=2e-2)

@@ -212,6 +212,21 @@ def test_tuner_key_is_the_key_tritons_autotuner_keeps(jit_kernel, monkeypatch):
     assert _launch.tuned_config(tuner, (x, x, 33, 2.0), {"EVEN": True}).kwargs == {"BLOCK": 128}
     assert _launch.tuned_config(tuner, (x, x, 34, 2.0), {"EVEN": True}) is None      # another key
     assert _launch.tuned_config(tuner, (x.half(), x, 33, 2.0), {"EVEN": True}) is None  # another dtype
+    # More shapes of call, each tuned by Triton's Autotuner.run, keyed by a runtime argument
+    # and a constexpr: dtypes of tensors join the key, descriptors and plain values do not.
+    keyed = triton.autotune([triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})],
+                            key=["n", "EVEN"])(jit_kernel)
+    desc = TensorDescriptor(x[:64].view(8, 8), [8, 8], [8, 1], [8, 8])
+    calls = [((x, x, 33, 2.0), {"EVEN": True}), ((x.half(), x, 33, 2.0), {"EVEN": False}),
+             ((desc, x.bfloat16(), 16, 1.5), {"EVEN": True}), ((x, x, 33, 2.0), {"EVEN": True})]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(keyed, "_bench", lambda *args, config, **kwargs: [1.0] * 3)
+        patch.setattr(jit_kernel, "run", lambda *args, **kwargs: None)
+        for args, kwargs in calls:
+            before = set(keyed.cache)
+            keyed.run(*args, **kwargs, grid=(1,), warmup=False)
+            new, mine = set(keyed.cache) - before, _launch.tuner_key(keyed, args, kwargs)
+            assert new == {mine} if new else mine in before  # the last call repeats the first
 
 
 def test_autotuned_launch_takes_the_cached_path_with_its_choice(jit_kernel, monkeypatch, cuda_standin):

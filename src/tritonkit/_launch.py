@@ -166,12 +166,34 @@ def tuner_key(tuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> tuple:
     """The key under which `tuner` (a triton.autotune wrapper) keeps its choice for a call
     with these positional arguments and keyword meta-parameters, as Autotuner.run in Triton
     3.6 builds it: the values of its key arguments, then the dtype of every named argument
-    that has one, in call order."""
-    named = {**dict(zip(tuner.arg_names, args)), **kwargs}
-    named = {k: v for k, v in named.items() if k in tuner.arg_names}
-    key = [named[k] for k in tuner.keys if k in named]
-    key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
-    return tuple(key)
+    that has one, in call order. Where each part sits is worked out once per argument types
+    and keyword names (the key is made on every launch of an autotuned kernel)."""
+    values = (*args, *kwargs.values())
+    plan_key = (tuple(map(type, values)), len(args), tuple(kwargs))
+    plans = tuner.__dict__.setdefault("_tritonkit_key_plans", {})
+    plan = plans.get(plan_key)
+    if plan is None:
+        plan = plans[plan_key] = _tuner_key_plan(tuner, *plan_key)
+    if plan is False:  # argument types the plan cannot vouch for: Autotuner.run's own way
+        named = {k: v for k, v in {**dict(zip(tuner.arg_names, args)), **kwargs}.items() if k in tuner.arg_names}
+        return tuple([named[k] for k in tuner.keys if k in named]
+                     + [str(v.dtype) for v in named.values() if hasattr(v, "dtype")])
+    key_positions, dtype_positions = plan
+    return (*(values[i] for i in key_positions), *(str(values[i].dtype) for i in dtype_positions))
+
+
+def _tuner_key_plan(tuner: Autotuner, types: tuple[type, ...], n_args: int,
+                    kwarg_names: tuple[str, ...]) -> tuple | bool:
+    """For `tuner_key`: (positions of the key's values, positions of the arguments whose dtype
+    joins it) in (*args, *kwargs.values()); False unless every value is a tensor, a tensor
+    descriptor or a plain value, types that settle whether it has a dtype (tensors only)."""
+    if not all(issubclass(t, (torch.Tensor, TensorDescriptor)) or t in _PLAIN for t in types):
+        return False
+    names = (*tuner.arg_names[:n_args], *kwarg_names)
+    named = [i for i, name in enumerate(names) if name in tuner.arg_names]
+    position = {names[i]: i for i in named}
+    return (tuple(position[k] for k in tuner.keys if k in position),
+            tuple(i for i in named if issubclass(types[i], torch.Tensor)))
 
 
 def tuned_config(tuner: Autotuner, args: tuple, kwargs: dict[str, Any]) -> Any:
