@@ -50,7 +50,49 @@ def test_host_time_of_a_call(monkeypatch):
 
 
 def test_host_bound_note():
-    assert timing.host_bound_note(0.010, None) == ""
-    assert timing.host_bound_note(0.010, 0.006) == ""          # host under 70% of the timed call
-    note = timing.host_bound_note(0.010, 0.0095)
-    assert note.startswith("host-bound: 10 us of host time a call against 10 us timed")
+    assert timing.host_bound_note(0.010, None, 0.080) == ""
+    # The GPU clears L2 for 80 us before each timed call: host time up to that never shows.
+    assert timing.host_bound_note(0.037, 0.056, 0.080) == ""
+    assert timing.host_bound_note(0.200, 0.210, 0.080) != ""   # up to 130 us of 200 idle
+    note = timing.host_bound_note(0.100, 0.200, 0.080)
+    assert note.startswith("host-bound: 200 us of host time a call, 120 us more than the L2 clear")
+    assert timing.host_bound_note(0.100, 0.085, 0.080) == ""   # 5 us possible wait: under 10%
+    assert timing.host_bound_note(0.100, 0.095, 0.080) != ""   # 15 us: over 10%
+    assert timing.host_bound_note(0.100, 0.015, None) != ""    # clear unknown: taken as none
+
+
+def test_l2_clear_time(monkeypatch):
+    # Timed with events around the clear that do_bench runs, each clear inside its own pair.
+    from triton import runtime
+    log, clock = [], iter(range(1000))
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.at = None
+
+        def record(self):
+            self.at = next(clock)
+            log.append("record")
+
+        def elapsed_time(self, end):
+            return float(end.at - self.at)
+
+    class Driver:
+        @staticmethod
+        def get_empty_cache_for_benchmark():
+            return "cache"
+
+        @staticmethod
+        def clear_cache(cache):
+            assert cache == "cache"
+            next(clock)
+            log.append("clear")
+
+    monkeypatch.setattr(timing._runtime, "INTERPRETED", False)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(type(runtime.driver), "active", property(lambda self: Driver), raising=False)
+    assert timing.l2_clear_ms() == 2.0  # each pair: record, clear, record
+    assert log[:4] == ["clear", "record", "clear", "record"] and log.count("clear") == 21
+    monkeypatch.setattr(timing._runtime, "INTERPRETED", True)
+    assert timing.l2_clear_ms() is None

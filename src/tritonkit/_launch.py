@@ -10,9 +10,9 @@ launcher takes ~6 us (measured 2026-11-29, benchmarks/sweep_elementwise.py overh
 inputs are bound by that host time, so compiled launches are cached here under a key that
 holds everything Triton specialises on (see `_specialization_key`) and later calls go
 straight to the compiled launcher. An autotuned kernel joins them once it has chosen its
-config for a key (the launch then names its kernel and that config). The first call of each
-key, the interpreter, launch hooks and argument types the key does not know take Triton's
-own path.
+config for a key (the launch then names its kernel and that config); a kernel's pre-run
+hooks run first, as in Triton. The first call of each key, the interpreter, a profiler's
+launch hooks and argument types the key does not know take Triton's own path.
 """
 
 from __future__ import annotations
@@ -148,7 +148,8 @@ def _specialization_key(launch: Launch, device: int | None = None) -> tuple | No
     tensor_positions, descriptor_positions, plain_values = layout
     tensors = tuple((args[i].dtype, args[i].data_ptr() % 16 == 0) for i in tensor_positions)
     descriptors = tuple(_descriptor_key(args[i]) for i in descriptor_positions)
-    return (_driver().get_current_device() if device is None else device, types, tensors, descriptors, plain_values(args),
+    device = _driver().get_current_device() if device is None else device
+    return (device, types, tensors, descriptors, plain_values(args),
             tuple(launch.constexprs.items()), launch.num_warps, launch.num_stages)
 
 

@@ -11,7 +11,8 @@ import torch
 
 from .. import _runtime
 from ..registry import BenchCase, OpEntry, entries
-from .timing import HOST_CHECK_BELOW_MS, copy_ceiling_gbs, host_bound_note, host_ms, matmul_ceiling_tflops, time_ms
+from .timing import (HOST_CHECK_BELOW_MS, copy_ceiling_gbs, host_bound_note, host_ms, l2_clear_ms,
+                     matmul_ceiling_tflops, time_ms)
 
 
 @dataclass
@@ -28,7 +29,8 @@ class Measurement:
     host_ms: float | None = None  # host time a call, measured for short cases on a GPU
 
 
-def _measure_case(op: str, case: BenchCase, device: torch.device) -> list[Measurement]:
+def _measure_case(op: str, case: BenchCase, device: torch.device, clear: float | None = None) -> list[Measurement]:
+    """Every provider of one case; `clear`: the GPU ms of the L2 clear before each timed call."""
     def row(provider, ms=None, note="", host=None):
         rate = case.work / (ms * 1e-3) / (1e9 if case.unit == "GB/s" else 1e12) if ms else None
         return Measurement(op, case.label, case.group, provider, case.unit, case.size, ms, rate, note, host)
@@ -46,7 +48,7 @@ def _measure_case(op: str, case: BenchCase, device: torch.device) -> list[Measur
         try:
             ms = time_ms(fn)
             host = host_ms(fn) if ms < HOST_CHECK_BELOW_MS else None
-            results.append(row(name, ms, host_bound_note(ms, host), host))
+            results.append(row(name, ms, host_bound_note(ms, host, clear), host))
         except Exception as err:  # a peer that cannot run a case must not end the run
             results.append(row(name, note=f"failed: {type(err).__name__}: {str(err).splitlines()[0][:80]}"))
         if device.type == "cuda":
@@ -176,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     if any(case.unit == "TFLOP/s" for _, case in selected):
         ceilings["TFLOP/s"] = matmul_ceiling_tflops(device)
     print("ceilings measured now: " + ", ".join(f"{v:.0f} {k}" for k, v in ceilings.items()) + "\n")
+    clear = l2_clear_ms()
+    if clear is not None:
+        print(f"each timed call follows an L2 clear of {clear * 1e3:.0f} us on the GPU; host time beyond "
+              "that can show in a figure, and is noted where it may\n")
 
     progress = None
     if not args.no_progress and sys.stderr.isatty():
@@ -191,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         for case in (c for e, c in selected if e.name == op):
             if progress:
                 progress.set_postfix_str(f"{entry.name} {case.label}")
-            rows = _measure_case(entry.name, case, device)
+            rows = _measure_case(entry.name, case, device, clear)
             measured[case.label] = rows
             results += rows
             if case.seed_table:
@@ -210,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": _runtime.describe(), "ceilings": ceilings,
+            json.dump({"device": _runtime.describe(), "ceilings": ceilings, "l2_clear_ms": clear,
                        "results": [asdict(m) for m in results]}, f, indent=1)
         print(f"wrote {args.json}")
     if args.plot:

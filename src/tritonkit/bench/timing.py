@@ -33,13 +33,13 @@ def time_ms(fn: Callable[[], object]) -> float:
 
 HOST_CHECK_BELOW_MS = 0.5   # cases timed under this also get their host time measured
 HOST_CALLS = 20
+HOST_WAIT_NOTED = 0.1       # note a figure up to this fraction of which may be the GPU waiting
 
 
 def host_ms(fn: Callable[[], object]) -> float | None:
     """Milliseconds of host (Python and launch) time one call takes, on a GPU: HOST_CALLS
-    calls queued back to back without waiting for the GPU. When it comes near the timed
-    GPU time, the case measures the host, not the kernel (do_bench's CUDA events then see
-    the GPU waiting for work). None under the interpreter, whose calls are synchronous."""
+    calls queued back to back without waiting for the GPU. None under the interpreter,
+    whose calls are synchronous."""
     if _runtime.INTERPRETED:
         return None
     torch.cuda.synchronize()
@@ -51,12 +51,40 @@ def host_ms(fn: Callable[[], object]) -> float | None:
     return elapsed / HOST_CALLS * 1e3
 
 
-def host_bound_note(ms: float, host: float | None) -> str:
-    """A note for a case whose host time a call is at least 70% of its timed GPU time."""
-    if host is None or host < 0.7 * ms:
+def l2_clear_ms() -> float | None:
+    """GPU milliseconds of the L2 clear that `time_ms` (do_bench) queues before every timed
+    call (median of 20; None under the interpreter). The host issues the timed call while
+    the GPU clears, so host time up to this long never reaches a figure."""
+    if _runtime.INTERPRETED:
+        return None
+    from triton import runtime
+
+    driver = runtime.driver.active
+    cache = driver.get_empty_cache_for_benchmark()
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(20)]
+    driver.clear_cache(cache)
+    for start, end in pairs:
+        start.record()
+        driver.clear_cache(cache)
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in pairs)
+
+
+def host_bound_note(ms: float, host: float | None, clear: float | None) -> str:
+    """A note for a figure that may hold GPU time spent waiting for the host. Each timed call
+    follows an L2 clear of `clear` ms on the GPU; by the time the clear ends, the host has had
+    that long to issue the call, so the GPU can wait at most host - clear ms inside the
+    timed window (clear None: unknown, taken as 0). Noted when that could be more than
+    HOST_WAIT_NOTED of the figure."""
+    if host is None:
         return ""
-    return (f"host-bound: {host * 1e3:.0f} us of host time a call against {ms * 1e3:.0f} us timed; "
-            f"this figure measures the host more than the kernel")
+    wait = host - (clear or 0.0)
+    if wait <= HOST_WAIT_NOTED * ms:
+        return ""
+    return (f"host-bound: {host * 1e3:.0f} us of host time a call, {wait * 1e3:.0f} us more than the "
+            f"L2 clear before each timed call; up to that much of the {ms * 1e3:.0f} us timed may be "
+            "the GPU waiting for the host")
 
 
 def copy_ceiling_gbs(device: torch.device) -> float:

@@ -599,7 +599,7 @@ def fixed_configs(block_d: int, row_keys: int | None = None) -> dict[str, TileCo
 # At D=128 the TMA forward's 64-row tiles of one warpgroup (two CTAs an SM) beat the 128-row,
 # two-warpgroup tile where rows see few keys, and lose to it where they see many (H200, bf16,
 # three runs of `attention_tune.py --tma`, fifth session: full N=2048 +3..9%, causal N=4096
-# +2..6%; full N=4096 -2..+3%; full N=8192 and 16384, causal N=16384 -3..-7%).
+# +2..6%; full N=4096 -4..+3%; full N=8192 and 16384, causal N=16384 -2..-7%).
 SHORT_ROWS = 2048
 
 
