@@ -361,13 +361,32 @@ def test_fixed_forward_tile_follows_head_dim_and_keys_a_row_sees(device):
     assert tile(256, 512) == (128, 64, 8)
 
 
+@pytest.mark.parametrize("N, causal", [(2048, False), (4096, True), (16384, False)])
+def test_tuner_tries_the_fixed_tile_first(N, causal, monkeypatch, device):
+    # The autotuner's pruner puts the fixed tile of the call's length first, reading the
+    # length bucket from the runtime arguments as Autotuner.prune_configs passes them.
+    monkeypatch.setenv("TRITONKIT_AUTOTUNE", "1")
+    q = torch.empty(1, 2, N, 128, dtype=torch.bfloat16, device=device)  # only recorded
+    launch = recorded_fwd(q, q, q, causal=causal)
+    tuner = launch.kernel
+    tuner.nargs = dict(zip(tuner.arg_names, launch.args))
+    try:
+        with record_launches(execute=False):  # the GPU's configs, as `tritonkit inspect` sees them
+            first = tuner.prune_configs(launch.constexprs)[0]
+            want = attention_module.fixed_configs(128, attention_module._row_keys(N, N, causal))["fwd_tma"]
+    finally:
+        tuner.nargs = None
+    assert first == want.triton_config() and want.block_m == (128 if N == 16384 else 64)
+
+
 def test_tuner_tries_the_configs_of_the_chosen_path():
     with record_launches(execute=False):  # the GPU's fixed configs
         for block_d, n_bucket in [(d, n) for d in (64, 128, 256) for n in (1024, 16384)]:
-            tma = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, {},
-                                              BLOCK_D=block_d, USE_TMA=True, N_BUCKET=n_bucket, CAUSAL=False)
-            pointer = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, {},
-                                                  BLOCK_D=block_d, USE_TMA=False, N_BUCKET=n_bucket)
+            named = {"N_BUCKET": n_bucket}  # runtime arguments reach the pruner by name
+            tma = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, named,
+                                              BLOCK_D=block_d, USE_TMA=True, CAUSAL=False)
+            pointer = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, named,
+                                                  BLOCK_D=block_d, USE_TMA=False)
             fixed = attention_module.fixed_configs(block_d, n_bucket)
             assert tma[0] == fixed["fwd_tma"].triton_config() and pointer[0] == fixed["fwd"].triton_config()
             assert tma and {str(c) for c in tma} <= {str(c.triton_config()) for c in attention_module.autotune_configs("fwd_tma")}

@@ -221,3 +221,47 @@ def test_attention_cli_says_which_path(capsys, extra, tma):
     assert ("TMA (cp.async.bulk.tensor): yes (tensor descriptors: Q, K, V)" in out) is tma, out
     assert ("TMA (cp.async.bulk.tensor): no" in out) is not tma
     assert ("pointer path (--no-tma)" in out) is (extra == ("--no-tma",))
+
+
+def test_loop_sync_counts_innermost_loops():
+    from tritonkit.inspector.assembly import _loop_sync
+    ptx = """
+$L__BB0_1:
+    bar.sync 0;
+$L__BB0_2:
+    wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {...};
+    wgmma.commit_group.sync.aligned;
+    wgmma.wait_group.sync.aligned 1;
+    waitLoop:
+    mbarrier.try_wait.parity.shared.b64 complete, [%r1], %r2;
+    @!complete bra.uni waitLoop;
+    bar.sync 0;
+    barrier.sync 1, 256;
+    wgmma.wait_group.sync.aligned 0;
+    @%p1 bra $L__BB0_2;
+    @%p2 bra $L__BB0_1;
+$L__BB0_3:
+    @%p3 bra $L__BB0_4;
+$L__BB0_4:
+    ret;
+"""
+    # The inner loop only (the outer one holds it; a forward branch closes no loop).
+    (loop,) = _loop_sync(ptx)
+    assert loop.label == "$L__BB0_2" and loop.cta_barriers == 2 and loop.wgmma == 1
+    assert loop.wgmma_waits == (1, 0) and loop.mbarrier_waits == 1
+
+
+@pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")
+@pytest.mark.parametrize("seq, warpgroups", [(4096, 2), (2048, 1)])
+def test_attention_forward_loop_sync_is_reported_and_explained(seq, warpgroups, capsys, monkeypatch):
+    # The fixed D=128 forward tiles (TRITONKIT_AUTOTUNE=0): the 128-row tile's two warpgroups
+    # meet at CTA-wide barriers every key block; the 64-row tile has one warpgroup a block.
+    monkeypatch.setenv("TRITONKIT_AUTOTUNE", "0")
+    report = only(compile_report("attention", pass_="fwd", dtype="bf16", shape=(2, 8, seq, 128)), "attention_fwd")
+    assert main(["attention", "--pass", "fwd", "--dtype", "bf16", "--shape", f"2,8,{seq},128", "--explain"]) == 0
+    assert report.num_warps == 4 * warpgroups and report.loops
+    for loop in report.loops:  # the unmasked key blocks, then the masked band
+        assert loop.wgmma > 0 and loop.cta_barriers >= 1 and 0 in loop.wgmma_waits, loop
+    printed = capsys.readouterr().out
+    assert "innermost loops" in printed and "wgmma.wait_group 0" in printed
+    assert ("keep the block's 2 warpgroups in step" in printed) == (warpgroups == 2)

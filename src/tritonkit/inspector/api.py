@@ -115,7 +115,7 @@ def kernel_report(launch: Launch, arch: int = 90, op: str = "", pass_name: str =
         registers=usage["registers"], spill_stores=usage["spill_stores"],
         spill_loads=usage["spill_loads"], stack_bytes=usage["stack"], shared_bytes=meta.shared,
         occupancy=occupancy(usage["registers"], meta.shared, meta.num_warps),
-        compile_seconds=compiled.seconds, asm=compiled.asm,
+        compile_seconds=compiled.seconds, asm=compiled.asm, loops=compiled.loops,
     )
 
 

@@ -9,7 +9,7 @@ import tempfile
 from collections import Counter
 from typing import Any
 
-from .report import MemOp
+from .report import LoopSync, MemOp
 
 
 def _ttgir_arg_names(ttgir: str) -> list[tuple[str, str]]:
@@ -203,3 +203,37 @@ def _ptxas_usage(ptx: str, arch: int, options: Any) -> dict[str, int]:
             "stack": number(r"(\d+) bytes stack frame"),
             "spill_stores": number(r"(\d+) bytes spill stores"),
             "spill_loads": number(r"(\d+) bytes spill loads")}
+
+
+_LABEL = re.compile(r"^(\$L__BB\d+_\d+):")
+_BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+);")
+
+
+def _loop_sync(ptx: str) -> list[LoopSync]:
+    """The innermost loops of a PTX listing (a branch back to a label above it closes one)
+    and how each synchronises. Labels of inline-asm wait loops (`waitLoop:`) are not PTX
+    basic blocks and do not count as loops; their try_wait instructions count as mbarrier
+    waits of the loop around them."""
+    lines = ptx.splitlines()
+    labels = {}
+    loops = []
+    for i, line in enumerate(lines):
+        found = _LABEL.match(line.strip())
+        if found:
+            labels[found.group(1)] = i
+        branch = _BRANCH.search(line)
+        if branch and branch.group(1) in labels and labels[branch.group(1)] < i:
+            loops.append((labels[branch.group(1)], i, branch.group(1)))
+    innermost = [(a, b, name) for a, b, name in loops
+                 if not any(a <= c and d <= b and (c, d) != (a, b) for c, d, _ in loops)]
+    out = []
+    for a, b, name in innermost:
+        body = "\n".join(lines[a:b + 1])
+        out.append(LoopSync(
+            label=name, lines=b - a + 1,
+            cta_barriers=len(re.findall(r"\b(?:bar|barrier)\.sync\b", body)),
+            wgmma=len(re.findall(r"\bwgmma\.mma_async", body)),
+            wgmma_waits=tuple(int(n) for n in re.findall(r"\bwgmma\.wait_group\.sync\.aligned\s+(\d+)", body)),
+            mbarrier_waits=len(re.findall(r"\bmbarrier\.try_wait", body)),
+        ))
+    return out

@@ -20,8 +20,8 @@ import torch
 
 from .. import _runtime
 from .._launch import Launch, record_launches, tuner_key
-from .assembly import _memory_ops, _ptxas_usage, _sass_counts, _ttgir_arg_names
-from .report import MemOp
+from .assembly import _loop_sync, _memory_ops, _ptxas_usage, _sass_counts, _ttgir_arg_names
+from .report import LoopSync, MemOp
 
 
 # ---------------------------------------------------------------------------------------
@@ -248,6 +248,7 @@ class _Compiled:
     sass_memory: dict[str, int]
     ptxas: dict[str, int]
     seconds: float
+    loops: list[LoopSync]
 
 
 _compiled_cache: dict[tuple, _Compiled] = {}
@@ -275,5 +276,6 @@ def _compile(jit, signature, constexprs, attrs, options, arch: int) -> _Compiled
         sass_memory=_sass_counts(asm["cubin"]),
         ptxas=_ptxas_usage(ptx, arch, options),
         seconds=time.perf_counter() - start,
+        loops=_loop_sync(ptx),
     )
     return _compiled_cache[key]

@@ -51,6 +51,17 @@ class MemOp:
 
 
 @dataclass
+class LoopSync:
+    """How one innermost loop of the PTX synchronises, counted in its body (static counts)."""
+    label: str              # the PTX label the loop branches back to, e.g. $L__BB0_2
+    lines: int              # PTX lines in the body
+    cta_barriers: int       # bar.sync / barrier.sync: every warp of the block meets there
+    wgmma: int              # wgmma.mma_async instructions
+    wgmma_waits: tuple[int, ...]  # wgmma.wait_group N, in order: N products may stay in flight
+    mbarrier_waits: int     # mbarrier try_wait loops (TMA arrivals and the like)
+
+
+@dataclass
 class Occupancy:
     blocks_per_sm: int
     warps_per_sm: int
@@ -90,6 +101,7 @@ class KernelReport:
     shared_bytes: int
     occupancy: Occupancy
     compile_seconds: float
+    loops: list[LoopSync] = field(default_factory=list)   # innermost PTX loops and their sync
     asm: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def arg(self, name: str) -> ArgInfo:

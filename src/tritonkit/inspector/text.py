@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .hopper import H200_SMS
-from .report import ArgInfo, KernelReport, MemOp
+from .report import ArgInfo, KernelReport, LoopSync, MemOp
 
 
 def _memory_lines(report: KernelReport) -> list[str]:
@@ -41,6 +41,9 @@ def format_report(report: KernelReport) -> str:
                  f"cp.async: {'yes' if report.cp_async else 'no'} · tensor cores: {_tensor_core_text(report)}")
     if report.sass_memory:
         lines.append("  SASS: " + ", ".join(f"{k} x{v}" for k, v in report.sass_memory.items()))
+    if report.loops:
+        lines.append("  innermost loops (PTX; static counts in each loop body)")
+        lines += [f"    {loop.label:<12} {_loop_text(loop)}" for loop in report.loops]
     lines.append(f"  resources: {report.registers} registers/thread, spills {report.spill_stores} B stored / "
                  f"{report.spill_loads} B loaded, stack {report.stack_bytes} B, shared {report.shared_bytes} B/block")
     lines.append(f"  occupancy on sm_{report.arch} (H100/H200 limits):")
@@ -50,6 +53,13 @@ def format_report(report: KernelReport) -> str:
         waves = blocks / (report.occupancy.blocks_per_sm * H200_SMS)
         lines.append(f"    grid of {blocks} blocks on {H200_SMS} SMs = {waves:.2f} waves")
     return "\n".join(lines)
+
+
+def _loop_text(loop: LoopSync) -> str:
+    waits = f", wgmma.wait_group {list(loop.wgmma_waits)}" if loop.wgmma_waits else ""
+    return (f"{loop.lines} lines: {loop.cta_barriers} CTA-wide barrier{'s' * (loop.cta_barriers != 1)} "
+            f"(bar.sync), {loop.mbarrier_waits} mbarrier wait{'s' * (loop.mbarrier_waits != 1)}, "
+            f"wgmma x{loop.wgmma}{waits}")
 
 
 def _pointer_loads(report: KernelReport, name: str) -> list[MemOp]:
@@ -152,6 +162,24 @@ def explain(report: KernelReport, aligned: KernelReport | None = None) -> list[s
     elif report.tensor_cores.get("mma"):
         out.append(f"Matrix products use mma.sync tensor-core instructions ({report.tensor_cores['mma']}); "
                    "on Hopper wgmma would be faster.")
+    alike: dict[tuple, list[str]] = {}
+    for loop in report.loops:
+        if loop.wgmma:
+            waits_all = bool(loop.wgmma_waits) and min(loop.wgmma_waits) == 0
+            alike.setdefault((loop.wgmma, waits_all, loop.cta_barriers), []).append(loop.label)
+    for (wgmma, waits_all, barriers), labels in alike.items():
+        where = (f"The loop at {labels[0]} issues" if len(labels) == 1
+                 else f"The loops at {', '.join(labels)} each issue")
+        sentence = (f"{where} {wgmma} wgmma instructions an iteration"
+                    + ("; the warps wait for all of them to finish (wgmma.wait_group 0) before they use "
+                       "a product, so the tensor cores idle while the work between products (a softmax, "
+                       "say) runs" if waits_all else ""))
+        if barriers and report.num_warps > 4:
+            sentence += (f"; {barriers} CTA-wide barrier{'s' * (barriers != 1)} an iteration keep the "
+                         f"block's {report.num_warps // 4} warpgroups in step, so one warpgroup's "
+                         "non-matrix work cannot hide under another's products (one warpgroup a block, "
+                         "with two blocks an SM, lets the blocks drift apart)")
+        out.append(sentence + ".")
     if report.spill_stores or report.spill_loads:
         out.append(f"Registers spill: {report.spill_stores} bytes stored to and {report.spill_loads} bytes "
                    "loaded from local memory per thread; a smaller block or fewer stages would avoid it.")

@@ -682,7 +682,7 @@ def _prune_fwd(configs, named_args, **kwargs):
     kind = "fwd_tma" if kwargs.get("USE_TMA") else "fwd"
     block_d = kwargs["BLOCK_D"]
     mine = [c for c in configs if c in _FWD_SPACES[kind]]
-    n_bucket = kwargs.get("N_BUCKET")
+    n_bucket = named_args.get("N_BUCKET")  # a runtime argument; CAUSAL is a constexpr
     row_keys = None if n_bucket is None else _row_keys(n_bucket, n_bucket, kwargs.get("CAUSAL", False))
     return _fixed_first([c for c in mine if _fits("fwd", c, block_d)], kind, block_d, row_keys) or mine[:1]
 
