@@ -165,15 +165,17 @@ def explain(report: KernelReport, aligned: KernelReport | None = None) -> list[s
     alike: dict[tuple, list[str]] = {}
     for loop in report.loops:
         if loop.wgmma:
-            waits_all = bool(loop.wgmma_waits) and min(loop.wgmma_waits) == 0
-            alike.setdefault((loop.wgmma, waits_all, loop.cta_barriers), []).append(loop.label)
-    for (wgmma, waits_all, barriers), labels in alike.items():
+            drains = loop.wgmma_waits.count(0)
+            alike.setdefault((loop.wgmma, drains, loop.cta_barriers), []).append(loop.label)
+    for (wgmma, drains, barriers), labels in alike.items():
         where = (f"The loop at {labels[0]} issues" if len(labels) == 1
                  else f"The loops at {', '.join(labels)} each issue")
         sentence = (f"{where} {wgmma} wgmma instructions an iteration"
-                    + ("; the warps wait for all of them to finish (wgmma.wait_group 0) before they use "
-                       "a product, so the tensor cores idle while the work between products (a softmax, "
-                       "say) runs" if waits_all else ""))
+                    + (f"; {({1: 'once', 2: 'twice'}).get(drains, f'{drains} times')} an iteration its "
+                       "warps wait until none of "
+                       "their products is in flight (wgmma.wait_group 0) before using one, so the "
+                       "tensor cores idle while the work between products (a softmax, say) runs"
+                       if drains else ""))
         if barriers and report.num_warps > 4:
             sentence += (f"; {barriers} CTA-wide barrier{'s' * (barriers != 1)} an iteration keep the "
                          f"block's {report.num_warps // 4} warpgroups in step, so one warpgroup's "
