@@ -172,10 +172,9 @@ def explain(report: KernelReport, aligned: KernelReport | None = None) -> list[s
                  else f"The loops at {', '.join(labels)} each issue")
         sentence = (f"{where} {wgmma} wgmma instructions an iteration"
                     + (f"; {({1: 'once', 2: 'twice'}).get(drains, f'{drains} times')} an iteration its "
-                       "warps wait until none of "
-                       "their products is in flight (wgmma.wait_group 0) before using one, so the "
-                       "tensor cores idle while the work between products (a softmax, say) runs"
-                       if drains else ""))
+                       "warps wait until none of their products is in flight (wgmma.wait_group 0) "
+                       "before using one, so a warpgroup gives the tensor cores nothing to do while "
+                       "its work between products (a softmax, say) runs" if drains else ""))
         if barriers and report.num_warps > 4:
             sentence += (f"; {barriers} CTA-wide barrier{'s' * (barriers != 1)} an iteration keep the "
                          f"block's {report.num_warps // 4} warpgroups in step, so one warpgroup's "
