@@ -284,3 +284,22 @@ def test_host_next_power_of_2_matches_tritons():
     from tritonkit._layout import next_power_of_2
     for n in [*range(0, 4100), 2**20 - 1, 2**20, 2**20 + 1, 2**31 - 1, 2**40 + 3]:
         assert next_power_of_2(n) == triton.next_power_of_2(n), n
+
+
+def test_first_launch_of_a_key_takes_tritons_path_and_is_cached(jit_kernel, monkeypatch, cuda_standin):
+    # A key's first launch goes through JITFunction.run (which compiles) and keeps what it
+    # returns; the next launch of the same key runs that straight, a new key compiles again.
+    compiled, triton_calls = _FakeCompiled(), []
+
+    def run(*args, grid, warmup, **kwargs):
+        triton_calls.append((grid, args, kwargs))
+        return compiled
+    monkeypatch.setattr(jit_kernel, "run", run)
+    x = torch.randn(100)
+    for n in (33, 33, 34):
+        Launch("t", jit_kernel, (5,), (x, x, n, 2.0), {"BLOCK": 128, "EVEN": True})()
+    assert [call[1][2] for call in triton_calls] == [33, 34]
+    assert triton_calls[0][0] == (5,) and triton_calls[0][2] == {"BLOCK": 128, "EVEN": True, "num_warps": 4,
+                                                                  "num_stages": 3}
+    assert compiled.calls == [(5, 1, 1, 1234, None, None, None, None, None, x, x, 33, 2.0, 128, True)]
+    assert len(_launch._cache_of(jit_kernel).compiled) == 2
