@@ -117,17 +117,39 @@ def _head_sources(A, B, b64, h64, stride_ab, stride_ah, stride_bb, stride_bh, US
 
 
 @triton.jit
+def _key_block(
+    src, stride_n, offs, b, hk, start_n, offs_n0, d_ok, Nk,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
+    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, TRANSPOSED: tl.constexpr,
+):
+    # The K or V tile of the key block at start_n: [BLOCK_N, BLOCK_D], or (TRANSPOSED)
+    # [BLOCK_D, BLOCK_N]. src: the kv head's base pointer, with `offs` the tile's element
+    # offsets in that orientation and `d_ok` its head-dim mask; or (USE_TMA) the descriptor
+    # of the whole tensor, read at [b, hk, key, 0], which fills keys past Nk and columns
+    # past D with zeros.
+    if USE_TMA:
+        tile = src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        if TRANSPOSED:
+            tile = tl.trans(tile)
+    else:
+        n64 = tl.cast(start_n, tl.int64)
+        if TRANSPOSED:
+            keys_ok = (start_n + offs_n0)[None, :] < Nk
+        else:
+            keys_ok = (start_n + offs_n0)[:, None] < Nk
+        tile = _load(src + n64 * stride_n + offs, keys_ok, d_ok, MASKED, PAD_D)
+    return tile
+
+
+@triton.jit
 def _attn_fwd_qk(
     q, k_src, stride_kn, kt_offs, b, hk, start_n, offs_n0, d_col, Nk,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
     PAD_D: tl.constexpr, DOT_FP32: tl.constexpr, USE_TMA: tl.constexpr,
 ):
     # Raw scores Q K^T of the key block at start_n (unscaled, unmasked).
-    if USE_TMA:
-        kT = tl.trans(k_src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D))
-    else:
-        n64 = tl.cast(start_n, tl.int64)
-        kT = _load(k_src + n64 * stride_kn + kt_offs, (start_n + offs_n0)[None, :] < Nk, d_col, MASKED, PAD_D)
+    kT = _key_block(k_src, stride_kn, kt_offs, b, hk, start_n, offs_n0, d_col, Nk,
+                    BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True)
     return _mm(q, kT, DOT_FP32)
 
 
@@ -168,11 +190,8 @@ def _attn_fwd_pv(
 ):
     # acc' = acc alpha + P V, with V the key block at start_n.
     acc = acc * alpha[:, None]
-    if USE_TMA:
-        v = v_src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
-    else:
-        n64 = tl.cast(start_n, tl.int64)
-        v = _load(v_src + n64 * stride_vn + v_offs, (start_n + offs_n0)[:, None] < Nk, d_row, MASKED, PAD_D)
+    v = _key_block(v_src, stride_vn, v_offs, b, hk, start_n, offs_n0, d_row, Nk,
+                   BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, False)
     return _mma(p.to(v.dtype), v, acc, DOT_FP32)
 
 
@@ -467,13 +486,10 @@ def _attn_bwd_dq_tiles(
     # descriptors of all of K and V, read at [b, hk, key, 0].
     for start_n in tl.range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        if USE_TMA:
-            kT = tl.trans(k_src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D))
-            vT = tl.trans(v_src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D))
-        else:
-            n64 = tl.cast(start_n, tl.int64)
-            kT = _load(k_src + n64 * stride_kn + kt_offs, offs_n[None, :] < Nk, d_col, MASKED, PAD_D)
-            vT = _load(v_src + n64 * stride_vn + vt_offs, offs_n[None, :] < Nk, d_col, MASKED, PAD_D)
+        kT = _key_block(k_src, stride_kn, kt_offs, b, hk, start_n, offs_n0, d_col, Nk,
+                        BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True)
+        vT = _key_block(v_src, stride_vn, vt_offs, b, hk, start_n, offs_n0, d_col, Nk,
+                        BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True)
         qk = _mm(q, kT, DOT_FP32)
         p = tl.math.exp2(qk * qk_scale - lse2[:, None])
         if MASKED:
