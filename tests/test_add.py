@@ -195,7 +195,7 @@ def test_torch_compile_fullgraph_traces_add(device):
 
 
 def test_custom_op_registrations(device):
-    from tritonkit.ops.add import _add_op
+    from tritonkit.ops.add import _ADD
     x = torch.randn(4, 9, device=device, requires_grad=True)
     y = torch.randn(9, device=device, requires_grad=True)
-    torch.library.opcheck(_add_op, (x, y))
+    torch.library.opcheck(_ADD.forward_op, (x, y))

@@ -1,83 +1,79 @@
-"""The three roads of tritonkit._autograd: while torch.compile traces, the custom op; eagerly
+"""The three roads of tritonkit._op.Op: while torch.compile traces, the custom op; eagerly
 with a gradient to record, the op's plain autograd.Function; without one, the launcher. The
 roads must give bitwise the same results, and the eager ones must not pass through the
-custom op (its dispatch is the host time they exist to save)."""
+custom op (its dispatch is the host time they exist to save). Every op in the registry with
+a `sample` is covered."""
 
 import pytest
 import torch
 
 import tritonkit
-from tritonkit.ops import add as add_module
-from tritonkit.ops import attention as attention_module
-from tritonkit.ops import softmax as softmax_module
+from tritonkit import registry
+from tritonkit._op import DECLARED
 from test_attention import make_qkv
 
-
-def _forbid(monkeypatch, module, name):
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"eager call went through the custom op {name}")
-    monkeypatch.setattr(module, name, refuse)
+SAMPLED = [name for name, entry in registry.entries().items() if entry.sample is not None]
 
 
-def _fresh_leaves(*tensors):
-    return [t.detach().clone().requires_grad_() for t in tensors]
+def _declared(name):
+    return DECLARED[registry.get(name).op]
 
 
-def _roads(public, op, inputs, upstream_of):
-    """Output and input gradients through the public function (eager) and through the op."""
-    results = []
-    for run in (public, op):
-        leaves = _fresh_leaves(*inputs)
-        out = run(*leaves)
-        results.append((out, *torch.autograd.grad(out, leaves, upstream_of(out))))
-    return results
+def _leaves(args):
+    return [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+            for a in args]
 
 
-def _assert_same(eager, through_op):
+def _run(call, args, upstream_seed):
+    """The call's outputs and the gradients of every floating-point tensor argument, for a
+    random upstream gradient on each differentiable output."""
+    leaves = _leaves(args)
+    outs = call(*leaves)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    grad_outs = [o for o in outs if o.requires_grad]
+    torch.manual_seed(upstream_seed)
+    inputs = [a for a in leaves if isinstance(a, torch.Tensor) and a.requires_grad]
+    grads = torch.autograd.grad(grad_outs, inputs, [torch.randn_like(o) for o in grad_outs], allow_unused=True)
+    return [*outs, *grads]
+
+
+def test_every_declared_op_has_a_sample():
+    assert set(DECLARED) <= {registry.get(name).op for name in SAMPLED}
+
+
+@pytest.mark.parametrize("name", SAMPLED)
+def test_roads_agree(name, device):
+    op = _declared(name)
+    args = registry.get(name).sample(device)
+    eager = _run(op, args, 1)
+    through_op = _run(op.forward_op, args, 1)
+    assert len(eager) == len(through_op)
     for a, b in zip(eager, through_op):
+        if a is None or b is None:
+            assert a is None and b is None
+            continue
         assert a.dtype == b.dtype and a.shape == b.shape
         assert torch.equal(a, b)
 
 
-def test_softmax_roads_agree(device):
-    x = torch.randn(5, 3, 77, device=device)[:, 1:]  # a strided view
-    up = torch.randn(5, 2, 77, device=device)
-    eager, through_op = _roads(lambda t: tritonkit.softmax(t, 1), lambda t: softmax_module._softmax_fwd_op(t, 1),
-                               (x,), lambda out: up)
-    _assert_same(eager, through_op)
+@pytest.mark.parametrize("name", SAMPLED)
+def test_eager_calls_do_not_dispatch_the_custom_ops(name, monkeypatch, device):
+    op = _declared(name)
 
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"eager call of {name} went through its custom op")
 
-def test_add_roads_agree(device):
-    x = torch.randn(4, 1, 9, device=device)
-    y = torch.randn(3, 1, device=device, dtype=torch.float16)
-    up = torch.randn(4, 3, 9, device=device)
-    eager, through_op = _roads(tritonkit.add, add_module._add_op, (x, y), lambda out: up)
-    _assert_same(eager, through_op)
-
-
-def test_attention_roads_agree(device):
-    q, k, v = make_qkv(1, 4, 2, 37, 45, 32, torch.float16, device)
-    up = torch.randn_like(q)
-    eager, through_op = _roads(lambda *t: tritonkit.attention(*t, causal=True),
-                               lambda *t: attention_module._attention_fwd_op(*t, True, 32 ** -0.5)[0],
-                               (q, k, v), lambda out: up)
-    _assert_same(eager, through_op)
-
-
-def test_eager_calls_do_not_dispatch_the_custom_ops(monkeypatch, device):
-    for module, name in ((softmax_module, "_softmax_fwd_op"), (softmax_module, "_softmax_bwd_op"),
-                         (add_module, "_add_op"), (attention_module, "_attention_fwd_op"),
-                         (attention_module, "_attention_bwd_op")):
-        _forbid(monkeypatch, module, name)
-    x = torch.randn(3, 40, device=device, requires_grad=True)
-    q, k, v = make_qkv(1, 2, 1, 24, 24, 16, torch.float16, device, requires_grad=True)
-    for out, leaves in ((tritonkit.softmax(x, -1), [x]), (tritonkit.add(x, x), [x]),
-                        (tritonkit.attention(q, k, v), [q, k, v])):
-        assert out.grad_fn is not None
-        torch.autograd.grad(out, leaves, torch.randn_like(out))
+    monkeypatch.setattr(op, "forward_op", refuse)
+    args = _leaves(registry.get(name).sample(device))
+    outs = op(*args)
+    first = outs[0] if isinstance(outs, tuple) else outs
+    assert first.grad_fn is not None and type(first.grad_fn).__name__.startswith(op.function.__name__)
+    inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    torch.autograd.grad(first, inputs, torch.randn_like(first), allow_unused=True)
     with torch.no_grad():  # the launcher alone
-        assert tritonkit.attention(q, k, v).grad_fn is None
-        assert tritonkit.softmax(x, -1).grad_fn is None
+        outs = op(*args)
+        first = outs[0] if isinstance(outs, tuple) else outs
+        assert first.grad_fn is None
 
 
 @pytest.mark.parametrize("tracing_mode", ["fake", "real"])

@@ -198,6 +198,6 @@ def test_torch_compile_fullgraph_traces_softmax(device):
 
 def test_custom_op_registrations(device):
     x = torch.randn(3, 5, 7, device=device, requires_grad=True)
-    torch.library.opcheck(softmax_module._softmax_fwd_op, (x, 1))
+    torch.library.opcheck(softmax_module._SOFTMAX.forward_op, (x, 1))
     y = torch.softmax(x.detach(), 1)
-    torch.library.opcheck(softmax_module._softmax_bwd_op, (torch.randn_like(y), y, 1))
+    torch.library.opcheck(softmax_module._SOFTMAX.backward_op, (torch.randn_like(y), y, 1))

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._autograd import eager_function, records_grad, tracing
+from .._op import Op
 from .._checks import check_same_device, check_tensor, check_writable_output
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, pad_front
@@ -165,15 +165,6 @@ def add_fwd(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -
     return out
 
 
-# Torch custom op: opaque to torch.compile (fullgraph traces it), with fake and autograd
-# registrations; eager calls take _AddFunction or the launcher (see tritonkit._autograd).
-
-@torch.library.custom_op("tritonkit::add", mutates_args=())
-def _add_op(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return add_fwd(x, y)
-
-
-@_add_op.register_fake
 def _add_fake(x, y):
     # add_fwd moves a 0-d operand to the other operand's device, as torch does.
     device = y.device if x.dim() == 0 and y.dim() > 0 else x.device
@@ -186,15 +177,20 @@ def _add_setup_context(ctx, inputs, output):
     ctx.y_meta = (y.shape, y.dtype, y.device)
 
 
-def _add_backward(ctx, grad):
-    # d(x + y)/dx = 1: the gradient is the upstream one summed over broadcast dims.
+def _add_backward(bwd, ctx, grad):
+    # d(x + y)/dx = 1: the gradient is the upstream one summed over broadcast dims, in torch
+    # ops (so it can itself be differentiated).
     return _unbroadcast(grad, *ctx.x_meta), _unbroadcast(grad, *ctx.y_meta)
 
 
-_add_op.register_autograd(_add_backward, setup_context=_add_setup_context)
-# Its backward is torch ops, so it can itself be differentiated.
-_AddFunction = eager_function("_AddFunction", add_fwd, _add_setup_context, _add_backward,
-                              differentiable_backward=True)
+def _add_check(x, y):
+    check_tensor("x", x)
+    check_tensor("y", y)
+    return x, y
+
+
+_ADD = Op("add", forward=add_fwd, forward_schema="(Tensor x, Tensor y) -> Tensor", forward_fake=_add_fake,
+          setup_context=_add_setup_context, backward=_add_backward, check=_add_check)
 
 
 def _unbroadcast(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -221,9 +217,4 @@ def add(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None) ->
     """
     if out is not None:
         return add_fwd(x, y, out)
-    tensors = isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)  # else add_fwd says which is not
-    if tensors and tracing(x, y):
-        return _add_op(x, y)
-    if tensors and records_grad(x, y):
-        return _AddFunction.apply(x, y)
-    return add_fwd(x, y)
+    return _ADD(x, y)

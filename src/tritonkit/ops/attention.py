@@ -47,7 +47,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .._autograd import eager_function, records_grad, tracing
+from .._op import Op
 from .._checks import check_same_device, check_tensor, dtype_name
 from .. import _launch
 from .._launch import Launch
@@ -1086,26 +1086,11 @@ def _beside_the_current_stream(device: torch.device, enabled: bool):
 # Torch custom ops: opaque to torch.compile, with fake (meta) and autograd registrations
 # ---------------------------------------------------------------------------------------
 
-@torch.library.custom_op("tritonkit::attention_fwd", mutates_args=())
-def _attention_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return attention_fwd(q, k, v, causal, scale)
-
-
-@_attention_fwd_op.register_fake
 def _attention_fwd_fake(q, k, v, causal, scale):
     B, H, Nq, D = q.shape
     return _empty_like_order(q, (B, H, Nq, D), q.dtype), q.new_empty((B, H, Nq), dtype=torch.float32)
 
 
-@torch.library.custom_op("tritonkit::attention_bwd", mutates_args=())
-def _attention_bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      o: torch.Tensor, lse: torch.Tensor, causal: bool,
-                      scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return attention_bwd(do, q, k, v, o, lse, causal, scale)
-
-
-@_attention_bwd_op.register_fake
 def _attention_bwd_fake(do, q, k, v, o, lse, causal, scale):
     return (_empty_like_order(q, tuple(q.shape), q.dtype), _empty_like_order(k, tuple(k.shape), k.dtype),
             _empty_like_order(v, tuple(v.shape), v.dtype))
@@ -1120,19 +1105,26 @@ def _attention_setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)
 
 
-def _attention_backward_by(bwd):
-    """The backward pass, computed by `bwd`: the custom op, or the launcher itself."""
-    def backward(ctx, do, dlse):
-        # lse is marked non-differentiable, so only o's gradient flows back.
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = bwd(do, q, k, v, o, lse, ctx.causal, ctx.scale)
-        return dq, dk, dv, None, None
-    return backward
+def _attention_backward(bwd, ctx, do, dlse):
+    # lse is marked non-differentiable, so only o's gradient flows back.
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = bwd(do, q, k, v, o, lse, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None
 
 
-_attention_fwd_op.register_autograd(_attention_backward_by(_attention_bwd_op), setup_context=_attention_setup_context)
-_AttentionFunction = eager_function("_AttentionFunction", attention_fwd, _attention_setup_context,
-                                    _attention_backward_by(_attention_bwd_checked))
+def _attention_check(q, k, v, causal, scale):
+    B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
+    return q, k, v, bool(causal), _resolve_scale(scale, D)
+
+
+_ATTENTION = Op(
+    "attention", forward=attention_fwd,
+    forward_schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)",
+    forward_fake=_attention_fwd_fake, setup_context=_attention_setup_context, backward=_attention_backward,
+    backward_launcher=attention_bwd,
+    backward_schema=("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, "
+                     "float scale) -> (Tensor, Tensor, Tensor)"),
+    backward_fake=_attention_bwd_fake, eager_backward_launcher=_attention_bwd_checked, check=_attention_check)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1160,14 +1152,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     different head dims, unsupported D, an empty k, or tensors on different devices.
     Memory: O(B * H * N) beyond inputs and output; the backward is deterministic.
     """
-    causal = bool(causal)
-    if tracing(q, k, v):
-        B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
-        return _attention_fwd_op(q, k, v, causal, _resolve_scale(scale, D))[0]
-    # The launchers validate q, k, v and scale themselves (scale=None means 1/sqrt(D) there).
-    if records_grad(q, k, v):
-        return _AttentionFunction.apply(q, k, v, causal, scale)[0]
-    return attention_fwd(q, k, v, causal, scale)[0]
+    # The launchers validate q, k, v and scale on the eager roads (scale=None means 1/sqrt(D)).
+    return _ATTENTION(q, k, v, bool(causal), scale)[0]
 
 
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,

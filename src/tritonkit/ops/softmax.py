@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._autograd import eager_function, records_grad, tracing
+from .._op import Op
 from .._checks import check_same_device, check_tensor
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
@@ -370,45 +370,26 @@ def softmax_bwd(grad_out: torch.Tensor, y: torch.Tensor, dim: int = -1) -> torch
     return grad_in
 
 
-# Torch custom ops: opaque to torch.compile (fullgraph traces them), with fake and
-# autograd registrations; eager calls take _SoftmaxFunction or the launcher (_autograd.py).
-
-@torch.library.custom_op("tritonkit::softmax_fwd", mutates_args=())
-def _softmax_fwd_op(x: torch.Tensor, dim: int) -> torch.Tensor:
-    return softmax_fwd(x, dim)
-
-
-@_softmax_fwd_op.register_fake
-def _softmax_fwd_fake(x, dim):
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op("tritonkit::softmax_bwd", mutates_args=())
-def _softmax_bwd_op(grad_out: torch.Tensor, y: torch.Tensor, dim: int) -> torch.Tensor:
-    return softmax_bwd(grad_out, y, dim)
-
-
-@_softmax_bwd_op.register_fake
-def _softmax_bwd_fake(grad_out, y, dim):
-    return torch.empty_like(y)
-
-
 def _softmax_setup_context(ctx, inputs, output):
     ctx.save_for_backward(output)
     ctx.dim = inputs[1]
 
 
-def _softmax_backward_by(bwd):
-    """The backward formula, computed by `bwd`: the custom op, or the launcher itself."""
-    def backward(ctx, grad_out):
-        (y,) = ctx.saved_tensors
-        return bwd(grad_out, y, ctx.dim), None
-    return backward
+def _softmax_backward(bwd, ctx, grad_out):
+    (y,) = ctx.saved_tensors
+    return bwd(grad_out, y, ctx.dim), None
 
 
-_softmax_fwd_op.register_autograd(_softmax_backward_by(_softmax_bwd_op), setup_context=_softmax_setup_context)
-_SoftmaxFunction = eager_function("_SoftmaxFunction", softmax_fwd, _softmax_setup_context,
-                                  _softmax_backward_by(softmax_bwd))
+def _softmax_check(x, dim):
+    check_tensor("x", x)
+    return x, _normalize_dim("dim", x, dim)
+
+
+_SOFTMAX = Op("softmax", forward=softmax_fwd, forward_schema="(Tensor x, int dim) -> Tensor",
+              forward_fake=lambda x, dim: torch.empty_like(x),
+              setup_context=_softmax_setup_context, backward=_softmax_backward,
+              backward_launcher=softmax_bwd, backward_schema="(Tensor grad_out, Tensor y, int dim) -> Tensor",
+              backward_fake=lambda grad_out, y, dim: torch.empty_like(y), check=_softmax_check)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -420,10 +401,4 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     a row of all ``-inf`` gives NaN. Raises TypeError for non-tensors or other dtypes,
     ValueError for an out-of-range ``dim``.
     """
-    if isinstance(x, torch.Tensor) and tracing(x):
-        check_tensor("x", x)
-        return _softmax_fwd_op(x, _normalize_dim("dim", x, dim))
-    # The launchers validate x and dim themselves.
-    if isinstance(x, torch.Tensor) and records_grad(x):
-        return _SoftmaxFunction.apply(x, dim)
-    return softmax_fwd(x, dim)
+    return _SOFTMAX(x, dim)  # the launchers validate x and dim on the eager roads

@@ -53,6 +53,11 @@ class OpEntry:
     bench_cases: Callable[[bool], list[BenchCase]]
     baseline: str = "tritonkit"               # the provider the ratios are computed for
     peers: tuple[str, ...] = field(default_factory=tuple)
+    # The name of the op declared to tritonkit._op (its DECLARED key), and (device) -> a small
+    # set of that op's positional arguments, tensors at awkward layouts: the cross-op tests
+    # (the three autograd roads, for one) run every op through these.
+    op: str | None = None
+    sample: Callable[[torch.device], tuple] | None = None
 
 
 def entries() -> dict[str, OpEntry]:

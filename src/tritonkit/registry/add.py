@@ -48,10 +48,19 @@ def _bench_cases(on_gpu: bool) -> list[BenchCase]:
     return cases
 
 
+def _sample(device: torch.device) -> tuple:
+    # Broadcast over two dims, mixed dtypes (promotion), one operand a transposed view.
+    x = torch.randn(9, 4, device=device).t().unsqueeze(1)
+    y = torch.randn(3, 1, device=device, dtype=torch.float16)
+    return x, y
+
+
 ENTRY = OpEntry(
     name="add",
     summary="elementwise x + y with broadcasting and type promotion",
     passes={"fwd": _inspect_add},
     bench_cases=_bench_cases,
     peers=("torch native", "torch.compile"),
+    op="add",
+    sample=_sample,
 )

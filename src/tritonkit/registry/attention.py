@@ -151,10 +151,20 @@ def _bench_cases(on_gpu: bool) -> list[BenchCase]:
     return cases
 
 
+def _sample(device: torch.device) -> tuple:
+    # GQA (4 query heads over 2), Nq != Nk, causal, q a view of a packed (B, N, H, D) buffer.
+    q = torch.randn(1, 37, 4, 32, device=device, dtype=torch.float16).transpose(1, 2)
+    k = torch.randn(1, 2, 45, 32, device=device, dtype=torch.float16)
+    v = torch.randn(1, 2, 45, 32, device=device, dtype=torch.float16)
+    return q, k, v, True, 32 ** -0.5
+
+
 ENTRY = OpEntry(
     name="attention",
     summary="fused scaled-dot-product attention (FlashAttention-2 style), causal, GQA; forward and backward",
     passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
     bench_cases=_bench_cases,
     peers=("naive eager", "SDPA FA2", "SDPA cuDNN", "FlexAttention"),
+    op="attention",
+    sample=_sample,
 )

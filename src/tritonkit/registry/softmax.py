@@ -57,10 +57,17 @@ def _bench_cases(on_gpu: bool) -> list[BenchCase]:
     return [_case(r, c, dt) for dt in (torch.float32, torch.bfloat16) for r, c in shapes]
 
 
+def _sample(device: torch.device) -> tuple:
+    # A strided view, softmax over a middle dim.
+    return torch.randn(5, 3, 77, device=device)[:, 1:], 1
+
+
 ENTRY = OpEntry(
     name="softmax",
     summary="softmax along a dim, fused rows or split long rows; forward and backward",
     passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
     bench_cases=_bench_cases,
     peers=("naive eager", "torch native", "torch.compile"),
+    op="softmax",
+    sample=_sample,
 )

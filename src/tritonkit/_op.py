@@ -1,0 +1,127 @@
+"""The one scaffold that turns an op's launchers into a torch op.
+
+An op module declares itself once with `Op(...)`: its forward launcher, the schema and fake
+of that launcher, and (for ops with a backward kernel) the backward launcher, its schema and
+fake, plus how the forward's context is saved and how the gradients are computed from it.
+From that declaration this module builds
+
+- the torch custom op `tritonkit::<name>_fwd` (`tritonkit::<name>` for ops whose backward is
+  plain torch ops) with its fake, and `tritonkit::<name>_bwd` with its fake, which is what
+  torch.compile(fullgraph=True), torch.export, make_fx and FakeTensorMode see;
+- the autograd registration of the forward custom op, whose backward calls the backward
+  custom op (so a compiled graph holds both kernels);
+- a plain torch.autograd.Function for eager calls that record a gradient, whose backward
+  calls the backward launcher directly;
+- `Op.__call__`, which picks one of three roads for a call (see `Op.__call__`).
+
+Why three roads: a custom op's autograd dispatch costs several times the host time of the
+launch itself, and small kernels are bound by host time. All three run the same launchers on
+the same arguments, so they give the same bits (tests/test_autograd_roads.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+# Every declared op by its public name, for the tests that walk all ops.
+DECLARED: dict[str, "Op"] = {}
+
+
+def tracing(*tensors: object) -> bool:
+    """Whether the call must go through the custom op: torch.compile is tracing, a torch
+    dispatch mode is active (make_fx, export, FakeTensorMode, FlopCounterMode...), or an
+    argument is a tensor subclass (FakeTensor, DTensor). A launcher given such tensors would
+    touch data pointers that do not exist, or launch kernels the tracer never sees."""
+    return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+            or any(isinstance(t, torch.Tensor) and type(t) not in _PLAIN_TENSORS for t in tensors))
+
+
+def records_grad(*tensors: object) -> bool:
+    """Whether autograd would record an op on these arguments."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+class Op:
+    """One op's torch plumbing, built from its declaration.
+
+    name: the op's name; the custom ops are `tritonkit::<name>_fwd` and `tritonkit::<name>_bwd`,
+        or `tritonkit::<name>` alone when there is no backward launcher.
+    forward, forward_schema, forward_fake: the forward launcher, its schema as torch writes
+        it ("(Tensor x, int dim) -> Tensor"), and a function of the same arguments returning
+        empty tensors of the output's shapes, dtypes, strides and device.
+    setup_context(ctx, inputs, output): saves what the backward needs (as torch's).
+    backward(bwd, ctx, *grad_outputs) -> one gradient (or None) per forward argument; `bwd`
+        is the backward custom op while torch.compile traces and the eager backward launcher
+        otherwise, so one formula serves both roads.
+    backward_launcher, backward_schema, backward_fake: the backward launcher, as for forward;
+        None when `backward` is made of torch ops (then it stays differentiable).
+    eager_backward_launcher: what `bwd` is on the eager road, when it may skip checks the
+        saved tensors already passed; defaults to backward_launcher.
+    check(*args) -> args: validates and normalises the arguments before the custom op is
+        called while tracing (the fake does not validate; the launchers do on the other roads).
+    """
+
+    def __init__(self, name: str, *, forward: Callable, forward_schema: str, forward_fake: Callable,
+                 setup_context: Callable, backward: Callable,
+                 backward_launcher: Callable | None = None, backward_schema: str | None = None,
+                 backward_fake: Callable | None = None, eager_backward_launcher: Callable | None = None,
+                 check: Callable | None = None):
+        if (backward_launcher is None) != (backward_schema is None) or (backward_launcher is None) != (backward_fake is None):
+            raise ValueError(f"op {name}: backward_launcher, backward_schema and backward_fake go together")
+        self.name = name
+        self.forward = forward
+        self.check = check
+        has_kernel_backward = backward_launcher is not None
+        self.forward_op = _custom_op(f"{name}_fwd" if has_kernel_backward else name,
+                                     forward, forward_schema, forward_fake)
+        if has_kernel_backward:
+            self.backward_op = _custom_op(f"{name}_bwd", backward_launcher, backward_schema, backward_fake)
+            compiled_bwd, eager_bwd = self.backward_op, eager_backward_launcher or backward_launcher
+        else:
+            self.backward_op = None
+            compiled_bwd = eager_bwd = None
+
+        def compiled_backward(ctx, *grads):
+            return backward(compiled_bwd, ctx, *grads)
+
+        def eager_backward(ctx, *grads):
+            return backward(eager_bwd, ctx, *grads)
+
+        self.forward_op.register_autograd(compiled_backward, setup_context=setup_context)
+
+        def run_forward(ctx, *args):
+            output = forward(*args)
+            setup_context(ctx, args, output)
+            return output
+
+        if has_kernel_backward:
+            # The backward kernels are not themselves differentiable: a second derivative
+            # raises instead of silently missing terms.
+            eager_backward = torch.autograd.function.once_differentiable(eager_backward)
+        self.function = type(f"_{name.title().replace('_', '')}Function", (torch.autograd.Function,),
+                             {"forward": staticmethod(run_forward), "backward": staticmethod(eager_backward)})
+        DECLARED[name] = self
+
+    def __call__(self, *args: Any) -> Any:
+        """Run the op by one of three roads: the custom op while anything traces or intercepts
+        torch ops (its registrations are what tracers understand); the eager Function when
+        autograd records a gradient; the forward launcher alone otherwise."""
+        if tracing(*args):
+            if self.check is not None:
+                args = self.check(*args)
+            return self.forward_op(*args)
+        if records_grad(*args):
+            return self.function.apply(*args)
+        return self.forward(*args)
+
+
+def _custom_op(name: str, launcher: Callable, schema: str, fake: Callable):
+    # The one place tritonkit creates custom ops.
+    op = torch.library.custom_op(f"tritonkit::{name}", launcher, mutates_args=(), schema=schema)
+    op.register_fake(fake)
+    return op
