@@ -12,7 +12,9 @@ holds everything Triton specialises on (see `_specialization_key`) and later cal
 straight to the compiled launcher. An autotuned kernel joins them once it has chosen its
 config for a key (the launch then names its kernel and that config); a kernel's pre-run
 hooks run first, as in Triton. The first call of each key, the interpreter, a profiler's
-launch hooks and argument types the key does not know take Triton's own path.
+launch hooks and argument types the key does not know take Triton's own path, and so does
+every launch under a Triton outside the range this path is verified with (see
+`_triton_version`: the path reads Triton internals; it says so once).
 """
 
 from __future__ import annotations
@@ -28,9 +30,15 @@ import torch
 from ._runtime import INTERPRETED  # first: it may switch on the interpreter before triton loads
 
 import triton  # noqa: E402
-from triton import knobs  # noqa: E402
 from triton.runtime.autotuner import Autotuner  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+
+from . import _triton_version  # noqa: E402
+
+try:
+    from triton import knobs  # noqa: E402
+except ImportError:  # a Triton without knobs is outside the verified range: no fast path there
+    knobs = None
 
 _recorders: list[tuple[list["Launch"], bool]] = []
 MAX_CACHED_LAUNCHES = 4096  # per kernel; keys hold exact shapes, so start afresh past this many
@@ -69,7 +77,7 @@ class Launch:
     def _run(self, device: int | None) -> None:
         """Launch on `device` (a CUDA index, now current; None: not a CUDA launch, or no
         tensor to say which, and the key asks the driver)."""
-        direct = None if INTERPRETED or _launch_hooks_set() else self._direct()
+        direct = None if INTERPRETED or not _fast_path_verified() or _launch_hooks_set() else self._direct()
         if direct is None:
             self.kernel[self.grid](*self.args, **self.constexprs, **self.launch_options())
             return
@@ -257,6 +265,15 @@ def _device_of(args: tuple) -> torch.device | None:
 
 def _driver():
     return triton.runtime.driver.active
+
+
+def _fast_path_verified() -> bool:
+    """Whether the imported Triton is one the cached path is verified with; if not, say so once."""
+    if _triton_version.supported():
+        return True
+    _triton_version.warn_once("cached-launcher fast path", "launches take Triton's own path instead "
+                              "(same kernels and results, a few microseconds more host time a launch)")
+    return False
 
 
 def _launch_hooks_set() -> bool:
