@@ -1,4 +1,8 @@
-"""Run catalogue cases side by side, print the tables, write JSON and a plot."""
+"""Run catalogue cases side by side, print the tables, write JSON and a plot.
+
+Without a CUDA device there is no speed to measure: `tritonkit bench` then checks every op
+through the interpreter and shows a compiled kernel instead (`first_run`), unless asked for
+the interpreter's timings (--interpreter-timings, for testing this runner)."""
 
 from __future__ import annotations
 
@@ -151,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="draw rate against size per provider")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--interpreter-timings", action="store_true",
+                        help="without a GPU: time the tiny interpreter cases anyway (they say nothing "
+                             "about kernel speed; for testing the runner)")
     args = parser.parse_args(argv)
 
     catalogue = entries()
@@ -161,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
 
     device = _runtime.default_device()
     on_gpu = device.type == "cuda"
+    if not on_gpu and not args.interpreter_timings:
+        from .first_run import main as first_run
+        return first_run({name: catalogue[name] for name in names})
     print(f"tritonkit bench: {_runtime.describe()}")
     if not on_gpu:
         print("NOTE: no CUDA device, so kernels run through Triton's interpreter on tiny shapes.\n"
