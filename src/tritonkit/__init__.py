@@ -13,4 +13,4 @@ from .ops.attention import attention
 from . import nn
 
 __all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "nn"]
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written (pyproject reads it)
