@@ -4,10 +4,10 @@ Launchers build `Launch` objects and call them. Inside `record_launches()` each 
 also appended to a list (and, with execute=False, not run), which lets the inspector
 compile the very kernel, arguments and meta-parameters the op would launch, without a GPU.
 
-Launch cost. `kernel[grid](...)` spends ~19 us of host time per call on the H200 machine
-(binding, specialising every argument, cache-key strings), while the compiled kernel's own
-launcher takes ~6 us (measured 2026-11-29, benchmarks/sweep_elementwise.py overhead). Small
-inputs are bound by that host time, so compiled launches are cached here under a key that
+Launch cost. `kernel[grid](...)` spends several times the host time of the compiled kernel's
+own launcher (binding, specialising every argument, cache-key strings; BENCHMARKS.md has the
+figures, from benchmarks/sweep_elementwise.py overhead). Small inputs are bound by that host
+time, so compiled launches are cached here under a key that
 holds everything Triton specialises on (see `_specialization_key`) and later calls go
 straight to the compiled launcher. An autotuned kernel joins them once it has chosen its
 config for a key (the launch then names its kernel and that config); a kernel's pre-run

@@ -27,7 +27,7 @@ from .._launch import Launch
 from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
 
 MAX_FUSED_COLS = 32768     # longest row held on chip by one program (fp32: 128 KB)
-CHUNK_COLS = 8192          # columns per chunk for long rows, when few (H200 sweep, 2026-11-29)
+CHUNK_COLS = 8192          # columns per chunk for long rows, when few (the H200 sweep's best: notes/add_softmax.md)
 LAG_BYTES = 8 << 20        # how far the one-launch long-row schedule reads ahead (well inside L2)
 PROGRAMS_PER_SM = 16       # programs the one-launch schedule starts per SM
 ONE_LAUNCH_LONG_ROWS = True  # long rows in one launch (stats and apply interleaved) or two
@@ -169,7 +169,8 @@ def _chunk_apply(
     a_off = _row_offsets(row, size1, size2, as0, as1, as2) + cols * a_col
     b_off = _row_offsets(row, size1, size2, bs0, bs1, bs2) + cols * b_col
     o_off = _row_offsets(row, size1, size2, os0, os1, os2) + cols * o_col
-    # The row's stats first, then the chunk (the order the kernels were measured in).
+    # The row's stats first, then the chunk: the stats are few and the chunk's loads then
+    # issue back to back (the order the schedule was tuned with, notes/add_softmax.md).
     if BACKWARD:
         dot = tl.sum(tl.load(stat1_ptr + stat_idx, mask=stat_mask, other=0.0, cache_modifier=".cg"), axis=0)
         y, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD, False, "")
@@ -244,14 +245,12 @@ def _softmax_chunks_kernel(
 def _row_config(n_rows: int, n_cols: int, element_bytes: int) -> tuple[int, int, int, bool]:
     """(BLOCK_M, BLOCK_N, num_warps, RELOAD) for rows held whole (up to MAX_FUSED_COLS):
     short rows packed several to a program so each moves at least 4096 elements, 16 elements
-    a thread, then 128 bytes a thread (the H200 sweeps of 2026-11-29: 16-32 warps for
-    32768-column rows, 97% of the copy ceiling in fp32; 8 warps and 4 rows a program for 781
-    columns). Walking rows in steps inside one program instead lost everywhere it was tried:
-    66% against 97% at 4096 x 32768 fp32, 62% against 67% for the chunked path at
-    1024 x 131072. 16-bit rows of RELOAD_COLS or more are held in their own dtype and read
-    twice (RELOAD): held in float32 they leave one program an SM (H200, 2026-11-29, 4096 x 32768
-    bf16: 75% of the copy ceiling held in float32, 94% with RELOAD at 32 warps; at 16384
-    columns RELOAD lost, 86-90% against 91%)."""
+    a thread, then 128 bytes a thread, enough loads in flight a thread to cover memory latency
+    with the whole row in registers (16-32 warps for 32768-column rows, 8 warps and 4 rows a
+    program for 781 columns). Walking rows in steps inside one program instead was slower
+    wherever it was tried. 16-bit rows of RELOAD_COLS or more are held in their own dtype and
+    read twice (RELOAD): held in float32 they need so many registers that one program fits an
+    SM. The sweeps behind these choices: notes/add_softmax.md."""
     block_n = next_power_of_2(n_cols)
     block_m = max(1, min(next_power_of_2(n_rows), 4096 // block_n))
     elements = block_m * block_n
