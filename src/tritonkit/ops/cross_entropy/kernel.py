@@ -99,7 +99,8 @@ def _cross_entropy_kernel(
     if WRITE_GRAD:
         scale = 1.0
         if MEAN:
-            scale = scale / tl.load(count_ptr).to(tl.float32)
+            # A count of 0 means every row is ignored, and scale is never used.
+            scale = scale / tl.maximum(tl.load(count_ptr).to(tl.float32), 1.0)
         if UPSTREAM:
             scale = scale * tl.load(upstream_ptr + row * upstream_stride).to(tl.float32)
         g_out = grad_ptr + row * g_row

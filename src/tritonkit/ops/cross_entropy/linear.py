@@ -54,7 +54,7 @@ def linear_cross_entropy_reference(hidden: torch.Tensor, weight: torch.Tensor, t
     z = z.double() if upcast else z.float()
     if softcap is not None:
         z = softcap * torch.tanh(z / softcap)
-    loss = F.cross_entropy(z, target.reshape(-1), ignore_index=ignore_index, label_smoothing=label_smoothing,
+    loss = F.cross_entropy(z, target.reshape(-1).long(), ignore_index=ignore_index, label_smoothing=label_smoothing,
                            reduction=reduction)
     return loss.reshape(target.shape) if reduction == "none" else loss
 
@@ -189,19 +189,12 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(hidden, weight, target, bias, *output[1:])
     ctx.options = (*options, want_h, want_w, want_b, chunk_tokens)
     ctx.wants = (want_h, want_w, want_b and bias is not None)
-    ctx.scaled = False
 
 
 def _backward(bwd, ctx, grad_loss, *_):
-    saved = ctx.saved_tensors
-    reduction = ctx.options[2]
-    if reduction != "none":
-        if ctx.scaled:
-            raise RuntimeError("linear_cross_entropy has already scaled its saved gradients in place; a "
-                               "second backward through the same graph (retain_graph) is not supported for "
-                               f"reduction={reduction!r}")
-        ctx.scaled = bwd is not _LINEAR_CROSS_ENTROPY.backward_op  # the eager launcher scales in place
-    grads = bwd(grad_loss, *saved, *ctx.options)
+    # The eager launcher scales the saved gradients in place (mul_ bumps their version), so a
+    # second backward through the same graph (retain_graph) is refused by autograd, not wrong.
+    grads = bwd(grad_loss, *ctx.saved_tensors, *ctx.options)
     return (*(g if w else None for g, w in zip(grads[:2], ctx.wants[:2])), None,
             grads[2] if ctx.wants[2] else None, *([None] * 8))
 
