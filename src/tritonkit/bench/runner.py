@@ -12,7 +12,7 @@ import torch
 from .. import _runtime
 from ..registry import BenchCase, OpEntry, entries
 from .timing import (HOST_CHECK_BELOW_MS, copy_ceiling_gbs, host_bound_note, host_ms, l2_clear_ms,
-                     matmul_ceiling_tflops, time_ms)
+                     matmul_ceiling_tflops, peak_extra_bytes, time_ms)
 
 
 @dataclass
@@ -27,13 +27,14 @@ class Measurement:
     rate: float | None        # GB/s or TFLOP/s
     note: str = ""
     host_ms: float | None = None  # host time a call, measured for short cases on a GPU
+    peak_bytes: int | None = None  # peak memory a call allocates beyond its inputs (BenchCase.memory)
 
 
 def _measure_case(op: str, case: BenchCase, device: torch.device, clear: float | None = None) -> list[Measurement]:
     """Every provider of one case; `clear`: the GPU ms of the L2 clear before each timed call."""
-    def row(provider, ms=None, note="", host=None):
+    def row(provider, ms=None, note="", host=None, peak=None):
         rate = case.work / (ms * 1e-3) / (1e9 if case.unit == "GB/s" else 1e12) if ms else None
-        return Measurement(op, case.label, case.group, provider, case.unit, case.size, ms, rate, note, host)
+        return Measurement(op, case.label, case.group, provider, case.unit, case.size, ms, rate, note, host, peak)
 
     if device.type == "cuda" and case.bytes_in_flight:
         free, _ = torch.cuda.mem_get_info()
@@ -48,7 +49,8 @@ def _measure_case(op: str, case: BenchCase, device: torch.device, clear: float |
         try:
             ms = time_ms(fn)
             host = host_ms(fn) if ms < HOST_CHECK_BELOW_MS else None
-            results.append(row(name, ms, host_bound_note(ms, host, clear), host))
+            peak = peak_extra_bytes(fn) if case.memory else None
+            results.append(row(name, ms, host_bound_note(ms, host, clear), host, peak))
         except Exception as err:  # a peer that cannot run a case must not end the run
             results.append(row(name, note=f"failed: {type(err).__name__}: {str(err).splitlines()[0][:80]}"))
         if device.type == "cuda":
@@ -93,6 +95,9 @@ def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling:
         pct = _fmt(100 * ours.rate / ceiling, 0) + "%" if ours and ours.rate else "-"
         lines.append(f"{label:<28}" + "".join(f"{c:>21}" for c in cells)
                      + "".join(f"{r:>16}" for r in ratios) + f"{pct:>11}")
+        peaks = [f"{p} {by[p].peak_bytes / 2**30:.2f}" for p in providers if p in by and by[p].peak_bytes is not None]
+        if peaks:
+            lines.append("    peak memory beyond the inputs, GiB: " + ", ".join(peaks))
         for m in rows:
             if m.note:
                 lines.append(f"    {m.provider}: {m.note}")

@@ -87,6 +87,21 @@ def host_bound_note(ms: float, host: float | None, clear: float | None) -> str:
             "the GPU waiting for the host")
 
 
+def peak_extra_bytes(fn: Callable[[], object]) -> int | None:
+    """Peak bytes one call allocates beyond what was allocated before it (its outputs and
+    gradients included, as long as they live), from the caching allocator's statistics on a
+    GPU; None under the interpreter. Run after the timed calls, so one-time allocations
+    (compilation, cuBLAS workspaces) are already made and not counted."""
+    if _runtime.INTERPRETED:
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
 def copy_ceiling_gbs(device: torch.device) -> float:
     """Device-to-device copy of 1 GiB fp32 (256 KiB on the CPU), bytes read + written."""
     numel = (1 << 28) if device.type == "cuda" else (1 << 16)

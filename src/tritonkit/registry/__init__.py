@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-_ENTRY_MODULES = ("add", "softmax", "attention")
+_ENTRY_MODULES = ("add", "softmax", "attention", "cross_entropy", "linear_cross_entropy")
 
 
 @dataclass
@@ -40,6 +40,7 @@ class BenchCase:
     setup: Callable[[torch.device], dict[str, Callable[[], Any]]]
     seed_table: bool = False                 # also print the seed's "Matrix Size" table
     bytes_in_flight: int = 0                 # inputs + outputs, to skip cases that do not fit
+    memory: bool = False                     # also report each provider's peak memory beyond its inputs
 
 
 @dataclass
