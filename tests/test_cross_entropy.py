@@ -270,7 +270,7 @@ def test_module(device):
     h = h.view(2, 7, 16)
     target = make_target(14, 300, "some", device).view(2, 7)
     loss_fn = tritonkit.nn.LinearCrossEntropyLoss(ignore_index=IGNORE, label_smoothing=0.1, reduction="none",
-                                                   softcap=20.0)
+                                                   softcap=20)  # an int softcap is a float option too
     assert loss_fn.state_dict() == {} and list(loss_fn.parameters()) == []
     assert loss_fn.state_dict().keys() == torch.nn.CrossEntropyLoss().state_dict().keys()
     ours = loss_fn(h, w, target, b)

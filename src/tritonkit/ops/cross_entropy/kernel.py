@@ -159,6 +159,12 @@ def check_options(ignore_index: object, label_smoothing: object, reduction: obje
         raise ValueError(f"softcap must be None or a positive float, got {softcap!r}")
 
 
+def as_float_options(label_smoothing: float, softcap: float | None) -> tuple[float, float | None]:
+    """The float options as the custom ops' schemas declare them (an int 0 becomes 0.0), after
+    check_options has accepted them."""
+    return float(label_smoothing), None if softcap is None else float(softcap)
+
+
 def check_target(target: object, rows: int, rows_of: str) -> torch.Tensor:
     """target: int64 or int32, one class index per row of `rows_of`."""
     check_tensor("target", target, TARGET_DTYPES)

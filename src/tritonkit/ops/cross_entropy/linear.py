@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ..._checks import check_same_device, check_tensor
 from ..._op import Op
-from .kernel import (check_options, check_target, check_target_values, launch_rows, reduce_rows, same_dtype,
+from .kernel import (as_float_options, check_options, check_target, check_target_values, launch_rows, reduce_rows, same_dtype,
                      valid_count)
 
 # Logits buffer per chunk. grad_weight += dlogits^T @ hidden_c reads and writes all of
@@ -272,6 +272,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     if hidden.dim() == 0 or target.shape != hidden.shape[:-1]:
         raise ValueError(f"target has shape {tuple(target.shape)} but hidden has {tuple(hidden.shape)}; "
                          "target must have hidden's shape without its last dim")
+    check_options(ignore_index, label_smoothing, reduction, softcap)
+    label_smoothing, softcap = as_float_options(label_smoothing, softcap)
     grad_on = torch.is_grad_enabled()
     wants = [grad_on and isinstance(t, torch.Tensor) and t.requires_grad for t in (hidden, weight, bias)]
     loss = _LINEAR_CROSS_ENTROPY(hidden.reshape(-1, hidden.shape[-1]), weight, target.reshape(-1), bias,

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from ..._checks import check_tensor, check_writable_output
 from ..._op import Op, tracing
-from .kernel import (check_options, check_target, check_target_values, launch_rows, reduce_rows,
+from .kernel import (as_float_options, check_options, check_target, check_target_values, launch_rows, reduce_rows,
                      valid_count)
 
 
@@ -143,5 +143,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
                              label_smoothing=label_smoothing, reduction=reduction, softcap=softcap,
                              inplace_backward=inplace_backward)
         return loss.squeeze(0) if reduction == "none" else loss
+    check_options(ignore_index, label_smoothing, reduction, softcap)
+    label_smoothing, softcap = as_float_options(label_smoothing, softcap)
     inplace = bool(inplace_backward) and not tracing(logits, target)
     return _CROSS_ENTROPY(logits, target, ignore_index, label_smoothing, reduction, softcap, inplace)[0]
