@@ -10,7 +10,8 @@ from ._runtime import INTERPRETED, default_device
 from .ops.add import add
 from .ops.softmax import softmax
 from .ops.attention import attention
+from .ops.gated import geglu, swiglu
 from . import nn
 
-__all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "nn"]
+__all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "swiglu", "geglu", "nn"]
 __version__ = "0.1.0"
