@@ -11,7 +11,9 @@ from .ops.add import add
 from .ops.softmax import softmax
 from .ops.attention import attention
 from .ops.norms import layer_norm, rms_norm
+from .ops.gated import geglu, swiglu
 from . import nn
 
-__all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "rms_norm", "layer_norm", "nn"]
+__all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "rms_norm", "layer_norm",
+           "swiglu", "geglu", "nn"]
 __version__ = "0.1.0"
