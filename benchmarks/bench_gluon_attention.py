@@ -32,12 +32,16 @@ CASES = [  # (B, H, N, D, causal)
 ]
 
 
-def gluon_variant(q, k, v, causal, stages):
-    """The Gluon forward with a different ring depth (for the comparison only)."""
+def gluon_variant(q, k, v, causal, stages=None, one_tile_per_program=False):
+    """The Gluon forward with another ring depth, or one tile per program instead of the
+    persistent grid (for the comparison only)."""
     B, H, N, D = q.shape
     o, lse = torch.empty_like(q), torch.empty(B, H, N, device=q.device)
     grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, D ** -0.5)
-    kwargs = dict(kwargs, STAGES=stages)
+    if stages is not None:
+        kwargs = dict(kwargs, STAGES=stages)
+    if one_tile_per_program:
+        grid = (args[-1],)
     return lambda: gluon_fwd._attn_fwd_kernel[grid](*args, **kwargs)
 
 
@@ -81,14 +85,16 @@ def main():
         diff = (gluon_fwd.attention_fwd_gluon(q, k, v, causal)[0].float() - ref.float()).abs().max().item()
         variants = []
         block_n, stages = gluon_fwd.tile_config(D)
-        for alt in (2, 3):
-            if alt != stages and 2 * alt * block_n * D * 2 + 2 * 64 * D * 2 <= 229 * 1024:
-                try:
-                    ms = triton.testing.do_bench(gluon_variant(q, k, v, causal, alt), warmup=10, rep=60,
-                                                 return_mode="median")
-                    variants.append(f"stages={alt}: {flops / ms / 1e9:.0f}")
-                except Exception as e:
-                    variants.append(f"stages={alt}: {type(e).__name__}")
+        alts = [("1 tile/program", dict(one_tile_per_program=True))]
+        alts += [(f"stages={alt}", dict(stages=alt)) for alt in (2, 3)
+                 if alt != stages and 2 * alt * block_n * D * 2 + 2 * 64 * D * 2 <= 224 * 1024]
+        for label, kw in alts:
+            try:
+                ms = triton.testing.do_bench(gluon_variant(q, k, v, causal, **kw), warmup=10, rep=60,
+                                             return_mode="median")
+                variants.append(f"{label}: {flops / ms / 1e9:.0f}")
+            except Exception as e:
+                variants.append(f"{label}: {type(e).__name__}")
         g = tf["gluon"]
         print(f"{B:>2} {H:>3} {N:>6} {D:>4} {str(causal):>6} | {g:7.0f} {tf['cudnn']:7.0f} {tf['fa2']:7.0f} "
               f"{tf['triton']:7.0f} | {g / tf['cudnn']:7.2f} {g / tf['fa2']:6.2f} {g / tf['triton']:6.2f} | "

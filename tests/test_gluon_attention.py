@@ -114,6 +114,7 @@ def _qkv(B, H, Hkv, Nq, Nk, D, dtype=torch.bfloat16):
     (4, 2, 2, 128, 128),       # exact blocks, B=4
     (1, 2, 1, 1, 77),          # one query row
     (1, 2, 2, 2111, 2111),     # many laps of the K/V ring
+    (4, 16, 8, 777, 777),      # 448 tiles: each persistent program takes several
 ])
 def test_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal):
     _check(*_qkv(B, H, Hkv, Nq, Nk, D), causal)

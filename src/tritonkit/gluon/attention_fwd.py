@@ -6,9 +6,10 @@ causal top-left aligned (query i sees keys j <= i, as SDPA's is_causal), and
 lse[b, h, i] = log sum_j exp(scale * s_ij) in natural-log units, float32, which the Triton
 backward reads.
 
-One program owns 128 query rows of one (batch, head) and runs three partitions:
-- a producer warp (24 registers) that loads the two 64-row Q tiles once and then streams K and
-  V blocks through a ring of STAGES shared-memory buffers by TMA, each buffer guarded by a
+A tile is 128 query rows of one (batch, head); the grid is persistent (one program per SM,
+taking tiles round-robin) and each program runs three partitions:
+- a producer warp (24 registers) that loads each tile's two 64-row Q tiles and streams its K
+  and V blocks through a ring of STAGES shared-memory buffers by TMA, each buffer guarded by a
   "ready" mbarrier (TMA bytes landed) and an "empty" one (both consumers done with it);
 - two consumer warpgroups of 64 rows each (the default partition and a worker, 240 registers
   each through setmaxnreg), each running the online softmax over all key blocks.
@@ -50,7 +51,6 @@ LN2 = 0.6931471805599453
 ROWS_PER_WARPGROUP = 64      # wgmma's M per warpgroup: 4 warps x 16 rows
 ROWS_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP
 HEAD_DIMS = (64, 128, 256)
-MAX_GRID_YZ = 65535
 # Registers per thread: 64K per SM over (4 + 4 + 4) warps' threads, the producer's warp
 # padded to a warpgroup by setmaxnreg: (240 + 240 + 24) * 128 = 64,512 <= 65,536.
 CONSUMER_REGS = 240
@@ -61,9 +61,9 @@ PRODUCER_REGS = 24
 def tile_config(head_dim: int) -> tuple[int, int]:
     """(BLOCK_N, STAGES) for a head dim. Shared memory holds Q (128 x D, reused for O) and
     STAGES buffers of K and V (BLOCK_N x D each), within Hopper's 227 KB:
-    D=64: 16 KB + 3 x 32 KB; D=128: 32 KB + 2 x 64 KB; D=256: 64 KB + 2 x 64 KB (64-key blocks,
+    D=64: 16 KB + 2 x 32 KB (a third buffer measured slower); D=128: 32 KB + 2 x 64 KB; D=256: 64 KB + 2 x 64 KB (64-key blocks,
     so that S (32 registers) beside O (128) and P fit the 240-register budget)."""
-    return {64: (128, 3), 128: (128, 2), 256: (64, 2)}[head_dim]
+    return {64: (128, 2), 128: (128, 2), 256: (64, 2)}[head_dim]
 
 
 # ---------------------------------------------------------------------------------------
@@ -84,26 +84,64 @@ def _tma_view(buf, desc):
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty,
-              b, h, hk, m0, n_kv):
+def _tile(t, n_m, H, Nk, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    # Tile t -> (b, h, first row m0, key blocks n_kv, unmasked key blocks n_full). Row blocks
+    # of one head are consecutive tiles, so programs running together share K and V in L2;
+    # causal tiles go longest first within a head.
+    hb = t // n_m
+    pid_m = t % n_m
+    if CAUSAL:
+        pid_m = n_m - 1 - pid_m
+    m0 = pid_m * (2 * BLOCK_M)
+    # Key blocks [0, n_full) are visible to every row of the tile; [n_full, n_kv) need masks.
+    if CAUSAL:
+        n_kv = gl.cdiv(gl.minimum(Nk, m0 + 2 * BLOCK_M), BLOCK_N)
+        n_full = gl.minimum(m0 + 1, Nk) // BLOCK_N
+    else:
+        n_kv = gl.cdiv(Nk, BLOCK_N)
+        n_full = Nk // BLOCK_N
+    return hb // H, hb % H, m0, n_kv, n_full
+
+
+@gluon.jit
+def _load_kv(desc, bufs, ready, empty, c, b, hk, j):
+    # Block j of a tile into ring slot c % STAGES (c counts blocks over the program's tiles).
+    # A fresh mbarrier is in phase 0, so waiting for parity 1 passes: the first lap is free.
+    STAGES: gl.constexpr = bufs.shape[0]
+    BLOCK_N: gl.constexpr = bufs.shape[1]
+    s = c % STAGES
+    mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+    mbarrier.expect(ready.index(s), desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(desc, [b, hk, j * BLOCK_N, 0], ready.index(s), _tma_view(bufs.index(s), desc))
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
+              v_empty, n_tiles, n_m, H, GROUP, Nk, CAUSAL: gl.constexpr):
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_bar, _tma_view(q_smem.index(0), q_desc))
-    tma.async_copy_global_to_shared(q_desc, [b, h, m0 + BLOCK_M, 0], q_bar, _tma_view(q_smem.index(1), q_desc))
-    for j in range(n_kv):
-        s = j % STAGES
-        phase = (j // STAGES) & 1
-        # A fresh mbarrier is in phase 0, so waiting for parity 1 passes: the first lap is free.
-        mbarrier.wait(k_empty.index(s), phase ^ 1)
-        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [b, hk, j * BLOCK_N, 0], k_ready.index(s),
-                                        _tma_view(k_bufs.index(s), k_desc))
-        mbarrier.wait(v_empty.index(s), phase ^ 1)
-        mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [b, hk, j * BLOCK_N, 0], v_ready.index(s),
-                                        _tma_view(v_bufs.index(s), v_desc))
+    c = 0
+    ti = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+        hk = h // GROUP
+        # The tile's first K/V blocks go before its Q, whose buffer holds the previous tile's
+        # O until that store is done: they load while the consumers finish that tile.
+        n_pre = gl.minimum(n_kv, STAGES)
+        for j in range(n_pre):
+            _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, j)
+            _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, j)
+        for w in gl.static_range(2):
+            mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
+            mbarrier.expect(q_ready.index(w), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
+                                            _tma_view(q_smem.index(w), q_desc))
+        for j in range(n_pre, n_kv):
+            _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, j)
+            _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, j)
+        c += n_kv
+        ti += 1
 
 
 @gluon.jit
@@ -138,10 +176,11 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale,
 
 
 @gluon.jit
-def _consumer_block(j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
+def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
                     my_turn, other_turn, WG: gl.constexpr, row0, Nk, qk_scale,
                     MASKED: gl.constexpr, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
-    # Iteration j >= 1: S(j) and P(j-1) V(j-1) in flight together, softmax(j) under the latter.
+    # Block j >= 1 of a tile (c: the same block counted over the program's tiles): S(j) and
+    # P(j-1) V(j-1) in flight together, softmax(j) under the latter.
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     BLOCK_M: gl.constexpr = q.shape[0]
@@ -149,13 +188,13 @@ def _consumer_block(j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k
     s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
     o_layout: gl.constexpr = acc.type.layout
     p_layout: gl.constexpr = pb.type.layout
-    s = j % STAGES
-    sp = (j - 1) % STAGES
-    mbarrier.wait(k_ready.index(s), (j // STAGES) & 1)
-    mbarrier.wait(v_ready.index(sp), ((j - 1) // STAGES) & 1)
+    s = c % STAGES
+    sp = (c - 1) % STAGES
+    mbarrier.wait(k_ready.index(s), (c // STAGES) & 1)
+    mbarrier.wait(v_ready.index(sp), ((c - 1) // STAGES) & 1)
     # The turn alternates strictly (each wait needs the other warpgroup's arrive), so its
     # parity is the issue count's: warpgroup 0 finds its first turn free, warpgroup 1 waits.
-    mbarrier.wait(my_turn, (j & 1) ^ (1 - WG))
+    mbarrier.wait(my_turn, (c & 1) ^ (1 - WG))
     qk = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
                        use_acc=False, is_async=True)
     acc = warpgroup_mma(pb, v_bufs.index(sp), acc, is_async=True)
@@ -173,31 +212,28 @@ def _consumer_block(j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty, turn,
-              o_desc, LSE, b, h, H, m0, Nq, Nk, n_kv, n_full, qk_scale,
-              CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
-    BLOCK_M: gl.constexpr = q_smem.shape[1]
-    HEAD_DIM: gl.constexpr = q_smem.shape[2]
+def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
+                   v_empty, my_turn, other_turn, o_desc, LSE, H, Nq, Nk, qk_scale,
+                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+    BLOCK_M: gl.constexpr = q.shape[0]
+    HEAD_DIM: gl.constexpr = q.shape[1]
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     NW: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
     o_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    q = q_smem.index(WG)
-    my_turn = turn.index(WG)
-    other_turn = turn.index(1 - WG)
     row0 = m0 + WG * BLOCK_M
 
     # Block 0: S(0) alone, then its softmax (masked when it is the diagonal or ragged block).
-    mbarrier.wait(q_bar, 0)
-    mbarrier.wait(k_ready.index(0), 0)
-    mbarrier.wait(my_turn, 1 - WG)
-    qk = warpgroup_mma(q, k_bufs.index(0).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+    s0 = c % STAGES
+    mbarrier.wait(k_ready.index(s0), (c // STAGES) & 1)
+    mbarrier.wait(my_turn, (c & 1) ^ (1 - WG))
+    qk = warpgroup_mma(q, k_bufs.index(s0).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
                        use_acc=False, is_async=True)
     mbarrier.arrive(other_turn, count=1)
     qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
-    mbarrier.arrive(k_empty.index(0), count=1)
+    mbarrier.arrive(k_empty.index(s0), count=1)
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     if n_full > 0:
@@ -209,18 +245,19 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready,
 
     # Blocks 1 .. n_full-1 need no mask; n_full .. n_kv-1 are the diagonal band and ragged tail.
     for j in range(1, n_full):
-        acc, pb, m_i, l_i = _consumer_block(j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                                            v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
+        acc, pb, m_i, l_i = _consumer_block(c + j, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
+                                            k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
                                             False, CAUSAL, SCALE_POS)
     for j in range(gl.maximum(n_full, 1), n_kv):
-        acc, pb, m_i, l_i = _consumer_block(j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                                            v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
+        acc, pb, m_i, l_i = _consumer_block(c + j, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
+                                            k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
                                             True, CAUSAL, SCALE_POS)
 
     # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
     # every S product has retired) and a TMA store that drops rows past Nq.
-    s_last = (n_kv - 1) % STAGES
-    mbarrier.wait(v_ready.index(s_last), ((n_kv - 1) // STAGES) & 1)
+    c_last = c + n_kv - 1
+    s_last = c_last % STAGES
+    mbarrier.wait(v_ready.index(s_last), (c_last // STAGES) & 1)
     acc = warpgroup_mma(pb, v_bufs.index(s_last), acc, is_async=True)
     acc, pb = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pb))
     mbarrier.arrive(v_empty.index(s_last), count=1)
@@ -232,29 +269,49 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready,
     rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     lse = (m_i + gl.log2(l_i)) * 0.6931471805599453          # natural-log units
     gl.store(LSE + (b.to(gl.int64) * H + h) * Nq + rows, lse, mask=rows < Nq)
-    tma.store_wait(pendings=0)
 
 
 @gluon.jit
-def _consumer0(q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-               b, h, H, m0, Nq, Nk, n_kv, n_full, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
-    _consumer(0, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-              b, h, H, m0, Nq, Nk, n_kv, n_full, qk_scale, CAUSAL, SCALE_POS)
+def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+              turn, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale,
+              CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_smem.shape[1]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    q = q_smem.index(WG)
+    c = 0
+    ti = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+        mbarrier.wait(q_ready.index(WG), ti & 1)
+        _consumer_tile(WG, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
+                       turn.index(WG), turn.index(1 - WG), o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)
+        tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
+        mbarrier.arrive(q_empty.index(WG), count=1)
+        c += n_kv
+        ti += 1
 
 
 @gluon.jit
-def _consumer1(q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-               b, h, H, m0, Nq, Nk, n_kv, n_full, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
-    _consumer(1, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-              b, h, H, m0, Nq, Nk, n_kv, n_full, qk_scale, CAUSAL, SCALE_POS)
+def _consumer0(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
+               n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+    _consumer(0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
+              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)
+
+
+@gluon.jit
+def _consumer1(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
+               n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+    _consumer(1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
+              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)
 
 
 @gluon.jit
 def _attn_fwd_kernel(
     # tensor descriptors of the whole (B, H, N, D) q, k, v, o; LSE: (B, H, Nq) float32
     q_desc, k_desc, v_desc, o_desc, LSE,
-    # shapes and scale (GROUP = query heads per kv head; qk_scale = scale * log2 e)
-    Nq, Nk, GROUP, qk_scale,
+    # shapes and scale (GROUP = query heads per kv head; qk_scale = scale * log2 e); tiles:
+    # n_m row blocks of 128 per head, n_tiles = n_m * H * B, taken round-robin by the programs
+    Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles,
     # meta
     CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, STAGES: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
@@ -265,49 +322,35 @@ def _attn_fwd_kernel(
     dtype: gl.constexpr = q_desc.dtype
     gl.static_assert(gl.num_warps() == 4)
 
-    pid_m = gl.program_id(0)
-    if CAUSAL:
-        pid_m = gl.num_programs(0) - 1 - pid_m     # the longest rows start first
-    h = gl.program_id(1)
-    b = gl.program_id(2)
-    H = gl.num_programs(1)
-    hk = h // GROUP
-    m0 = pid_m * (2 * BLOCK_M)
-    # Key blocks: [0, n_full) are visible to every row of the program; [n_full, n_kv) need masks.
-    if CAUSAL:
-        n_kv = gl.cdiv(gl.minimum(Nk, m0 + 2 * BLOCK_M), BLOCK_N)
-        n_full = gl.minimum(m0 + 1, Nk) // BLOCK_N
-    else:
-        n_kv = gl.cdiv(Nk, BLOCK_N)
-        n_full = Nk // BLOCK_N
-
     smem_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
     kv_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
     q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], smem_2d)
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=1)
+        mbarrier.init(turn.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=2)   # released by both consumer warpgroups
         mbarrier.init(v_empty.index(i), count=2)
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
 
     gl.warp_specialize([
-        (_consumer0, (q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-                      b, h, H, m0, Nq, Nk, n_kv, n_full, qk_scale, CAUSAL, SCALE_POS)),
-        (_consumer1, (q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-                      b, h, H, m0, Nq, Nk, n_kv, n_full, qk_scale, CAUSAL, SCALE_POS)),
-        (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k_empty, v_empty,
-                     b, h, hk, m0, n_kv)),
+        (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
+                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)),
+        (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
+                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)),
+        (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
+                     v_empty, n_tiles, n_m, H, GROUP, Nk, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -340,7 +383,7 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     launcher's checks): CUDA tensors on a compute-capability 9.0 GPU (Hopper; the kernel uses
     wgmma and setmaxnreg, which sm_100 does not have), float16/bfloat16, head dim 64, 128 or
     256, and q, k, v that TMA can read in place (see `_tma_ready`) with a positive-length key
-    sequence and grid dims within CUDA's limits. Nothing here launches or synchronises."""
+    sequence and fewer than 2^31 tiles of 128 rows. Nothing here launches or synchronises."""
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         return False
     if q.device.type != "cuda" or not torch.cuda.is_available():
@@ -355,7 +398,7 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     Hkv, Nk = k.shape[1], k.shape[2]
     if D not in HEAD_DIMS or k.shape[3] != D or v.shape[3] != D:
         return False
-    if Hkv < 1 or H % Hkv or Nk < 1 or B < 1 or Nq < 1 or H > MAX_GRID_YZ or B > MAX_GRID_YZ:
+    if Hkv < 1 or H % Hkv or Nk < 1 or B < 1 or Nq < 1 or cdiv(Nq, ROWS_PER_PROGRAM) * H * B >= 2**31:
         return False
     if scale is not None and not math.isfinite(scale):
         return False
@@ -368,12 +411,25 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     `tritonkit.gluon.compile` compiles for sm_90 without a GPU."""
     B, H, Nq, D = q.shape
     block_n, stages = tile_config(D)
+    n_m = cdiv(Nq, ROWS_PER_PROGRAM)
+    n_tiles = n_m * H * B
     args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(k, block_n), _descriptor(v, block_n),
-            _descriptor(o, ROWS_PER_WARPGROUP), lse, Nq, k.shape[2], H // k.shape[1], scale * LOG2E)
+            _descriptor(o, ROWS_PER_WARPGROUP), lse, Nq, k.shape[2], H, H // k.shape[1], scale * LOG2E,
+            n_m, n_tiles)
     kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
                   PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
-    grid = (cdiv(Nq, ROWS_PER_PROGRAM), H, B)
+    # Persistent: one program per SM (one fits: 240+240+24 registers x 128 threads), each
+    # taking tiles round-robin, so a program's next K/V blocks load under its last tile's
+    # epilogue, and no wave of programs ends with idle SMs waiting on a few long ones.
+    grid = (min(n_tiles, _num_sms(q.device)),)
     return grid, args, kwargs
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 132                      # compiling for sm_90 without a GPU: an H100/H200
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def attention_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
