@@ -6,8 +6,9 @@ causal top-left aligned (query i sees keys j <= i, as SDPA's is_causal), and
 lse[b, h, i] = log sum_j exp(scale * s_ij) in natural-log units, float32, which the Triton
 backward reads.
 
-A tile is 128 query rows of one (batch, head); the grid is persistent (one program per SM,
-taking tiles round-robin) and each program runs three partitions:
+A tile is 128 query rows of one (batch, head). Full attention runs a persistent grid (one
+program per SM, taking tiles round-robin); causal, one tile per program, longest first. Each
+program runs three partitions:
 - a producer warp (24 registers) that loads each tile's two 64-row Q tiles and streams its K
   and V blocks through a ring of STAGES shared-memory buffers by TMA, each buffer guarded by a
   "ready" mbarrier (TMA bytes landed) and an "empty" one (both consumers done with it);
@@ -418,10 +419,12 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
             n_m, n_tiles)
     kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
                   PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
-    # Persistent: one program per SM (one fits: 240+240+24 registers x 128 threads), each
-    # taking tiles round-robin, so a program's next K/V blocks load under its last tile's
-    # epilogue, and no wave of programs ends with idle SMs waiting on a few long ones.
-    grid = (min(n_tiles, _num_sms(q.device)),)
+    # Full attention: persistent, one program per SM (one fits: 240+240+24 registers x 128
+    # threads) taking tiles round-robin, so a program's next K/V blocks load under its last
+    # tile's epilogue. Causal: one tile per program, longest first, which the hardware's block
+    # scheduler balances better than the static round-robin over tiles of unequal length
+    # (notes/gluon_attention.md has both measured).
+    grid = (n_tiles if causal else min(n_tiles, _num_sms(q.device)),)
     return grid, args, kwargs
 
 
