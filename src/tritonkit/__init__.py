@@ -11,7 +11,8 @@ from .ops.add import add
 from .ops.softmax import softmax
 from .ops.attention import attention
 from .ops.gated import geglu, swiglu
+from .ops.rope import rope
 from . import nn
 
-__all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "swiglu", "geglu", "nn"]
+__all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "rope", "swiglu", "geglu", "nn"]
 __version__ = "0.1.0"
