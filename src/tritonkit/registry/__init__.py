@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-_ENTRY_MODULES = ("add", "softmax", "attention", "swiglu", "geglu", "cross_entropy", "linear_cross_entropy")
+_ENTRY_MODULES = ("add", "softmax", "attention", "swiglu", "geglu", "rope", "cross_entropy", "linear_cross_entropy")
 
 
 @dataclass
