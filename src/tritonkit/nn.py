@@ -141,14 +141,9 @@ class LayerNorm(_Norm):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         factory = dict(device=device, dtype=dtype)
-        if elementwise_affine:
-            self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, **factory))
-            self.bias = torch.nn.Parameter(torch.empty(self.normalized_shape, **factory)) if bias else None
-            if not bias:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        for name, wanted in (("weight", elementwise_affine), ("bias", elementwise_affine and bias)):
+            self.register_parameter(name, torch.nn.Parameter(torch.empty(self.normalized_shape, **factory))
+                                    if wanted else None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
