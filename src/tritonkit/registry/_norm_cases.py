@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from . import BenchCase, InspectRequest
+from . import BenchCase, InspectRequest, OpEntry
 from ._inputs import offset_view, peer_compile
 
 # A provider: f(x, weight, residual) -> y, or (y, h) with a residual.
@@ -90,3 +90,10 @@ def compiled(fn: Provider) -> Provider:
     """torch.compile of an eager composition, taking residual as an argument."""
     with_residual, without = peer_compile(fn), peer_compile(lambda x, w: fn(x, w, None))
     return lambda x, w, r: with_residual(x, w, r) if r is not None else without(x, w)
+
+
+def norm_entry(name: str, summary: str, inspect_fwd: Callable, inspect_bwd: Callable,
+               providers: Callable[[], dict[str, Provider | None]], sample: Callable) -> OpEntry:
+    return OpEntry(name=name, summary=summary, passes={"fwd": inspect_fwd, "bwd": inspect_bwd},
+                   bench_cases=lambda on_gpu: bench_cases(name, on_gpu, providers),
+                   peers=("eager", "torch native", "torch.compile", "Liger"), op=name, sample=sample)

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from ..ops.norms import layer_norm, layer_norm_bwd, layer_norm_fwd, layer_norm_reference
-from . import InspectRequest, OpEntry
-from ._norm_cases import bench_cases, compiled, inspect_inputs, liger, unfused
+from . import InspectRequest
+from ._norm_cases import compiled, inspect_inputs, liger, norm_entry, unfused
 
 EPS = 1e-5
 
@@ -52,12 +52,6 @@ def _sample(device: torch.device) -> tuple:
     return x, w, b, torch.randn(3, 5, 70, device=device), EPS
 
 
-ENTRY = OpEntry(
-    name="layer_norm",
-    summary="LayerNorm over the last dim, optional fused residual add; forward and backward",
-    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
-    bench_cases=lambda on_gpu: bench_cases("layer_norm", on_gpu, _providers),
-    peers=("eager", "torch native", "torch.compile", "Liger"),
-    op="layer_norm",
-    sample=_sample,
-)
+ENTRY = norm_entry(
+    "layer_norm", "LayerNorm over the last dim, optional fused residual add; forward and backward",
+    _inspect_fwd, _inspect_bwd, _providers, _sample)

@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from ..ops.norms import rms_norm, rms_norm_bwd, rms_norm_fwd, rms_norm_reference
-from . import InspectRequest, OpEntry
-from ._norm_cases import bench_cases, compiled, inspect_inputs, liger, unfused
+from . import InspectRequest
+from ._norm_cases import compiled, inspect_inputs, liger, norm_entry, unfused
 
 EPS = 1e-6
 
@@ -51,12 +51,6 @@ def _sample(device: torch.device) -> tuple:
     return x, torch.randn(79, device=device), torch.randn(3, 5, 79, device=device, dtype=torch.float16), EPS, 1.0
 
 
-ENTRY = OpEntry(
-    name="rms_norm",
-    summary="RMSNorm over the last dim, optional fused residual add and (offset + weight); forward and backward",
-    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
-    bench_cases=lambda on_gpu: bench_cases("rms_norm", on_gpu, _providers),
-    peers=("eager", "torch native", "torch.compile", "Liger"),
-    op="rms_norm",
-    sample=_sample,
-)
+ENTRY = norm_entry(
+    "rms_norm", "RMSNorm over the last dim, optional fused residual add and (offset + weight); forward and backward",
+    _inspect_fwd, _inspect_bwd, _providers, _sample)

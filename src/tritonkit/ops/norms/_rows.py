@@ -221,9 +221,9 @@ def _norm_bwd_kernel(
             mask = row_ok[:, None] & col_ok[None, :]
             rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
             mean = rstd * 0.0 if IS_RMS else tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
-            dy, xhat, g = _bwd_tile(dy_ptr, h_ptr, _row_starts(rows, size1, dys0, dys1)[:, None] + cols[None, :] * dy_col,
-                                    _row_starts(rows, size1, hs0, hs1)[:, None] + cols[None, :] * h_col,
-                                    mean, rstd, w, mask)
+            dy_off = _row_starts(rows, size1, dys0, dys1)[:, None] + cols[None, :] * dy_col
+            h_off = _row_starts(rows, size1, hs0, hs1)[:, None] + cols[None, :] * h_col
+            dy, xhat, g = _bwd_tile(dy_ptr, h_ptr, dy_off, h_off, mean, rstd, w, mask)
             c_gx = tl.sum(g * xhat, axis=1) / n_cols
             c_g = c_gx * 0.0 if IS_RMS else tl.sum(g, axis=1) / n_cols
             _store_dx(dx_ptr, dh_ptr, g, xhat, c_g, c_gx, rstd, (rows * n_cols)[:, None] + cols[None, :],
