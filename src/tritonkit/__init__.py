@@ -11,7 +11,11 @@ from .ops.add import add
 from .ops.softmax import softmax
 from .ops.attention import attention
 from .ops.norms import layer_norm, rms_norm
+from .ops.gated import geglu, swiglu
+from .ops.cross_entropy import cross_entropy, linear_cross_entropy
+
+from .ops.rope import rope
 from . import nn
 
-__all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "rms_norm", "layer_norm", "nn"]
+__all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "layer_norm", "rms_norm", "geglu", "swiglu", "cross_entropy", "linear_cross_entropy", "rope", "nn"]
 __version__ = "0.1.0"

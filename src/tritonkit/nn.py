@@ -6,6 +6,7 @@ import torch
 
 from .ops.attention import attention
 from .ops.norms import layer_norm, rms_norm
+from .ops.cross_entropy import linear_cross_entropy
 
 
 class Attention(torch.nn.Module):
@@ -159,3 +160,37 @@ class LayerNorm(_Norm):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class LinearCrossEntropyLoss(torch.nn.Module):
+    """The loss of a language-model head, `tritonkit.linear_cross_entropy`, as a module: the
+    cross-entropy of ``hidden @ weight.T (+ bias)`` against ``target`` without ever holding
+    the (tokens x vocabulary) logits.
+
+    It holds the options only (no parameters or buffers, so its state dict is empty, like
+    ``torch.nn.CrossEntropyLoss`` without class weights); the head's weight stays in the model
+    and is passed in, which keeps tied input/output embeddings tied:
+
+        loss_fn = tritonkit.nn.LinearCrossEntropyLoss(ignore_index=-100)
+        # causal LM: position i predicts token i + 1
+        loss = loss_fn(hidden[:, :-1], model.lm_head.weight, input_ids[:, 1:])
+
+    forward(hidden (..., H), weight (V, H), target (...), bias (V,) or None) -> the loss:
+    () for mean and sum, target's shape for none; float32.
+    """
+
+    def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean",
+                 softcap: float | None = None):
+        super().__init__()
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+        self.reduction, self.softcap = reduction, softcap
+
+    def forward(self, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+        return linear_cross_entropy(hidden, weight, target, bias=bias, ignore_index=self.ignore_index,
+                                    label_smoothing=self.label_smoothing, reduction=self.reduction,
+                                    softcap=self.softcap)
+
+    def extra_repr(self) -> str:
+        return (f"ignore_index={self.ignore_index}, label_smoothing={self.label_smoothing}, "
+                f"reduction={self.reduction!r}, softcap={self.softcap}")

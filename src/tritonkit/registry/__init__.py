@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-_ENTRY_MODULES = ("add", "softmax", "attention", "rms_norm", "layer_norm")
+_ENTRY_MODULES = ("add", "softmax", "attention", "rms_norm", "layer_norm", "swiglu", "geglu", "rope")
 
 
 @dataclass
