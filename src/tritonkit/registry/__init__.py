@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-_ENTRY_MODULES = ("add", "softmax", "attention", "swiglu", "geglu", "rope", "cross_entropy", "linear_cross_entropy")
+_ENTRY_MODULES = ("add", "softmax", "attention", "rms_norm", "layer_norm", "rope", "swiglu", "geglu",
+                  "cross_entropy", "linear_cross_entropy")
 
 
 @dataclass
