@@ -73,7 +73,8 @@ def _seed_table(rows: list[Measurement], eager: str) -> str:
             f"Triton Kernel Time (tritonkit): {ours.ms:.4f} ms (Speedup: {base.ms / ours.ms:.2f}x)\n")
 
 
-def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling: float) -> str:
+def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling: float,
+                same_bytes: dict[str, float]) -> str:
     providers = ["tritonkit", *entry.peers]
     for rows in measured.values():
         providers += [m.provider for m in rows if m.provider not in providers]
@@ -95,6 +96,9 @@ def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling:
         pct = _fmt(100 * ours.rate / ceiling, 0) + "%" if ours and ours.rate else "-"
         lines.append(f"{label:<28}" + "".join(f"{c:>21}" for c in cells)
                      + "".join(f"{r:>16}" for r in ratios) + f"{pct:>11}")
+        if label in same_bytes and ours and ours.rate:
+            lines.append(f"    a copy of the same bytes: {same_bytes[label]:.0f} GB/s; tritonkit at "
+                         f"{100 * ours.rate / same_bytes[label]:.0f}% of it")
         peaks = [f"{p} {by[p].peak_bytes / 2**30:.2f}" for p in providers if p in by and by[p].peak_bytes is not None]
         if peaks:
             lines.append("    peak memory beyond the inputs, GiB: " + ", ".join(peaks))
@@ -196,10 +200,14 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             pass
     results: list[Measurement] = []
+    copy_same_bytes: dict[str, float] = {}
     for op in dict.fromkeys(e.name for e, _ in selected):
         entry = catalogue[op]
         measured: dict[str, list[Measurement]] = {}
+        same_bytes: dict[str, float] = {}
         for case in (c for e, c in selected if e.name == op):
+            if case.unit == "GB/s" and on_gpu:
+                same_bytes[case.label] = copy_ceiling_gbs(device, case.work)
             if progress:
                 progress.set_postfix_str(f"{entry.name} {case.label}")
             rows = _measure_case(entry.name, case, device, clear)
@@ -215,13 +223,15 @@ def main(argv: list[str] | None = None) -> int:
         if progress:
             progress.clear()
         unit = next(iter(measured.values()))[0].unit
-        print(_case_table(entry, measured, ceilings[unit]) + "\n")
+        print(_case_table(entry, measured, ceilings[unit], same_bytes) + "\n")
+        copy_same_bytes.update({f"{op} {label}": rate for label, rate in same_bytes.items()})
     if progress:
         progress.close()
 
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": _runtime.describe(), "ceilings": ceilings, "l2_clear_ms": clear,
+                       "copy_same_bytes_gbs": copy_same_bytes,
                        "results": [asdict(m) for m in results]}, f, indent=1)
         print(f"wrote {args.json}")
     if args.plot:

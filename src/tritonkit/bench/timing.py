@@ -102,9 +102,14 @@ def peak_extra_bytes(fn: Callable[[], object]) -> int | None:
     return torch.cuda.max_memory_allocated() - base
 
 
-def copy_ceiling_gbs(device: torch.device) -> float:
-    """Device-to-device copy of 1 GiB fp32 (256 KiB on the CPU), bytes read + written."""
-    numel = (1 << 28) if device.type == "cuda" else (1 << 16)
+def copy_ceiling_gbs(device: torch.device, moved_bytes: float | None = None) -> float:
+    """Device-to-device copy rate, bytes read + written: of 1 GiB fp32 (256 KiB on the CPU),
+    or of a copy that moves `moved_bytes` in all (read + written), since small copies reach
+    less of the bandwidth than large ones and a kernel's ceiling must match its size."""
+    if moved_bytes is not None:
+        numel = max(1, int(moved_bytes) // 8)
+    else:
+        numel = (1 << 28) if device.type == "cuda" else (1 << 16)
     src = torch.randn(numel, device=device)
     dst = torch.empty_like(src)
     ms = time_ms(lambda: dst.copy_(src))
