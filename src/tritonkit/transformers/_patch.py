@@ -92,10 +92,11 @@ def _set(owner, name: str, value) -> None:
 
 def unpatch_classes(family: str | None = None) -> None:
     """Undo `patch_classes` and the family-wide rotary replacement of `patch` (all families by default)."""
-    modules = None if family is None else {family_of(family).module, *family_of(family).module.__dict__.values()}
+    module = None if family is None else family_of(family).module
+    owners = None if module is None else {id(module), *(id(v) for v in vars(module).values())}
     keep = []
     for owner, name, original in reversed(_ORIGINALS):
-        if modules is not None and owner not in modules:
+        if owners is not None and id(owner) not in owners:
             keep.append((owner, name, original))
             continue
         if original is None:
