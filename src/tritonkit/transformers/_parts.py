@@ -66,7 +66,7 @@ def make_rms_norm_forward(original, weight_offset: float):
 def make_mlp_forward(original, gated, packed: bool):
     """down(act(gate(x)) * up(x)) with the activation and product in one tritonkit op.
 
-    packed: one gate_up projection with [gate, up] along the last dim (Phi-3), split without a copy.
+    packed: one gate_up projection with [gate, up] along the last dim (Phi-3), given whole to the op.
     gated: the op (from `gated_op`), or None to choose it from the module's config at each call
     (class-level patching, where no config is known yet; an activation without an op runs the original).
     """
@@ -75,7 +75,7 @@ def make_mlp_forward(original, gated, packed: bool):
         if op is None:
             return original(self, x)
         if packed:
-            return self.down_proj(op(*self.gate_up_proj(x).chunk(2, dim=-1)))
+            return self.down_proj(op(self.gate_up_proj(x)))  # the op splits [gate, up] into views
         return self.down_proj(op(self.gate_proj(x), self.up_proj(x)))
     functools.update_wrapper(forward, original)
     forward._tritonkit_original = original
