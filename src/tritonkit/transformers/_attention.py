@@ -84,7 +84,7 @@ def _leaves(fn, hf):
         return [("causal", None)]
     code = getattr(fn, "__code__", None)
     cells = dict(zip(code.co_freevars, (c.cell_contents for c in fn.__closure__ or ()))) if code else {}
-    if code is _AND_CODE(hf):
+    if code is hf.and_masks(hf.causal_mask_function).__code__:
         out = []
         for sub in cells["mask_functions"]:
             leaves = _leaves(sub, hf)
@@ -92,25 +92,14 @@ def _leaves(fn, hf):
                 return None
             out += leaves
         return out
-    if code is _SLIDING_CODE(hf):
+    if code is hf.sliding_window_overlay(1).__code__:
         return [("sliding", cells["sliding_window"])]
-    if code is _PACKED_CODE(hf):
+    if code is hf.packed_sequence_mask_function(None).__code__:
         return [("packed", cells["packed_sequence_mask"])]
     return None
 
 
-def _AND_CODE(hf):
-    return hf.and_masks(hf.causal_mask_function).__code__
-
-
-def _SLIDING_CODE(hf):
-    return hf.sliding_window_overlay(1).__code__
-
-
-def _PACKED_CODE(hf):
-    return hf.packed_sequence_mask_function(None).__code__
-
-
+@torch.compiler.disable  # runs eagerly under torch.compile: it reads mask functions and decides on data
 def tritonkit_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
                    mask_function=None, attention_mask: torch.Tensor | None = None, use_vmap: bool = False,
                    **kwargs):
@@ -125,7 +114,9 @@ def tritonkit_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int
                             kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
                             allow_is_causal_skip=False, use_vmap=use_vmap, **kwargs)
     packed = [value for kind, value in leaves if kind == "packed"]
-    if packed:  # only without a 2D mask and without a cache (transformers' rule)
+    # Only without a 2D mask and without a cache (transformers' rule). Under torch.compile
+    # transformers passes the segment ids without looking whether any row holds two sequences.
+    if packed and bool((packed[0][:, -1] != 0).any()):
         return Packed.from_segment_ids(packed[0])
     if attention_mask is None:
         return None
