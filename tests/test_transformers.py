@@ -47,6 +47,7 @@ def _config(family: str):
 
 
 FAMILIES = sorted(tkt.FAMILIES)
+DEVICE = tritonkit.default_device()  # CPU under the interpreter; the GPU suite runs the same on CUDA
 PART_OPS = {"norms": "rms_norm", "rope": "rope", "loss": "linear_cross_entropy"}
 
 
@@ -71,7 +72,7 @@ def _restore():
 def _model(family: str, dtype=torch.float32):
     torch.manual_seed(0)
     cls = transformers.AutoModelForCausalLM
-    model = cls.from_config(_config(family), attn_implementation="sdpa").to(dtype)
+    model = cls.from_config(_config(family), attn_implementation="sdpa").to(DEVICE, dtype)
     return model.train()
 
 
@@ -125,14 +126,14 @@ PART_CASES = [("llama", "norms"), ("llama", "rope"), ("llama", "mlp"), ("llama",
 @pytest.mark.parametrize("family,part", PART_CASES)
 def test_part_matches_unpatched(family, part):
     _skip_missing(_part_op(family, part))
-    ids = torch.randint(3, 1000, (2, 16))
+    ids = torch.randint(3, 1000, (2, 16), device=DEVICE)
     model = _compare(family, _only(part), ids, _labels(ids))
     assert part in model.tritonkit_report.replaced, model.tritonkit_report
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_all_parts_with_left_padding(family):
-    ids = torch.randint(3, 1000, (2, 16))
+    ids = torch.randint(3, 1000, (2, 16), device=DEVICE)
     mask = torch.ones_like(ids)
     mask[1, :5] = 0  # left padding, as generate pads a batch
     ids[mask == 0] = 0
@@ -146,10 +147,10 @@ def test_all_parts_with_left_padding(family):
 def test_packed_sequences(family):
     # DataCollatorWithFlattening's form: one row, position ids restarting at each sequence.
     lengths = [5, 11, 3, 7]
-    ids = torch.randint(3, 1000, (1, sum(lengths)))
-    position_ids = torch.cat([torch.arange(n) for n in lengths])[None]
+    ids = torch.randint(3, 1000, (1, sum(lengths), device=DEVICE))
+    position_ids = torch.cat([torch.arange(n, device=DEVICE) for n in lengths])[None]
     labels = ids.clone()
-    labels[0, torch.cumsum(torch.tensor(lengths), 0)[:-1]] = -100  # no token predicts across a boundary
+    labels[0, torch.cumsum(torch.tensor(lengths), 0)[:-1].to(DEVICE)] = -100  # no token predicts across a boundary
     _compare(family, {}, ids, labels, position_ids=position_ids)
 
 
@@ -157,7 +158,7 @@ def test_packed_sequences(family):
 def test_gradient_accumulation_num_items_in_batch(family):
     _skip_missing("linear_cross_entropy")
     base = _model(family)
-    micro = [torch.randint(3, 1000, (2, 12)) for _ in range(2)]
+    micro = [torch.randint(3, 1000, (2, 12), device=DEVICE) for _ in range(2)]
     labels = [_labels(ids) for ids in micro]
     labels[1][:, 5:9] = -100  # micro-batches with different token counts: a mean per batch would be wrong
     count = sum(int((lab[:, 1:] != -100).sum()) for lab in labels)
@@ -166,7 +167,7 @@ def test_gradient_accumulation_num_items_in_batch(family):
         model.zero_grad(set_to_none=True)
         total = 0.0
         for ids, lab in zip(micro, labels):
-            loss = model(input_ids=ids, labels=lab, num_items_in_batch=torch.tensor(count)).loss
+            loss = model(input_ids=ids, labels=lab, num_items_in_batch=torch.tensor(count, device=DEVICE)).loss
             loss.backward()
             total += loss.detach()
         return total, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -183,7 +184,7 @@ def test_gradient_accumulation_num_items_in_batch(family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_generate_same_tokens(family):
     base = _model(family).eval()
-    ids = torch.randint(3, 1000, (2, 7))
+    ids = torch.randint(3, 1000, (2, 7), device=DEVICE)
     mask = torch.ones_like(ids)
     mask[0, :2] = 0  # left padding
     ids[mask == 0] = 0
@@ -209,8 +210,8 @@ def _fallback(q, k, v, mask=None, sliding_window=None, softcap=None):
 
 
 def _qkv(B, Nq, Nk, dtype=torch.float16):
-    return (torch.randn(B, 4, Nq, 16, dtype=dtype), torch.randn(B, 2, Nk, 16, dtype=dtype),
-            torch.randn(B, 2, Nk, 16, dtype=dtype))
+    return (torch.randn(B, 4, Nq, 16, dtype=dtype, device=DEVICE), torch.randn(B, 2, Nk, 16, dtype=dtype, device=DEVICE),
+            torch.randn(B, 2, Nk, 16, dtype=dtype, device=DEVICE))
 
 
 def _check_attention(q, k, v, valid_rows=None, **kwargs):
@@ -232,7 +233,7 @@ def test_attention_alignment_against_the_end_of_the_keys(Nq, Nk, window):
 @pytest.mark.parametrize("Nq", [16, 1])
 def test_attention_padding_mask(Nq):
     q, k, v = _qkv(3, Nq, 16)
-    mask = torch.ones(3, 16, dtype=torch.bool)
+    mask = torch.ones(3, 16, dtype=torch.bool, device=DEVICE)
     mask[0, :4] = False  # left padding
     mask[2, 11:] = False  # right padding
     # Padding query rows: transformers leaves them undefined, tritonkit writes zeros; compare the rest.
@@ -240,21 +241,21 @@ def test_attention_padding_mask(Nq):
 
 
 def test_attention_packed_rows():
-    seg = torch.tensor([[0] * 5 + [1] * 8 + [2] * 3])
+    seg = torch.tensor([[0] * 5 + [1] * 8 + [2] * 3], device=DEVICE)
     _check_attention(*_qkv(1, 16, 16), mask=_attention.Packed.from_segment_ids(seg))
 
 
 def test_attention_softcap_and_4d_mask():
     q, k, v = _qkv(2, 16, 16)
     _check_attention(q, k, v, softcap=5.0)
-    mask4 = torch.rand(2, 1, 16, 16) > 0.3
+    mask4 = torch.rand(2, 1, 16, 16, device=DEVICE) > 0.3
     mask4[..., 0] = True
     _check_attention(q, k, v, mask=mask4)
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3"])
 def test_float16_model_through_the_attention_kernels(family):
-    ids = torch.randint(3, 1000, (2, 16))
+    ids = torch.randint(3, 1000, (2, 16), device=DEVICE)
     _compare(family, _only("attention"), ids, _labels(ids), dtype=torch.float16)
 
 
@@ -282,9 +283,9 @@ def test_attn_implementation_and_patch_classes():
     assert model.config._attn_implementation == "tritonkit"
     report = tkt.patch_classes("llama")
     assert "attention" in report.replaced
-    built = transformers.AutoModelForCausalLM.from_config(_config("llama"))
+    built = transformers.AutoModelForCausalLM.from_config(_config("llama")).to(DEVICE)
     assert built.config._attn_implementation == "tritonkit"
-    ids = torch.randint(3, 1000, (1, 8))
+    ids = torch.randint(3, 1000, (1, 8), device=DEVICE)
     assert built(input_ids=ids).logits.shape == (1, 8, 1000)
     tkt.unpatch_classes("llama")
     assert transformers.AutoModelForCausalLM.from_config(_config("llama")).config._attn_implementation == "sdpa"
