@@ -147,7 +147,7 @@ def test_all_parts_with_left_padding(family):
 def test_packed_sequences(family):
     # DataCollatorWithFlattening's form: one row, position ids restarting at each sequence.
     lengths = [5, 11, 3, 7]
-    ids = torch.randint(3, 1000, (1, sum(lengths), device=DEVICE))
+    ids = torch.randint(3, 1000, (1, sum(lengths)), device=DEVICE)
     position_ids = torch.cat([torch.arange(n, device=DEVICE) for n in lengths])[None]
     labels = ids.clone()
     labels[0, torch.cumsum(torch.tensor(lengths), 0)[:-1].to(DEVICE)] = -100  # no token predicts across a boundary
@@ -210,8 +210,9 @@ def _fallback(q, k, v, mask=None, sliding_window=None, softcap=None):
 
 
 def _qkv(B, Nq, Nk, dtype=torch.float16):
-    return (torch.randn(B, 4, Nq, 16, dtype=dtype, device=DEVICE), torch.randn(B, 2, Nk, 16, dtype=dtype, device=DEVICE),
-            torch.randn(B, 2, Nk, 16, dtype=dtype, device=DEVICE))
+    def draw(heads, n):
+        return torch.randn(B, heads, n, 16, dtype=dtype, device=DEVICE)
+    return draw(4, Nq), draw(2, Nk), draw(2, Nk)
 
 
 def _check_attention(q, k, v, valid_rows=None, **kwargs):
