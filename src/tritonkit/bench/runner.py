@@ -152,8 +152,12 @@ def _summary(results: list[Measurement], ceilings: dict[str, float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv and argv[0] == "train":  # whole training steps, not kernel calls: their own runner
+        from .train import main as train_main
+        return train_main(argv[1:])
     parser = argparse.ArgumentParser(prog="tritonkit bench", description=__doc__)
-    parser.add_argument("ops", nargs="*", default=["all"], help="add, softmax, attention or all")
+    parser.add_argument("ops", nargs="*", default=["all"],
+                        help="op names or all; `tritonkit bench train` runs whole training steps")
     parser.add_argument("--backward", action="store_true", help="attention: backward cases only")
     parser.add_argument("--forward", action="store_true", help="only forward cases")
     parser.add_argument("--filter", default="", help="only cases whose label contains this text")
