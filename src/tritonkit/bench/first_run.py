@@ -26,19 +26,20 @@ def _shape(t: torch.Tensor) -> str:
 
 def accuracy_table(selected: dict[str, OpEntry], device: torch.device) -> tuple[str, list[str]]:
     """The table of errors, and the ops left out (with why)."""
-    lines = [f"{'op':<12}{'result':<12}{'dtype':<10}{'shape':<14}{'tritonkit error':>17}{'torch error':>14}"]
-    left_out = []
+    rows, left_out = [], []
     for name, entry in selected.items():
         if entry.op is None or entry.sample is None or entry.reference is None:
             missing = [f for f in ("op", "sample", "reference") if getattr(entry, f) is None]
             left_out.append(f"{name} (its registry entry has no {', '.join(missing)})")
             continue
         torch.manual_seed(0)
-        compared = check_sample(entry, device)
-        for i, c in enumerate(compared):
-            lines.append(f"{name if i == 0 else '':<12}{c.what:<12}{str(c.ours.dtype).removeprefix('torch.'):<10}"
-                         f"{_shape(c.ours):<14}{relative_error(c.ours, c.reference):>17.1e}"
-                         f"{relative_error(c.torch, c.reference):>14.1e}")
+        for i, c in enumerate(check_sample(entry, device)):
+            rows.append((name if i == 0 else "", c.what, str(c.ours.dtype).removeprefix("torch."), _shape(c.ours),
+                         f"{relative_error(c.ours, c.reference):.1e}", f"{relative_error(c.torch, c.reference):.1e}"))
+    head = ("op", "result", "dtype", "shape", "tritonkit error", "torch error")
+    widths = [max(len(r[i]) for r in [head, *rows]) + 2 for i in range(len(head))]
+    lines = ["".join(cell.ljust(w) if i < 4 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+             for r in [head, *rows]]
     return "\n".join(lines), left_out
 
 

@@ -18,7 +18,8 @@ import torch
 
 from ._fuzz import FuzzCase
 
-_ENTRY_MODULES = ("add", "softmax", "attention")
+_ENTRY_MODULES = ("add", "softmax", "attention", "rms_norm", "layer_norm", "rope", "swiglu", "geglu",
+                  "cross_entropy", "linear_cross_entropy")
 
 
 @dataclass
@@ -43,6 +44,7 @@ class BenchCase:
     setup: Callable[[torch.device], dict[str, Callable[[], Any]]]
     seed_table: bool = False                 # also print the seed's "Matrix Size" table
     bytes_in_flight: int = 0                 # inputs + outputs, to skip cases that do not fit
+    memory: bool = False                     # also report each provider's peak memory beyond its inputs
 
 
 @dataclass
