@@ -1,0 +1,279 @@
+"""Attention backward for Hopper (sm_90) in Gluon, FlashAttention-3 style, deterministic.
+
+Same contract as the Triton launcher `tritonkit.ops.attention.attention_bwd`:
+(dq, dk, dv) from the upstream gradient do, the inputs q, k, v and the forward's o and lse
+(B, H, Nq) float32 in natural-log units, as both forwards store it. With
+P = exp(scale * Q K^T - lse) (causal: zero above the top-left diagonal), delta = rowsum(dO * O):
+  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - delta),  dK = scale * dS^T Q,  dQ = scale * dS K,
+dK and dV summed over the query heads of each kv head (GQA) in a fixed order.
+
+Three launches, none with atomics, so the same inputs give bitwise the same gradients:
+1. delta: the Triton path's preprocess kernel.
+2. dK/dV (`_dkdv_kernel`): one program per 128-key block of one (batch, kv head). K and V stay
+   in shared memory; a producer warp streams the (Q, dO) blocks of every query head of the
+   group through a ring by TMA; two consumer warpgroups each own 64 of the keys (their dK and
+   dV accumulators in registers, 240 registers each through setmaxnreg) and per query block
+   compute S^T = K Q^T and dP^T = V dO^T together, P^T while dP^T is still running,
+   dV += P^T dO, then dS^T while dV's product runs, then dK += dS^T Q, whose product (and
+   dV's) stays in flight under the next block's S^T and dP^T. The two warpgroups share the
+   tensor cores: one's exponentials run under the other's products.
+3. dQ (`_dq_kernel`): one program per 128 query rows of one (batch, head), the forward's
+   structure: Q and dO in shared memory, K and V streamed through a ring, two 64-row consumer
+   warpgroups passing a turn so one's elementwise work runs under the other's products, and
+   within a warpgroup S(j) and dP(j) issued beside dQ += dS(j-1) K(j-1).
+
+Why a separate dQ pass rather than dQ partials per key block reduced afterwards: a partial per
+key block is Nq x D float32 per (key block, head), Nk / 128 times the size of dQ (128 GiB at
+B=4, H=32, N=16384, D=128), and an ordered in-place accumulation across programs serialises
+them; the dQ pass recomputes S and dP (7 products instead of 5) but reads only Q, dO, K, V.
+
+Masks only where needed: the causal band. Query rows past Nq load as zeros with lse = delta
+= 0, which adds exactly nothing to dK and dV; keys past Nk produce rows of dK and dV that the
+TMA store drops, and are masked (P = 0) in the dQ pass, where they would multiply zeros of K.
+
+Only for what `supported` accepts (D = 64 or 128; D = 256's dK and dV accumulators do not fit
+the registers of a 64-key warpgroup); everything else takes the Triton path.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
+
+from .._layout import cdiv
+from .attention_fwd import (
+    _GL_DTYPES, CONSUMER_REGS, LOG2E, PRODUCER_REGS, ROWS_PER_WARPGROUP, _descriptor, _tile, _tma_ready,
+    _tma_view, _wgmma_layout)
+
+HEAD_DIMS = (64, 128)
+KEYS_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP      # dK/dV pass: 64 keys per consumer warpgroup
+QUERIES_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP   # dQ pass: 64 query rows per consumer warpgroup
+
+
+@functools.lru_cache(maxsize=None)
+def tile_config(head_dim: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, STAGES) of the dK/dV pass, (BLOCK_N, STAGES) of the dQ pass.
+
+    dK/dV: a warpgroup holds dK and dV (64 x D float32 each: 64 registers a thread at D=128),
+    S^T and dP^T (64 x BLOCK_M: 32 each at BLOCK_M = 64) and the previous block's P^T and dS^T
+    operands, so 64-row query blocks; shared memory: K, V (128 x D) + STAGES x (Q, dO) blocks.
+    dQ: dQ (64 x D) and S, dP (64 x BLOCK_N) per warpgroup; 64-key blocks, shared memory Q and
+    dO (128 x D) + STAGES x (K, V) blocks. D=128: 64 + 3 x 32 = 160 KB and 64 + 4 x 32 = 192 KB."""
+    return {64: (64, 4, 64, 4), 128: (64, 3, 64, 4)}[head_dim]
+
+
+# ---------------------------------------------------------------------------------------
+# dK/dV pass
+# ---------------------------------------------------------------------------------------
+
+@gluon.jit
+def _key_tile(t, n_kb, Hkv, Nq, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    # Program t -> (b, hk, first key n0, query blocks [lo, n_mb), of which [lo, band) straddle
+    # the causal diagonal). Key blocks of one head are consecutive programs (they share Q and
+    # dO in L2), the longest (first) key blocks first.
+    hb = t // n_kb
+    n0 = (t % n_kb) * BLOCK_N
+    n_mb = gl.cdiv(Nq, BLOCK_M)
+    if CAUSAL:
+        lo = n0 // BLOCK_M            # query rows before n0 see none of these keys
+        band = gl.minimum(gl.cdiv(n0 + BLOCK_N, BLOCK_M), n_mb)
+    else:
+        lo = 0
+        band = 0
+    return hb // Hkv, hb % Hkv, n0, lo, band, n_mb
+
+
+@gluon.jit
+def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
+                   n_kb, Hkv, GROUP, Nq, CAUSAL: gl.constexpr):
+    STAGES: gl.constexpr = q_bufs.shape[0]
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    HALF: gl.constexpr = k_smem.shape[1]
+    b, hk, n0, lo, band, n_mb = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, BLOCK_M, 2 * HALF)
+    mbarrier.expect(kv_ready, 4 * k_desc.block_type.nbytes)
+    for w in gl.static_range(2):
+        tma.async_copy_global_to_shared(k_desc, [b, hk, n0 + w * HALF, 0], kv_ready, _tma_view(k_smem.index(w), k_desc))
+        tma.async_copy_global_to_shared(v_desc, [b, hk, n0 + w * HALF, 0], kv_ready, _tma_view(v_smem.index(w), v_desc))
+    c = 0
+    for g in range(GROUP):
+        h = hk * GROUP + g
+        for i in range(lo, n_mb):
+            s = c % STAGES
+            # A fresh mbarrier is in phase 0: waiting for parity 1 passes, the first lap is free.
+            mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(s), 2 * q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [b, h, i * BLOCK_M, 0], ready.index(s),
+                                            _tma_view(q_bufs.index(s), q_desc))
+            tma.async_copy_global_to_shared(do_desc, [b, h, i * BLOCK_M, 0], ready.index(s),
+                                            _tma_view(do_bufs.index(s), do_desc))
+            c += 1
+
+
+@gluon.jit
+def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs, ready, empty,
+               LSE, DELTA, Nq, qk_scale, key0, MASKED: gl.constexpr):
+    # One query block (ring slot c % STAGES) for this warpgroup's 64 keys. On entry the
+    # previous block's dV and dK products may still run; they retire here, two groups behind
+    # this block's S^T and dP^T, before p_buf and ds_buf (their operands) are written again.
+    STAGES: gl.constexpr = q_bufs.shape[0]
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    KEYS: gl.constexpr = k_half.shape[0]
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_M)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    # lse and delta are loaded before the wait on the ring, so they land while the barrier
+    # and the products run, one value a thread: in the products' column layout every thread
+    # would hold 16 of each, registers the accumulators need. Converted where they are used.
+    flat: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
+    rows = m0 + gl.arange(0, BLOCK_M, layout=flat)
+    lse2 = gl.load(LSE + row_base + rows, mask=rows < Nq, other=0.0) * 1.4426950408889634
+    delta = gl.load(DELTA + row_base + rows, mask=rows < Nq, other=0.0)
+    s = c % STAGES
+    mbarrier.wait(ready.index(s), (c // STAGES) & 1)
+    q = q_bufs.index(s)
+    do = do_bufs.index(s)
+    st = warpgroup_mma(k_half, q.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+                       use_acc=False, is_async=True)
+    dpt = warpgroup_mma(v_half, do.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+                        use_acc=False, is_async=True)
+    st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
+    pt = gl.exp2(st * qk_scale - gl.expand_dims(gl.convert_layout(lse2, col_layout), 0))
+    if MASKED:
+        cols = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
+        keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
+        pt = gl.where(gl.expand_dims(cols, 0) >= gl.expand_dims(keys, 1), pt, 0.0)
+    # P^T and dS^T reach the tensor cores through shared memory: as register operands they
+    # would stay live beside dK, dV, P^T and dP^T while their products run (past 240 registers
+    # at D=128).
+    p_buf.store(pt.to(p_buf.dtype))
+    fence_async_shared()
+    dv = warpgroup_mma(p_buf, do, dv, is_async=True)
+    dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))
+    ds_buf.store((pt * (dpt - gl.expand_dims(gl.convert_layout(delta, col_layout), 0))).to(ds_buf.dtype))
+    fence_async_shared()
+    dk = warpgroup_mma(ds_buf, q, dk, is_async=True)
+    dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+    mbarrier.arrive(empty.index(s), count=1)
+    return dk, dv
+
+
+@gluon.jit
+def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty,
+                   dk_desc, dv_desc, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    HEAD_DIM: gl.constexpr = q_bufs.shape[2]
+    KEYS: gl.constexpr = k_smem.shape[1]
+    NW: gl.constexpr = gl.num_warps()
+    acc_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
+    dtype: gl.constexpr = q_bufs.dtype
+    b, hk, n0, lo, band, n_mb = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, BLOCK_M, 2 * KEYS)
+    key0 = n0 + WG * KEYS
+    k_half = k_smem.index(WG)
+    v_half = v_smem.index(WG)
+    p_buf = p_smem.index(WG)
+    ds_buf = ds_smem.index(WG)
+    # Accumulators loop-carried while their products run (initialised as such).
+    dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
+    dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
+    mbarrier.wait(kv_ready, 0)
+    c = 0
+    # The group's query heads in a fixed order, each over its query blocks: deterministic.
+    for g in range(GROUP):
+        row_base = (b.to(gl.int64) * H + hk * GROUP + g) * Nq
+        for i in range(lo, band):
+            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs,
+                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, True)
+            c += 1
+        for i in range(band, n_mb):
+            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs,
+                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, False)
+            c += 1
+    dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+    # dK, dV through this warpgroup's own halves of K and V (no product reads them any more)
+    # and TMA stores, which drop rows past Nk.
+    k_half.store((dk * sm_scale).to(dtype))
+    v_half.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [b, hk, key0, 0], _tma_view(k_half, dk_desc))
+    tma.async_copy_shared_to_global(dv_desc, [b, hk, key0, 0], _tma_view(v_half, dv_desc))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _dkdv_consumer0(k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+    _dkdv_consumer(0, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL)
+
+
+@gluon.jit
+def _dkdv_consumer1(k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+    _dkdv_consumer(1, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL)
+
+
+@gluon.jit
+def _dkdv_kernel(
+    # descriptors of the whole (B, H, Nq, D) q, do and (B, Hkv, Nk, D) k, v, dk, dv; LSE, DELTA:
+    # (B, H, Nq) float32
+    q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA,
+    # shapes and scales (qk_scale = scale * log2 e); n_kb: key blocks of 128 per kv head
+    Nq, H, Hkv, GROUP, qk_scale, sm_scale, n_kb,
+    CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    KEYS: gl.constexpr = k_desc.block_type.shape[2]
+    dtype: gl.constexpr = q_desc.dtype
+    gl.static_assert(gl.num_warps() == 4)
+    q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
+    k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, HEAD_DIM], dtype)
+    k_smem = gl.allocate_shared_memory(dtype, [2, KEYS, HEAD_DIM], k_2d)
+    v_smem = gl.allocate_shared_memory(dtype, [2, KEYS, HEAD_DIM], k_2d)
+    p_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], dtype)
+    p_smem = gl.allocate_shared_memory(dtype, [2, KEYS, BLOCK_M], p_2d)
+    ds_smem = gl.allocate_shared_memory(dtype, [2, KEYS, BLOCK_M], p_2d)
+    q_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_2d)
+    do_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_2d)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_ready, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
+    gl.warp_specialize([
+        (_dkdv_consumer0, (k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL)),
+        (_dkdv_consumer1, (k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL)),
+        (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
+                          n_kb, Hkv, GROUP, Nq, CAUSAL)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# ---------------------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------------------
+
+def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dk: torch.Tensor,
+                     dv: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, causal: bool,
+                     scale: float) -> tuple[tuple, tuple, dict]:
+    """(grid, positional args, keyword args) of the dK/dV launch (also what `compile_sm90` takes)."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    block_m, stages, _, _ = tile_config(D)
+    n_kb = cdiv(Nk, KEYS_PER_PROGRAM)
+    args = (_descriptor(q, block_m), _descriptor(do, block_m), _descriptor(k, ROWS_PER_WARPGROUP),
+            _descriptor(v, ROWS_PER_WARPGROUP), _descriptor(dk, ROWS_PER_WARPGROUP),
+            _descriptor(dv, ROWS_PER_WARPGROUP), lse, delta, Nq, H, Hkv, H // Hkv, scale * LOG2E, scale, n_kb)
+    kwargs = dict(CAUSAL=bool(causal), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+                  num_warps=4)
+    return (n_kb * Hkv * B, ), args, kwargs
