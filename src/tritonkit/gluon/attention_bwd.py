@@ -260,6 +260,198 @@ def _dkdv_kernel(
 
 
 # ---------------------------------------------------------------------------------------
+# dQ pass
+# ---------------------------------------------------------------------------------------
+
+@gluon.jit
+def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty,
+                 n_m, H, GROUP, Nk, CAUSAL: gl.constexpr):
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    BLOCK_M: gl.constexpr = q_smem.shape[1]
+    b, h, m0, n_kv, n_full = _tile(gl.program_id(0), n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+    hk = h // GROUP
+    for w in gl.static_range(2):
+        mbarrier.expect(q_ready.index(w), 2 * q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
+                                        _tma_view(q_smem.index(w), q_desc))
+        tma.async_copy_global_to_shared(do_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
+                                        _tma_view(do_smem.index(w), do_desc))
+    for j in range(n_kv):
+        s = j % STAGES
+        mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(s), 2 * k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [b, hk, j * BLOCK_N, 0], ready.index(s),
+                                        _tma_view(k_bufs.index(s), k_desc))
+        tma.async_copy_global_to_shared(v_desc, [b, hk, j * BLOCK_N, 0], ready.index(s),
+                                        _tma_view(v_bufs.index(s), v_desc))
+
+
+@gluon.jit
+def _dq_scores(j, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG: gl.constexpr, dq, dsb,
+               PREV: gl.constexpr):
+    # Issue S(j) = Q K(j)^T and dP(j) = dO V(j)^T on this warpgroup's turn, and with PREV
+    # (j >= 1) dQ += dS(j-1) K(j-1) behind them.
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    BLOCK_M: gl.constexpr = q.shape[0]
+    s_layout: gl.constexpr = _wgmma_layout(gl.num_warps(), BLOCK_N)
+    s = j % STAGES
+    mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+    # The turn alternates strictly, so its parity is the issue count's: warpgroup 0 finds its
+    # first turn free, warpgroup 1 waits for it.
+    mbarrier.wait(my_turn, (j & 1) ^ (1 - WG))
+    zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    st = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), zero, use_acc=False, is_async=True)
+    dp = warpgroup_mma(do, v_bufs.index(s).permute((1, 0)), zero, use_acc=False, is_async=True)
+    if PREV:
+        dq = warpgroup_mma(dsb, k_bufs.index((j - 1) % STAGES), dq, is_async=True)
+    mbarrier.arrive(other_turn, count=1)
+    return st, dp, dq
+
+
+@gluon.jit
+def _dq_ds(st, dp, lse2, delta, row0, col0, Nk, qk_scale, a_layout: gl.constexpr, dtype: gl.constexpr,
+           MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    # dS = P * (dP - delta) with P = 2^(S qk_scale - lse2); masked blocks zero P for keys past
+    # Nk (their K rows are zeros, but 2^(-lse2) could overflow) and, causal, after the query.
+    s_layout: gl.constexpr = st.type.layout
+    p = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 1))
+    if MASKED:
+        cols = col0 + gl.arange(0, st.shape[1], layout=gl.SliceLayout(0, s_layout))
+        keep = gl.expand_dims(cols < Nk, 0)
+        if CAUSAL:
+            rows = row0 + gl.arange(0, st.shape[0], layout=gl.SliceLayout(1, s_layout))
+            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+        p = gl.where(keep, p, 0.0)
+    ds = p * (dp - gl.expand_dims(delta, 1))
+    return gl.convert_layout(ds.to(dtype), a_layout)
+
+
+@gluon.jit
+def _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn, WG: gl.constexpr,
+              row0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    # Block j >= 1: S(j), dP(j) and dS(j-1) K(j-1) in flight together; dS(j) formed under the
+    # last of them.
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    a_layout: gl.constexpr = dsb.type.layout
+    st, dp, dq = _dq_scores(j, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG, dq, dsb, True)
+    st, dp = warpgroup_mma_wait(num_outstanding=1, deps=(st, dp))
+    dsb_next = _dq_ds(st, dp, lse2, delta, row0, j * BLOCK_N, Nk, qk_scale, a_layout, q.dtype,
+                      MASKED, CAUSAL)
+    # dsb is the register operand of the product in flight: a dependency of the wait that
+    # retires it, so its registers are not reused before the tensor cores have read them.
+    dq, dsb = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dsb))
+    mbarrier.arrive(empty.index((j - 1) % STAGES), count=1)
+    return dq, dsb_next
+
+
+@gluon.jit
+def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE,
+                 DELTA, n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_smem.shape[1]
+    HEAD_DIM: gl.constexpr = q_smem.shape[2]
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
+    acc_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    b, h, m0, n_kv, n_full = _tile(gl.program_id(0), n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+    row0 = m0 + WG * BLOCK_M
+    q = q_smem.index(WG)
+    do = do_smem.index(WG)
+    my_turn = turn.index(WG)
+    other_turn = turn.index(1 - WG)
+    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    row_base = (b.to(gl.int64) * H + h) * Nq
+    lse2 = gl.load(LSE + row_base + rows, mask=rows < Nq, other=0.0) * 1.4426950408889634
+    delta = gl.load(DELTA + row_base + rows, mask=rows < Nq, other=0.0)
+    mbarrier.wait(q_ready.index(WG), 0)
+
+    # Block 0 alone (masked when it is the diagonal or ragged block).
+    dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout)
+    st, dp, dq = _dq_scores(0, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG, dq, dq, False)
+    st, dp = warpgroup_mma_wait(num_outstanding=0, deps=(st, dp))
+    if n_full > 0:
+        dsb = _dq_ds(st, dp, lse2, delta, row0, 0, Nk, qk_scale, a_layout, q.dtype, False, CAUSAL)
+    else:
+        dsb = _dq_ds(st, dp, lse2, delta, row0, 0, Nk, qk_scale, a_layout, q.dtype, True, CAUSAL)
+    # Blocks 1 .. n_full-1 need no mask; n_full .. n_kv-1 are the diagonal band and ragged tail.
+    for j in range(1, n_full):
+        dq, dsb = _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn, WG,
+                            row0, Nk, qk_scale, False, CAUSAL)
+    for j in range(gl.maximum(n_full, 1), n_kv):
+        dq, dsb = _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn, WG,
+                            row0, Nk, qk_scale, True, CAUSAL)
+    last = (n_kv - 1) % STAGES
+    dq = warpgroup_mma(dsb, k_bufs.index(last), dq, is_async=True)
+    dq, dsb = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dsb))
+    mbarrier.arrive(empty.index(last), count=1)
+    # dQ through Q's buffer (every product that read it has retired) and a TMA store that
+    # drops rows past Nq.
+    q.store((dq * sm_scale).to(q.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dq_desc, [b, h, row0, 0], _tma_view(q, dq_desc))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _dq_consumer0(q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
+                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+    _dq_consumer(0, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
+                 Nk, qk_scale, sm_scale, CAUSAL)
+
+
+@gluon.jit
+def _dq_consumer1(q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
+                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+    _dq_consumer(1, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
+                 Nk, qk_scale, sm_scale, CAUSAL)
+
+
+@gluon.jit
+def _dq_kernel(
+    # descriptors of the whole (B, H, Nq, D) q, do, dq and (B, Hkv, Nk, D) k, v; LSE, DELTA:
+    # (B, H, Nq) float32
+    q_desc, do_desc, k_desc, v_desc, dq_desc, LSE, DELTA,
+    # shapes and scales (qk_scale = scale * log2 e); n_m: row blocks of 128 per head
+    Nq, Nk, H, GROUP, qk_scale, sm_scale, n_m,
+    CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    dtype: gl.constexpr = q_desc.dtype
+    gl.static_assert(gl.num_warps() == 4)
+    q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
+    k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], q_2d)
+    do_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], q_2d)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_2d)
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_2d)
+    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(turn.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
+    gl.warp_specialize([
+        (_dq_consumer0, (q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H,
+                         Nq, Nk, qk_scale, sm_scale, CAUSAL)),
+        (_dq_consumer1, (q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H,
+                         Nq, Nk, qk_scale, sm_scale, CAUSAL)),
+        (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty,
+                        n_m, H, GROUP, Nk, CAUSAL)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# ---------------------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------------------
 
@@ -277,3 +469,61 @@ def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     kwargs = dict(CAUSAL=bool(causal), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
                   num_warps=4)
     return (n_kb * Hkv * B, ), args, kwargs
+
+
+def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dq: torch.Tensor,
+                   lse: torch.Tensor, delta: torch.Tensor, causal: bool, scale: float) -> tuple[tuple, tuple, dict]:
+    """(grid, positional args, keyword args) of the dQ launch (also what `compile_sm90` takes)."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    _, _, block_n, stages = tile_config(D)
+    n_m = cdiv(Nq, QUERIES_PER_PROGRAM)
+    args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(do, ROWS_PER_WARPGROUP), _descriptor(k, block_n),
+            _descriptor(v, block_n), _descriptor(dq, ROWS_PER_WARPGROUP), lse, delta, Nq, Nk, H, H // Hkv,
+            scale * LOG2E, scale, n_m)
+    kwargs = dict(CAUSAL=bool(causal), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+                  num_warps=4)
+    return (n_m * H * B, ), args, kwargs
+
+
+def supported(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+              lse: torch.Tensor, causal: bool = False, scale: float | None = None) -> bool:
+    """Whether `attention_bwd_gluon` takes these inputs (already validated by the Triton
+    launcher's checks): the forward's conditions (a Hopper GPU, float16/bfloat16, q, k, v that
+    TMA can read in place) with head dim 64 or 128, and do that TMA can read too (o is read
+    by the pointer-path preprocess; lse is made contiguous). Nothing here launches or
+    synchronises."""
+    from .attention_fwd import supported as forward_supported
+
+    if not isinstance(do, torch.Tensor) or not isinstance(q, torch.Tensor) or q.dim() != 4:
+        return False
+    if q.shape[-1] not in HEAD_DIMS or do.shape != q.shape or do.dtype != q.dtype:
+        return False
+    return forward_supported(q, k, v, causal, scale) and _tma_ready(do)
+
+
+def attention_bwd_gluon(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                        lse: torch.Tensor, causal: bool = False,
+                        scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward on Hopper: (dq, dk, dv) exactly as `tritonkit.ops.attention.attention_bwd`
+    returns them (each like its input in dtype, shape and memory order), deterministic. Call
+    only where `supported(do, q, k, v, o, lse, causal, scale)` is true; inputs are not
+    validated again here."""
+    from ..ops.attention import _attn_bwd_preprocess_kernel, _empty_like_order
+
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    lse = lse.contiguous()
+    dq = _empty_like_order(q, (B, H, Nq, D), q.dtype)
+    dk = _empty_like_order(k, (B, Hkv, Nk, D), k.dtype)
+    dv = _empty_like_order(v, (B, Hkv, Nk, D), v.dtype)
+    delta = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    _attn_bwd_preprocess_kernel[(cdiv(Nq, 64), H, B)](
+        o, do, delta, Nq, D, *o.stride(), *do.stride(), BLOCK_M=64, BLOCK_D=D, PAD_D=False, num_warps=4,
+        num_stages=1)
+    grid, args, kwargs = dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale)
+    _dkdv_kernel[grid](*args, **kwargs)
+    grid, args, kwargs = dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale)
+    _dq_kernel[grid](*args, **kwargs)
+    return dq, dk, dv
