@@ -13,10 +13,10 @@ Three launches, none with atomics, so the same inputs give bitwise the same grad
    in shared memory; a producer warp streams the (Q, dO) blocks of every query head of the
    group through a ring by TMA; two consumer warpgroups each own 64 of the keys (their dK and
    dV accumulators in registers, 240 registers each through setmaxnreg) and per query block
-   compute S^T = K Q^T and dP^T = V dO^T together, P^T while dP^T is still running,
-   dV += P^T dO, then dS^T while dV's product runs, then dK += dS^T Q, whose product (and
-   dV's) stays in flight under the next block's S^T and dP^T. The two warpgroups share the
-   tensor cores: one's exponentials run under the other's products.
+   issue S^T = K Q^T and dP^T = V dO^T together, form P^T while dP^T is still running,
+   issue dV += P^T dO, form dS^T while dV's product runs, then dK += dS^T Q (P^T and dS^T go
+   to the tensor cores through shared memory). The two warpgroups share the tensor cores:
+   one's exponentials run under the other's products.
 3. dQ (`_dq_kernel`): one program per 128 query rows of one (batch, head), the forward's
    structure: Q and dO in shared memory, K and V streamed through a ring, two 64-row consumer
    warpgroups passing a turn so one's elementwise work runs under the other's products, and
@@ -60,11 +60,12 @@ QUERIES_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP   # dQ pass: 64 query rows per cons
 def tile_config(head_dim: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, STAGES) of the dK/dV pass, (BLOCK_N, STAGES) of the dQ pass.
 
-    dK/dV: a warpgroup holds dK and dV (64 x D float32 each: 64 registers a thread at D=128),
-    S^T and dP^T (64 x BLOCK_M: 32 each at BLOCK_M = 64) and the previous block's P^T and dS^T
-    operands, so 64-row query blocks; shared memory: K, V (128 x D) + STAGES x (Q, dO) blocks.
-    dQ: dQ (64 x D) and S, dP (64 x BLOCK_N) per warpgroup; 64-key blocks, shared memory Q and
-    dO (128 x D) + STAGES x (K, V) blocks. D=128: 64 + 3 x 32 = 160 KB and 64 + 4 x 32 = 192 KB."""
+    dK/dV: a warpgroup holds dK and dV (64 x D float32 each: 64 registers a thread at D=128)
+    and S^T, dP^T (64 x BLOCK_M: 32 each at BLOCK_M = 64), so 64-row query blocks; shared
+    memory: K, V (128 x D), STAGES x (Q, dO) blocks, P^T and dS^T (64 x 64 per warpgroup).
+    dQ: dQ (64 x D), S, dP (64 x BLOCK_N) and dS's operand per warpgroup, so 64-key blocks;
+    shared memory Q and dO (128 x D) + STAGES x (K, V) blocks.
+    D=128: 64 + 3 x 32 + 32 = 192 KB and 64 + 4 x 32 = 192 KB."""
     return {64: (64, 4, 64, 4), 128: (64, 3, 64, 4)}[head_dim]
 
 
@@ -118,9 +119,9 @@ def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_b
 @gluon.jit
 def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs, ready, empty,
                LSE, DELTA, Nq, qk_scale, key0, MASKED: gl.constexpr):
-    # One query block (ring slot c % STAGES) for this warpgroup's 64 keys. On entry the
-    # previous block's dV and dK products may still run; they retire here, two groups behind
-    # this block's S^T and dP^T, before p_buf and ds_buf (their operands) are written again.
+    # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
+    # product, dS^T under dV's; everything retires before the slot (and p_buf, ds_buf) is
+    # released, the other warpgroup's products covering this one's last wait.
     STAGES: gl.constexpr = q_bufs.shape[0]
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     KEYS: gl.constexpr = k_half.shape[0]
