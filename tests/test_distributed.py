@@ -1,15 +1,18 @@
 """tritonkit under torch.distributed, on the CPU: two processes, gloo, kernels through the
 interpreter (compiled with NCCL on GPUs by the same code).
 
-Each test starts two processes (torch.multiprocessing.spawn, a free port on 127.0.0.1)
-that run one worker function below; a worker checks its own results against the
-single-process computation and raises on a mismatch, which fails the test. Workers cover
-several cases each, since starting a process pair costs seconds.
+One pair of worker processes (spawned once for the file, a free port on 127.0.0.1) serves
+every test: a test hands each rank a worker function below; the worker checks its own
+results against the single-process computation and raises on a mismatch, which fails the
+test with the worker's traceback. Starting processes that import torch costs seconds, so
+they are started once and each worker covers several cases.
 """
 
 from __future__ import annotations
 
+import queue
 import socket
+import traceback
 
 import pytest
 import torch
@@ -19,6 +22,7 @@ import torch.multiprocessing as mp
 from _tolerance import assert_close_to_reference, eps_for
 
 WORLD = 2
+TASK_TIMEOUT_S = 240  # one worker function on both ranks, on a loaded machine
 
 
 def _free_port() -> int:
@@ -27,17 +31,92 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank: int, world: int, port: int, worker, args) -> None:
+def _serve(rank: int, world: int, port: int, tasks, results) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        torch.manual_seed(0)  # the same full tensors on every rank
-        worker(rank, world, *args)
+        while (task := tasks.get()) is not None:
+            worker, args = task
+            torch.manual_seed(0)  # the same full tensors on every rank
+            try:
+                worker(rank, world, *args)
+                results.put((rank, None))
+            except BaseException:
+                results.put((rank, traceback.format_exc()))
     finally:
         dist.destroy_process_group()
 
 
-def _spawn(worker, *args, world: int = WORLD) -> None:
-    mp.spawn(_entry, args=(world, _free_port(), worker, args), nprocs=world, join=True)
+class _Workers:
+    """`world` processes in one gloo group, running the worker functions they are given."""
+
+    def __init__(self, world: int):
+        context = mp.get_context("spawn")
+        self.world = world
+        self.tasks = [context.Queue() for _ in range(world)]
+        self.results = context.Queue()
+        port = _free_port()
+        self.processes = [context.Process(target=_serve, args=(rank, world, port, self.tasks[rank], self.results),
+                                          daemon=True) for rank in range(world)]
+        for process in self.processes:
+            process.start()
+
+    def run(self, worker, *args) -> None:
+        for tasks in self.tasks:
+            tasks.put((worker, args))
+        errors = []
+        for _ in range(self.world):
+            try:
+                rank, error = self.results.get(timeout=TASK_TIMEOUT_S)
+            except queue.Empty:
+                self.close(force=True)
+                pytest.fail(f"{worker.__name__}: no answer from every rank in {TASK_TIMEOUT_S} s")
+            if error is not None:
+                errors.append(f"rank {rank}:\n{error}")
+                if len(errors) == 1:  # the other rank may wait forever on the failed one
+                    try:
+                        rank, error = self.results.get(timeout=30)
+                        if error is not None:
+                            errors.append(f"rank {rank}:\n{error}")
+                    except queue.Empty:
+                        self.close(force=True)
+                    break
+        if errors:
+            pytest.fail(f"{worker.__name__} failed\n" + "\n".join(errors), pytrace=False)
+
+    def alive(self) -> bool:
+        return all(p.is_alive() for p in self.processes)
+
+    def close(self, force: bool = False) -> None:
+        for process, tasks in zip(self.processes, self.tasks):
+            if force:
+                process.terminate()
+            else:
+                tasks.put(None)
+        for process in self.processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+
+
+_POOL: list[_Workers] = []
+
+
+@pytest.fixture(scope="module")
+def _pool():
+    yield _POOL
+    for workers in _POOL:
+        workers.close()
+    _POOL.clear()
+
+
+@pytest.fixture
+def run_on_ranks(_pool):
+    """run_on_ranks(worker, *args): worker(rank, world, *args) on every rank of the group."""
+    def run(worker, *args):
+        if not _pool or not _pool[-1].alive():
+            _pool.append(_Workers(WORLD))
+        _pool[-1].run(worker, *args)
+    return run
 
 
 # ---------------------------------------------------------------------------------------
@@ -73,13 +152,13 @@ def _ring_attention_worker(rank: int, world: int, cases) -> None:
                                       what=f"d{name} {what}")
 
 
-def test_ring_attention_matches_single_process():
+def test_ring_attention_matches_single_process(run_on_ranks):
     cases = [
         (1, 4, 2, 64, 16, True, torch.float16),    # GQA, causal, load-balanced layout
         (2, 2, 2, 36, 32, False, torch.float16),   # not causal; chunks of 9 (odd, past no block)
         (1, 2, 1, 44, 16, True, torch.bfloat16),   # MQA, chunks of 11
     ]
-    _spawn(_ring_attention_worker, cases)
+    run_on_ranks(_ring_attention_worker, cases)
 
 
 def test_ring_attention_bad_input():
@@ -96,3 +175,81 @@ def test_ring_attention_bad_input():
         ring_attention(q, q[0], q[0], causal=False)
     with pytest.raises(TypeError, match="^v must be a torch.Tensor"):
         ring_attention(q, q, None, causal=False)
+
+
+# ---------------------------------------------------------------------------------------
+# DTensor: tritonkit ops on sharded inputs equal the ops on the full tensors
+# ---------------------------------------------------------------------------------------
+
+def _dtensor_worker(rank: int, world: int) -> None:
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor, init_device_mesh
+
+    import tritonkit
+
+    mesh = init_device_mesh("cpu", (world,))
+
+    def check(fn, inputs, placements, upstream_placements=None, what=""):
+        """fn on DTensors placed as given equals fn on the full tensors, bit for bit, forward
+        and (with upstream_placements) backward (a gradient summed across ranks, as a
+        broadcast operand's is, up to float32 rounding)."""
+        full = [t.detach().requires_grad_(upstream_placements is not None) for t in inputs]
+        expected = fn(*full)
+        dts = [distribute_tensor(t.detach(), mesh, [p]).requires_grad_(upstream_placements is not None)
+               for t, p in zip(inputs, placements)]
+        out = fn(*dts)
+        assert torch.equal(out.full_tensor(), expected), f"{what}: output differs"
+        if upstream_placements is None:
+            return out
+        grad = torch.randn_like(expected)
+        expected_grads = torch.autograd.grad(expected, full, grad)
+        grads = torch.autograd.grad(out, dts, distribute_tensor(grad, mesh, list(out.placements)))
+        for i, (g, e) in enumerate(zip(grads, expected_grads)):
+            reduced = any(p.is_partial() for p in g.placements) or g.shape != expected.shape
+            same = torch.allclose(g.full_tensor(), e, rtol=1e-5, atol=1e-6) if reduced else torch.equal(g.full_tensor(), e)
+            assert same, f"{what}: gradient of input {i} differs"
+        return out
+
+    x = torch.randn(4, 6, 10)
+    # add: elementwise, a broadcast operand replicated
+    out = check(tritonkit.add, [x, torch.randn(10)], [Shard(1), Replicate()], [Shard(1)], "add, broadcast")
+    assert out.placements == (Shard(1),)
+    check(tritonkit.add, [x, torch.randn_like(x)], [Shard(0), Shard(0)], [Shard(0)], "add")
+    # softmax: rows split across ranks (sequence parallelism shards the token dim)
+    for d in (0, 1):
+        out = check(lambda t: tritonkit.softmax(t, -1), [x], [Shard(d)], [Shard(d)], f"softmax Shard({d})")
+        assert out.placements == (Shard(d),)
+    # attention: tensor parallelism shards the heads (GQA: q's H and k/v's Hkv alike); batch
+    q = torch.randn(2, 4, 12, 16, dtype=torch.float16)
+    k, v = (torch.randn(2, 2, 12, 16, dtype=torch.float16) for _ in range(2))
+    for d in (1, 0):
+        out = check(lambda *a: tritonkit.attention(*a, causal=True), [q, k, v], [Shard(d)] * 3, [Shard(d)],
+                    f"attention Shard({d})")
+        assert out.placements == (Shard(d),)
+
+    def refused(fn, message):
+        try:
+            fn()
+        except ValueError as e:
+            assert message in str(e), f"error {e!r} lacks {message!r}"
+        else:
+            raise AssertionError(f"no ValueError containing {message!r}")
+
+    refused(lambda: tritonkit.softmax(distribute_tensor(x, mesh, [Shard(2)]), -1),
+            "x is sharded along dim 2 (Shard(2))")
+    refused(lambda: tritonkit.attention(*(distribute_tensor(t, mesh, [Shard(2)]) for t in (q, k, v))),
+            "tritonkit.distributed.ring_attention")
+    refused(lambda: tritonkit.attention(*(distribute_tensor(t, mesh, [Shard(3)]) for t in (q, k, v))),
+            "q is sharded along dim 3")
+    mqa = torch.randn(2, 1, 12, 16, dtype=torch.float16)
+    refused(lambda: tritonkit.attention(*(distribute_tensor(t, mesh, [Shard(1)]) for t in (q, mqa, mqa))),
+            "k has 1 heads, sharded over 2 ranks")
+
+
+def test_dtensor_ops_match_unsharded(run_on_ranks):
+    run_on_ranks(_dtensor_worker)
+
+
+def test_every_custom_op_has_a_sharding_rule():
+    from tritonkit.distributed.sharding import unregistered_ops
+
+    assert unregistered_ops() == [], "add a rule to tritonkit/distributed/sharding.py for each of these"
