@@ -10,7 +10,12 @@ from ._runtime import INTERPRETED, default_device
 from .ops.add import add
 from .ops.softmax import softmax
 from .ops.attention import attention
+from .ops.norms import layer_norm, rms_norm
+from .ops.gated import geglu, swiglu
+from .ops.cross_entropy import cross_entropy, linear_cross_entropy
+
+from .ops.rope import rope
 from . import nn
 
-__all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "nn"]
+__all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "layer_norm", "rms_norm", "geglu", "swiglu", "cross_entropy", "linear_cross_entropy", "rope", "nn"]
 __version__ = "0.1.0"
