@@ -1,5 +1,6 @@
-"""tritonkit under torch.distributed, on the CPU: two processes, gloo, kernels through the
-interpreter (compiled with NCCL on GPUs by the same code).
+"""tritonkit under torch.distributed: two processes, gloo on the CPU with the kernels through
+the interpreter; NCCL, one GPU a rank, where the kernels run compiled (skipped with fewer
+than two GPUs).
 
 One pair of worker processes (spawned once for the file, a free port on 127.0.0.1) serves
 every test: a test hands each rank a worker function below; the worker checks its own
@@ -10,6 +11,7 @@ they are started once and each worker covers several cases.
 
 from __future__ import annotations
 
+import os
 import queue
 import socket
 import traceback
@@ -19,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import tritonkit
 from _tolerance import assert_close_to_reference, eps_for
 
 WORLD = 2
@@ -31,8 +34,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+DEVICE_TYPE = "cpu" if tritonkit.INTERPRETED else "cuda"
+
+
 def _serve(rank: int, world: int, port: int, tasks, results) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    init = dict(init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    if DEVICE_TYPE == "cuda":
+        torch.cuda.set_device(rank)
+        torch.set_default_device(f"cuda:{rank}")  # the workers' tensors
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off on shared hosts
+        dist.init_process_group("nccl", device_id=torch.device("cuda", rank), **init)
+    else:
+        dist.init_process_group("gloo", **init)
     try:
         while (task := tasks.get()) is not None:
             worker, args = task
@@ -112,6 +125,9 @@ def _pool():
 @pytest.fixture
 def run_on_ranks(_pool):
     """run_on_ranks(worker, *args): worker(rank, world, *args) on every rank of the group."""
+    if DEVICE_TYPE == "cuda" and torch.cuda.device_count() < WORLD:
+        pytest.skip(f"needs {WORLD} GPUs (one a rank), found {torch.cuda.device_count()}")
+
     def run(worker, *args):
         if not _pool or not _pool[-1].alive():
             _pool.append(_Workers(WORLD))
@@ -182,49 +198,78 @@ def test_ring_attention_bad_input():
 # ---------------------------------------------------------------------------------------
 
 def _dtensor_worker(rank: int, world: int) -> None:
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor, init_device_mesh
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor, init_device_mesh
 
-    import tritonkit
+    mesh = init_device_mesh(DEVICE_TYPE, (world,))
 
-    mesh = init_device_mesh("cpu", (world,))
-
-    def check(fn, inputs, placements, upstream_placements=None, what=""):
+    def check(fn, inputs, placements, grad=True, what="", exact=True):
         """fn on DTensors placed as given equals fn on the full tensors, bit for bit, forward
-        and (with upstream_placements) backward (a gradient summed across ranks, as a
-        broadcast operand's is, up to float32 rounding)."""
-        full = [t.detach().requires_grad_(upstream_placements is not None) for t in inputs]
-        expected = fn(*full)
-        dts = [distribute_tensor(t.detach(), mesh, [p]).requires_grad_(upstream_placements is not None)
-               for t, p in zip(inputs, placements)]
-        out = fn(*dts)
-        assert torch.equal(out.full_tensor(), expected), f"{what}: output differs"
-        if upstream_placements is None:
-            return out
-        grad = torch.randn_like(expected)
-        expected_grads = torch.autograd.grad(expected, full, grad)
-        grads = torch.autograd.grad(out, dts, distribute_tensor(grad, mesh, list(out.placements)))
-        for i, (g, e) in enumerate(zip(grads, expected_grads)):
-            reduced = any(p.is_partial() for p in g.placements) or g.shape != expected.shape
-            same = torch.allclose(g.full_tensor(), e, rtol=1e-5, atol=1e-6) if reduced else torch.equal(g.full_tensor(), e)
-            assert same, f"{what}: gradient of input {i} differs"
+        and backward (grad: True for every float input, or the indices of those that get
+        a gradient); a result reduced across ranks (a Partial loss, a replicated
+        weight's gradient), or with exact=False (a kernel that blocks its work by the row count),
+        up to float32 rounding. Returns the DTensor outputs."""
+        wants = [bool(grad) and t.is_floating_point() and (grad is True or i in grad) for i, t in enumerate(inputs)]
+        full = [t.detach().requires_grad_(w) for t, w in zip(inputs, wants)]
+        dts = [distribute_tensor(t.detach(), mesh, [p]).requires_grad_(w) for t, p, w in zip(inputs, placements, wants)]
+        expected, out = fn(*full), fn(*dts)
+        expected, out = (expected, out) if isinstance(out, tuple) else ((expected,), (out,))
+
+        def same(ours, ref, name):
+            reduced = not exact or any(p.is_partial() for p in ours.placements) or ref.dim() == 0
+            ours = ours.full_tensor()
+            ok = torch.allclose(ours, ref, rtol=1e-5, atol=1e-6) if reduced else torch.equal(ours, ref)
+            assert ok, f"{what}: {name} differs (max {(ours - ref).abs().max().item():.2e})"
+
+        for i, (o, e) in enumerate(zip(out, expected)):
+            same(o, e, f"output {i}")
+        if grad:
+            upstream = [torch.randn_like(e) for e in expected]
+            wrt = [(d, f) for d, f in zip(dts, full) if f.requires_grad]
+            expected_grads = torch.autograd.grad(expected, [f for _, f in wrt], upstream)
+            grads = torch.autograd.grad(out, [d for d, _ in wrt],
+                                        [distribute_tensor(u, mesh, [Replicate() if p.is_partial() else p
+                                                                     for p in o.placements])
+                                         for u, o in zip(upstream, out)])
+            for i, (g, e) in enumerate(zip(grads, expected_grads)):
+                same(g, e, f"gradient of input {i}")
         return out
 
     x = torch.randn(4, 6, 10)
     # add: elementwise, a broadcast operand replicated
-    out = check(tritonkit.add, [x, torch.randn(10)], [Shard(1), Replicate()], [Shard(1)], "add, broadcast")
+    out, = check(tritonkit.add, [x, torch.randn(10)], [Shard(1), Replicate()], what="add, broadcast")
     assert out.placements == (Shard(1),)
-    check(tritonkit.add, [x, torch.randn_like(x)], [Shard(0), Shard(0)], [Shard(0)], "add")
-    # softmax: rows split across ranks (sequence parallelism shards the token dim)
+    check(tritonkit.add, [x, torch.randn_like(x)], [Shard(0), Shard(0)], what="add")
+    # softmax and the norms: rows split across ranks (sequence parallelism shards the tokens)
     for d in (0, 1):
-        out = check(lambda t: tritonkit.softmax(t, -1), [x], [Shard(d)], [Shard(d)], f"softmax Shard({d})")
+        out, = check(lambda t: tritonkit.softmax(t, -1), [x], [Shard(d)], what=f"softmax Shard({d})")
         assert out.placements == (Shard(d),)
-    # attention: tensor parallelism shards the heads (GQA: q's H and k/v's Hkv alike); batch
+    w = torch.randn(10)
+    out, = check(lambda t, w: tritonkit.rms_norm(t, w), [x, w], [Shard(1), Replicate()], what="rms_norm")
+    assert out.placements == (Shard(1),)
+    check(lambda t, w, r: tritonkit.rms_norm(t, w, residual=r), [x, w, torch.randn_like(x)],
+          [Shard(1), Replicate(), Shard(1)], what="rms_norm, residual")
+    check(lambda t, w, b: tritonkit.layer_norm(t, w, b), [x, w, torch.randn(10)], [Shard(0), Replicate(), Replicate()],
+          what="layer_norm")
+    # swiglu: tensor parallelism shards the MLP's intermediate (last) dim
+    gate, up = torch.randn(2, 6, 16), torch.randn(2, 6, 16)
+    out, = check(tritonkit.swiglu, [gate, up], [Shard(2), Shard(2)], what="swiglu")
+    assert out.placements == (Shard(2),)
+    # attention and RoPE: tensor parallelism shards the heads (GQA: H and Hkv alike); batch
     q = torch.randn(2, 4, 12, 16, dtype=torch.float16)
     k, v = (torch.randn(2, 2, 12, 16, dtype=torch.float16) for _ in range(2))
     for d in (1, 0):
-        out = check(lambda *a: tritonkit.attention(*a, causal=True), [q, k, v], [Shard(d)] * 3, [Shard(d)],
-                    f"attention Shard({d})")
+        out, = check(lambda *a: tritonkit.attention(*a, causal=True), [q, k, v], [Shard(d)] * 3,
+                     what=f"attention Shard({d})")
         assert out.placements == (Shard(d),)
+    cos, sin = torch.randn(12, 16), torch.randn(12, 16)
+    outs = check(lambda q, k, c, s: tritonkit.rope(q, k, c, s), [q.float(), k.float(), cos, sin],
+                 [Shard(1), Shard(1), Replicate(), Replicate()], grad=(0, 1), what="rope")
+    assert [o.placements for o in outs] == [(Shard(1),)] * 2
+    # linear cross-entropy: tokens sharded, weight replicated, summed loss (Partial)
+    hidden, weight, target = torch.randn(12, 16), torch.randn(32, 16), torch.randint(0, 32, (12,))
+    loss, = check(lambda h, w, t: tritonkit.linear_cross_entropy(h, w, t, reduction="sum"), [hidden, weight, target],
+                  [Shard(0), Replicate(), Shard(0)], what="linear_cross_entropy", exact=False)
+    assert loss.placements == (Partial(),)
 
     def refused(fn, message):
         try:
@@ -240,6 +285,13 @@ def _dtensor_worker(rank: int, world: int) -> None:
             "tritonkit.distributed.ring_attention")
     refused(lambda: tritonkit.attention(*(distribute_tensor(t, mesh, [Shard(3)]) for t in (q, k, v))),
             "q is sharded along dim 3")
+    refused(lambda: tritonkit.rms_norm(distribute_tensor(x, mesh, [Shard(2)]), distribute_tensor(w, mesh, [Replicate()])),
+            "x is sharded along dim 2")
+    refused(lambda: tritonkit.linear_cross_entropy(*(distribute_tensor(t, mesh, [p]) for t, p in zip(
+        (hidden, weight, target), (Replicate(), Shard(0), Replicate())))), "vocabulary may not be sharded")
+    refused(lambda: tritonkit.linear_cross_entropy(*(distribute_tensor(t, mesh, [p]) for t, p in zip(
+        (hidden, weight, target), (Shard(0), Replicate(), Shard(0))))), "reduction='mean'")
+    refused(lambda: tritonkit.swiglu(distribute_tensor(torch.randn(2, 6, 32), mesh, [Shard(2)])), "packed gate")
     mqa = torch.randn(2, 1, 12, 16, dtype=torch.float16)
     refused(lambda: tritonkit.attention(*(distribute_tensor(t, mesh, [Shard(1)]) for t in (q, mqa, mqa))),
             "k has 1 heads, sharded over 2 ranks")
