@@ -142,14 +142,9 @@ class LayerNorm(_Norm):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         factory = dict(device=device, dtype=dtype)
-        if elementwise_affine:
-            self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, **factory))
-            self.bias = torch.nn.Parameter(torch.empty(self.normalized_shape, **factory)) if bias else None
-            if not bias:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        for name, wanted in (("weight", elementwise_affine), ("bias", elementwise_affine and bias)):
+            self.register_parameter(name, torch.nn.Parameter(torch.empty(self.normalized_shape, **factory))
+                                    if wanted else None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -165,6 +160,8 @@ class LayerNorm(_Norm):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
 class LinearCrossEntropyLoss(torch.nn.Module):
     """The loss of a language-model head, `tritonkit.linear_cross_entropy`, as a module: the
     cross-entropy of ``hidden @ weight.T (+ bias)`` against ``target`` without ever holding

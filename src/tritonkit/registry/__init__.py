@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-_ENTRY_MODULES = ("add", "softmax", "attention", "swiglu", "geglu", "rope")
+_ENTRY_MODULES = ("add", "softmax", "attention", "rms_norm", "layer_norm", "rope", "swiglu", "geglu",
+                  "cross_entropy", "linear_cross_entropy")
 
 
 @dataclass
@@ -40,6 +41,7 @@ class BenchCase:
     setup: Callable[[torch.device], dict[str, Callable[[], Any]]]
     seed_table: bool = False                 # also print the seed's "Matrix Size" table
     bytes_in_flight: int = 0                 # inputs + outputs, to skip cases that do not fit
+    memory: bool = False                     # also report each provider's peak memory beyond its inputs
 
 
 @dataclass

@@ -99,7 +99,8 @@ def _cross_entropy_kernel(
     if WRITE_GRAD:
         scale = 1.0
         if MEAN:
-            scale = scale / tl.load(count_ptr).to(tl.float32)
+            # A count of 0 means every row is ignored, and scale is never used.
+            scale = scale / tl.maximum(tl.load(count_ptr).to(tl.float32), 1.0)
         if UPSTREAM:
             scale = scale * tl.load(upstream_ptr + row * upstream_stride).to(tl.float32)
         g_out = grad_ptr + row * g_row
@@ -156,6 +157,12 @@ def check_options(ignore_index: object, label_smoothing: object, reduction: obje
         raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
     if softcap is not None and (not isinstance(softcap, (int, float)) or not softcap > 0):
         raise ValueError(f"softcap must be None or a positive float, got {softcap!r}")
+
+
+def as_float_options(label_smoothing: float, softcap: float | None) -> tuple[float, float | None]:
+    """The float options as the custom ops' schemas declare them (an int 0 becomes 0.0), after
+    check_options has accepted them."""
+    return float(label_smoothing), None if softcap is None else float(softcap)
 
 
 def check_target(target: object, rows: int, rows_of: str) -> torch.Tensor:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ..._checks import check_same_device, check_tensor
 from ..._op import Op
-from .kernel import (check_options, check_target, check_target_values, launch_rows, reduce_rows, same_dtype,
+from .kernel import (as_float_options, check_options, check_target, check_target_values, launch_rows, reduce_rows, same_dtype,
                      valid_count)
 
 # Logits buffer per chunk. grad_weight += dlogits^T @ hidden_c reads and writes all of
@@ -54,7 +54,7 @@ def linear_cross_entropy_reference(hidden: torch.Tensor, weight: torch.Tensor, t
     z = z.double() if upcast else z.float()
     if softcap is not None:
         z = softcap * torch.tanh(z / softcap)
-    loss = F.cross_entropy(z, target.reshape(-1), ignore_index=ignore_index, label_smoothing=label_smoothing,
+    loss = F.cross_entropy(z, target.reshape(-1).long(), ignore_index=ignore_index, label_smoothing=label_smoothing,
                            reduction=reduction)
     return loss.reshape(target.shape) if reduction == "none" else loss
 
@@ -189,19 +189,12 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(hidden, weight, target, bias, *output[1:])
     ctx.options = (*options, want_h, want_w, want_b, chunk_tokens)
     ctx.wants = (want_h, want_w, want_b and bias is not None)
-    ctx.scaled = False
 
 
 def _backward(bwd, ctx, grad_loss, *_):
-    saved = ctx.saved_tensors
-    reduction = ctx.options[2]
-    if reduction != "none":
-        if ctx.scaled:
-            raise RuntimeError("linear_cross_entropy has already scaled its saved gradients in place; a "
-                               "second backward through the same graph (retain_graph) is not supported for "
-                               f"reduction={reduction!r}")
-        ctx.scaled = bwd is not _LINEAR_CROSS_ENTROPY.backward_op  # the eager launcher scales in place
-    grads = bwd(grad_loss, *saved, *ctx.options)
+    # The eager launcher scales the saved gradients in place (mul_ bumps their version), so a
+    # second backward through the same graph (retain_graph) is refused by autograd, not wrong.
+    grads = bwd(grad_loss, *ctx.saved_tensors, *ctx.options)
     return (*(g if w else None for g, w in zip(grads[:2], ctx.wants[:2])), None,
             grads[2] if ctx.wants[2] else None, *([None] * 8))
 
@@ -279,6 +272,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     if hidden.dim() == 0 or target.shape != hidden.shape[:-1]:
         raise ValueError(f"target has shape {tuple(target.shape)} but hidden has {tuple(hidden.shape)}; "
                          "target must have hidden's shape without its last dim")
+    check_options(ignore_index, label_smoothing, reduction, softcap)
+    label_smoothing, softcap = as_float_options(label_smoothing, softcap)
     grad_on = torch.is_grad_enabled()
     wants = [grad_on and isinstance(t, torch.Tensor) and t.requires_grad for t in (hidden, weight, bias)]
     loss = _LINEAR_CROSS_ENTROPY(hidden.reshape(-1, hidden.shape[-1]), weight, target.reshape(-1), bias,

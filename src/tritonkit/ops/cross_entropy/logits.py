@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from ..._checks import check_tensor, check_writable_output
 from ..._op import Op, tracing
-from .kernel import (check_options, check_target, check_target_values, launch_rows, reduce_rows,
+from .kernel import (as_float_options, check_options, check_target, check_target_values, launch_rows, reduce_rows,
                      valid_count)
 
 
@@ -20,7 +20,7 @@ def cross_entropy_reference(logits: torch.Tensor, target: torch.Tensor, *, ignor
     z = logits.double() if upcast else logits
     if softcap is not None:
         z = softcap * torch.tanh(z / softcap)
-    return F.cross_entropy(z, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+    return F.cross_entropy(z, target.long(), ignore_index=ignore_index, label_smoothing=label_smoothing,
                            reduction=reduction)
 
 
@@ -81,16 +81,12 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(logits, target, output[1])
     ctx.options = (ignore_index, label_smoothing, reduction, softcap)
     ctx.inplace = inplace
-    ctx.overwritten = False
 
 
 def _backward(bwd, ctx, grad_loss, _grad_lse):
+    # After an in-place backward, the logits' bumped version makes autograd refuse a second
+    # backward through this graph (retain_graph) rather than read the gradient as logits.
     logits, target, lse = ctx.saved_tensors
-    if ctx.overwritten:
-        raise RuntimeError("cross_entropy(inplace_backward=True) has already written its gradient over the "
-                           "logits; a second backward through the same graph (retain_graph) would read that "
-                           "gradient as logits. Call it without inplace_backward for this.")
-    ctx.overwritten = ctx.inplace
     return bwd(grad_loss, logits, target, lse, *ctx.options, ctx.inplace), None, None, None, None, None, None
 
 
@@ -132,7 +128,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
 
     inplace_backward=True: the backward writes the gradient over ``logits`` instead of into a
     new tensor (saving a logits-sized buffer). The caller must not use ``logits`` after the
-    backward has run, nor run a second backward through the same graph (that raises). Under
+    backward has run; a second backward through the same graph raises (autograd sees the
+    logits modified). Under
     torch.compile the gradient is a new tensor (a compiled graph may not write its inputs).
 
     Raises TypeError for a float target or other dtypes, ValueError for shape mismatches,
@@ -146,5 +143,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
                              label_smoothing=label_smoothing, reduction=reduction, softcap=softcap,
                              inplace_backward=inplace_backward)
         return loss.squeeze(0) if reduction == "none" else loss
+    check_options(ignore_index, label_smoothing, reduction, softcap)
+    label_smoothing, softcap = as_float_options(label_smoothing, softcap)
     inplace = bool(inplace_backward) and not tracing(logits, target)
     return _CROSS_ENTROPY(logits, target, ignore_index, label_smoothing, reduction, softcap, inplace)[0]

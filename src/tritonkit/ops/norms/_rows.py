@@ -47,7 +47,7 @@ MIN_TILE = 4096            # short rows are packed several to a program up to th
 # the dW (and dB) sums at once and must leave room for two programs an SM.
 PER_THREAD = {"fwd": 16, "bwd": 8}
 WARPS_PER_SM = 32          # backward: persistent programs launched per SM = this / num_warps
-PARTIAL_BLOCK = (64, 32)   # (partial rows, columns) of the tile summing the dW/dB partials
+PARTIAL_TILE = 2048        # elements of the tile summing the dW/dB partials: up to 64 partial rows x 32 columns
 
 
 # ---------------------------------------------------------------------------------------
@@ -221,9 +221,9 @@ def _norm_bwd_kernel(
             mask = row_ok[:, None] & col_ok[None, :]
             rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
             mean = rstd * 0.0 if IS_RMS else tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
-            dy, xhat, g = _bwd_tile(dy_ptr, h_ptr, _row_starts(rows, size1, dys0, dys1)[:, None] + cols[None, :] * dy_col,
-                                    _row_starts(rows, size1, hs0, hs1)[:, None] + cols[None, :] * h_col,
-                                    mean, rstd, w, mask)
+            dy_off = _row_starts(rows, size1, dys0, dys1)[:, None] + cols[None, :] * dy_col
+            h_off = _row_starts(rows, size1, hs0, hs1)[:, None] + cols[None, :] * h_col
+            dy, xhat, g = _bwd_tile(dy_ptr, h_ptr, dy_off, h_off, mean, rstd, w, mask)
             c_gx = tl.sum(g * xhat, axis=1) / n_cols
             c_g = c_gx * 0.0 if IS_RMS else tl.sum(g, axis=1) / n_cols
             _store_dx(dx_ptr, dh_ptr, g, xhat, c_g, c_gx, rstd, (rows * n_cols)[:, None] + cols[None, :],
@@ -345,8 +345,9 @@ def rows_of(shape: torch.Size, *tensors: torch.Tensor) -> tuple[tuple[torch.Tens
 
 
 def sum_partials(partials: torch.Tensor, out: torch.Tensor) -> None:
-    block_p, block_n = PARTIAL_BLOCK
     n_parts, n_cols = partials.shape
+    block_p = min(64, next_power_of_2(n_parts))
+    block_n = PARTIAL_TILE // block_p  # fewer partial rows, wider column blocks: fewer programs
     Launch("norm_bwd_sum_partials", _sum_partials_kernel, (cdiv(n_cols, block_n),),
            (partials, out, n_parts, n_cols), dict(BLOCK_P=block_p, BLOCK_N=block_n), num_warps=4, num_stages=1)()
 

@@ -81,7 +81,8 @@ def _check(x, weight, residual, eps, weight_offset):
 
 _RMS_NORM = Op(
     "rms_norm", forward=rms_norm_fwd,
-    forward_schema="(Tensor x, Tensor? weight, Tensor? residual, float eps, float weight_offset) -> (Tensor, Tensor, Tensor)",
+    forward_schema=("(Tensor x, Tensor? weight, Tensor? residual, float eps, float weight_offset) "
+                    "-> (Tensor, Tensor, Tensor)"),
     forward_fake=_fwd_fake, setup_context=_setup_context, backward=_backward,
     backward_launcher=rms_norm_bwd,
     backward_schema=("(Tensor dy, Tensor? dh, Tensor h, Tensor? weight, Tensor rstd, float weight_offset) "
