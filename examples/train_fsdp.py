@@ -209,11 +209,12 @@ def main(argv: list[str] | None = None) -> None:
         result = train(args)
         result.pop("model")
         if dist.get_rank() == 0:
+            unit = "GPU" if torch.cuda.is_available() else "rank"
             peak = "n/a (CPU)" if result["peak_memory_gib"] is None else f"{result['peak_memory_gib']:.1f} GiB"
-            print(f"train_fsdp: config {args.config} ({result['params'] / 1e9:.2f}B params), {result['world']} GPU(s), "
-                  f"{args.batch}x{args.seq} x{args.grad_accum} per GPU, patch={args.patch}, compile={args.compile}, "
-                  f"checkpointing={args.checkpointing}: {result['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
-                  f"{result['step_s'] * 1e3:.1f} ms/step, peak {peak} per GPU, "
+            print(f"train_fsdp: config {args.config} ({result['params'] / 1e9:.2f}B params), {result['world']} {unit}(s), "
+                  f"{args.batch}x{args.seq} x{args.grad_accum} per {unit}, patch={args.patch}, compile={args.compile}, "
+                  f"checkpointing={args.checkpointing}: {result['tokens_per_s_per_gpu']:,.0f} tokens/s per {unit}, "
+                  f"{result['step_s'] * 1e3:.1f} ms/step, peak {peak} per {unit}, "
                   f"loss {result['losses'][0]:.4f} -> {result['losses'][-1]:.4f}", flush=True)
             if args.json:
                 with open(args.json, "w") as f:

@@ -341,6 +341,4 @@ def _fsdp_worker(rank: int, world: int, patch: str) -> None:
 
 def test_fsdp_training_matches_one_process(run_on_ranks):
     pytest.importorskip("transformers", reason="the FSDP example trains a Hugging Face Llama")
-    # Attention alone: FSDP2 hands every op plain unsharded tensors, so the other ops add
-    # interpreter time and no new composition (the GPU run patches them all).
-    run_on_ranks(_fsdp_worker, "attention")
+    run_on_ranks(_fsdp_worker, "tritonkit")
