@@ -75,16 +75,16 @@ if one and two:
     ratio = two["tokens_per_s_per_gpu"] / one["tokens_per_s_per_gpu"]
     gaps = [abs(a - b) for a, b in zip(one["losses"], two["losses"])]
     worst = max(range(len(gaps)), key=gaps.__getitem__)
-    print(f"FSDP2 config A, patch={two['patch']}, compile={two['compile']} (bar: tokens/s per GPU >= 0.9x one GPU)")
+    print(f"FSDP2 config {two['config']}, patch={two['patch']}, compile={two['compile']} (bar: tokens/s per GPU >= 0.9x one GPU)")
     for r in (one, two):
         print(f"  {r['world']} GPU(s): {r['tokens_per_s_per_gpu']:10,.0f} tokens/s per GPU  "
-              f"{r['step_s'] * 1e3:7.1f} ms/step  peak {r['peak_memory_gib']:5.1f} GiB  "
+              f"{r['step_s'] * 1e3:7.1f} ms/step  peak {r['peak_memory_gib'] or 0:5.1f} GiB  "
               f"loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
     print(f"  ratio {ratio:.3f}x;  loss curves: largest gap {gaps[worst]:.2e} at step {worst} "
           f"({gaps[worst] / one['losses'][worst]:.1e} relative)")
 big = load("fsdp_8b.json")
 if big:
     print(f"FSDP2 8b ({big['params'] / 1e9:.2f}B params) on {big['world']} GPUs with checkpointing: "
-          f"{big['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, peak {big['peak_memory_gib']:.1f} GiB, "
+          f"{big['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, peak {big['peak_memory_gib'] or 0:.1f} GiB, "
           f"loss {big['losses'][0]:.4f} -> {big['losses'][-1]:.4f}")
 PY

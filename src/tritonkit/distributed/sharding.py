@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor.placement_types import Placement
 
 from .._op import DECLARED
@@ -195,28 +196,32 @@ _ATTENTION_WHY = ("attention runs locally on shards of the batch (dim 0) or of t
                   "for the sequence use tritonkit.distributed.ring_attention")
 
 
-def _attention_strategies(op: str, named: dict, tail: int, outputs: int):
-    """Strategies for an attention op whose (B, heads, N, D) arguments are `named` (in order),
-    followed by the lse (B, H, N) for the backward, then `tail` non-tensor arguments."""
-    for name, spec in named.items():
+def _attention_strategies(op: str, names: Sequence[str], args: tuple, outputs: int):
+    """Strategies for an attention op whose leading arguments, named `names`, are (B, heads,
+    N, D) tensors; the arguments after them are options, or (B, H, N) tensors such as the
+    log-sum-exp, which shard along the same batch and head dims. Outputs likewise."""
+    for name, spec in zip(names, args):
         if spec.ndim == 4:
             _only_shard(op, name, spec, (0, 1), _ATTENTION_WHY)
             _even(op, name, spec, 1, "heads")
-    tensors = len(named)
-    strategies = [(_same(Replicate(), outputs), _same(Replicate(), tensors) + [None] * tail)]
-    for d in (0, 1):  # batch; heads (the lse (B, H, N) shards the same two dims)
-        strategies.append((_same(Shard(d), outputs), _same(Shard(d), tensors) + [None] * tail))
+
+    def placements(p):
+        return [p if isinstance(a, DTensorSpec) else None for a in args]
+
+    strategies = [(_same(Replicate(), outputs), placements(Replicate()))]
+    for d in (0, 1):  # batch; heads
+        strategies.append((_same(Shard(d), outputs), placements(Shard(d))))
     return strategies
 
 
 @_rule("attention_fwd")
-def _attention_fwd_sharding(q, k, v, causal, scale):
-    return _attention_strategies("attention", dict(q=q, k=k, v=v), 2, 2)
+def _attention_fwd_sharding(q, k, v, *options):
+    return _attention_strategies("attention", ("q", "k", "v"), (q, k, v, *options), 2)
 
 
 @_rule("attention_bwd")
-def _attention_bwd_sharding(do, q, k, v, o, lse, causal, scale):
-    return _attention_strategies("attention backward", dict(do=do, q=q, k=k, v=v, o=o, lse=lse), 2, 3)
+def _attention_bwd_sharding(do, q, k, v, o, lse, *options):
+    return _attention_strategies("attention backward", ("do", "q", "k", "v", "o"), (do, q, k, v, o, lse, *options), 3)
 
 
 # Norms: rows are independent, so any dim but the normalised last one may be sharded (the
