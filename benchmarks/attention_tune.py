@@ -289,16 +289,14 @@ def bwd_kernels():
 
 
 def bwd_streams():
-    """The whole backward with dQ launched beside dK/dV (A.CONCURRENT_DQ) and after it."""
+    """The whole backward with dQ launched beside dK/dV (concurrent_dq=True) and after it."""
     print("\nbackward TFLOP/s, dQ on a side stream (concurrent) and after dK/dV (sequential), fixed configs")
     for label, causal, work, q, k, v, do, o, lse in bwd_cases():
         got, tf = {}, {}
         for mode in (True, False):
-            A.CONCURRENT_DQ = mode
-            run = lambda: A.attention_bwd(do, q, k, v, o, lse, causal)
+            run = lambda: A.attention_bwd(do, q, k, v, o, lse, causal, concurrent_dq=mode)
             got[mode] = run()
             tf[mode] = work / bench(run) / 1e9
-        A.CONCURRENT_DQ = True
         same = all(torch.equal(a, b) for a, b in zip(got[True], got[False]))
         print(f"{label:<22} concurrent {tf[True]:6.1f}  sequential {tf[False]:6.1f}  ratio {tf[True] / tf[False]:.3f}"
               f"  bitwise equal: {same}")

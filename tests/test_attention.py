@@ -1,8 +1,8 @@
 """tritonkit.attention, forward: against a float64 reference, with SDPA's error as the yardstick.
 
-Under the interpreter (CPU), bf16 operands of tl.dot are upcast to fp32 inside the kernel
-(Triton 3.6's interpreter multiplies two bf16 operands wrongly; the launcher sets the
-kernel's DOT_FP32 flag there only), and fp32 -> bf16 casts truncate, so bf16 results are
+Under the interpreter (CPU), bf16 operands of tl.dot are widened to fp32 (Triton 3.6's
+interpreter multiplies two bf16 operands wrongly; tritonkit._runtime mends its dot there
+only), and fp32 -> bf16 casts truncate, so bf16 results are
 checked with the wider eps of `_tolerance.eps_for`. On the GPU the real bf16 tensor-core
 path runs with the ordinary eps. SDPA runs its math backend on the CPU for the forward
 (see `sdpa` for the gradients' yardstick).
@@ -21,6 +21,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 import tritonkit
 from tritonkit._launch import record_launches
 from tritonkit.ops import attention as attention_module
+from tritonkit.ops.attention import launch as attention_launch
 from tritonkit.ops.attention import TileConfig, attention_fwd, attention_reference
 from tritonkit.registry.attention import packed_qkv
 from _tolerance import assert_close_to_reference, eps_for
@@ -54,12 +55,12 @@ CASE_PARAMS = [pytest.param(*case, id=why) for case, why in CASES.items()]
 def poison_outputs(monkeypatch):
     """Every output tensor the launchers allocate starts as NaN: an element the kernel
     fails to write shows up as a NaN the reference does not have."""
-    original = attention_module._empty_like_order
+    original = attention_launch._empty_like_order
 
     def poisoned(like, shape, dtype):
         return original(like, shape, dtype).fill_(float("nan"))
 
-    monkeypatch.setattr(attention_module, "_empty_like_order", poisoned)
+    monkeypatch.setattr(attention_launch, "_empty_like_order", poisoned)
     monkeypatch.setenv("TRITONKIT_AUTOTUNE", "0")  # tests run the fixed config, never the tuner
 
 
@@ -364,7 +365,7 @@ def test_fixed_forward_tile_follows_head_dim_and_keys_a_row_sees(device):
 @pytest.mark.parametrize("N, causal", [(2048, False), (4096, True), (16384, False)])
 def test_tuner_tries_the_fixed_tile_first(N, causal, monkeypatch, device):
     # The autotuner's pruner puts the fixed tile of the call's length first, reading the
-    # length bucket from the runtime arguments as Autotuner.prune_configs passes them.
+    # lengths from the runtime arguments as Autotuner.prune_configs passes them.
     monkeypatch.setenv("TRITONKIT_AUTOTUNE", "1")
     q = torch.empty(1, 2, N, 128, dtype=torch.bfloat16, device=device)  # only recorded
     launch = recorded_fwd(q, q, q, causal=causal)
@@ -382,7 +383,7 @@ def test_tuner_tries_the_fixed_tile_first(N, causal, monkeypatch, device):
 def test_tuner_tries_the_configs_of_the_chosen_path():
     with record_launches(execute=False):  # the GPU's fixed configs
         for block_d, n_bucket in [(d, n) for d in (64, 128, 256) for n in (1024, 16384)]:
-            named = {"N_BUCKET": n_bucket}  # runtime arguments reach the pruner by name
+            named = {"Nq": n_bucket, "Nk": n_bucket}  # runtime arguments reach the pruner by name
             tma = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, named,
                                               BLOCK_D=block_d, USE_TMA=True, CAUSAL=False)
             pointer = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, named,

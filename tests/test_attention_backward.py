@@ -2,8 +2,8 @@
 upstream gradient, against float64 reference gradients, with SDPA's error as the yardstick;
 determinism; the module API; and the torch.compile(fullgraph=True) trace.
 
-Interpreter notes as in test_attention.py: bf16 operands of tl.dot go through fp32 under
-the interpreter only, and its truncating bf16 casts get the wider gradient eps.
+Interpreter notes as in test_attention.py: bf16 operands of tl.dot are widened to fp32
+under the interpreter only, and its truncating bf16 casts get the wider gradient eps.
 """
 
 import copy
@@ -200,17 +200,15 @@ def test_backward_descriptors_take_the_tile_of_the_config_that_launches():
 
 
 @pytest.mark.gpu
-def test_concurrent_dq_matches_sequential(monkeypatch, device):
+def test_concurrent_dq_matches_sequential(device):
     # dQ on a side stream beside dK/dV gives bitwise the gradients of the two passes in turn,
     # and the current stream sees them without a synchronize (GQA and causal: every pass busy).
     q, k, v = make_qkv(2, 8, 2, 1000, 1100, 128, torch.bfloat16, device)
     do = torch.randn_like(q)
     o, lse = attention_fwd(q, k, v, True)
-    monkeypatch.setattr(attention_module, "CONCURRENT_DQ", False)
-    sequential = attention_bwd(do, q, k, v, o, lse, True)
-    monkeypatch.setattr(attention_module, "CONCURRENT_DQ", True)
+    sequential = attention_bwd(do, q, k, v, o, lse, True, concurrent_dq=False)
     for _ in range(3):
-        concurrent = attention_bwd(do, q, k, v, o, lse, True)
+        concurrent = attention_bwd(do, q, k, v, o, lse, True, concurrent_dq=True)
         sums = [t.float().sum() for t in concurrent]   # read on the current stream at once
         assert all(torch.equal(a, b) for a, b in zip(concurrent, sequential))
         assert all(torch.equal(s, t.float().sum()) for s, t in zip(sums, sequential))

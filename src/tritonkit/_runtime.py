@@ -62,3 +62,38 @@ def check_device(name: str, t: torch.Tensor) -> None:
                              "interpreter here and needs CPU tensors")
     elif t.device.type != "cuda":
         raise ValueError(f"{name} is on {t.device}; tritonkit's kernels need CUDA tensors")
+
+
+def _interpreter_dots_take_bf16_as_numbers() -> None:
+    """Make the interpreter's tl.dot right for bfloat16 operands, once, for every kernel.
+
+    Triton 3.6's interpreter stores bfloat16 tensors as their uint16 bits and hands those
+    bits to numpy.matmul as integers (InterpreterBuilder.create_dot), so a dot of two bf16
+    tiles comes out wrong. Here bf16 operands are widened to float32 first, through the
+    interpreter's own cast: bf16 values are exact in float32 and the product is accumulated
+    in float32, as tensor cores do. Compiled kernels are untouched (kernels call tl.dot
+    plainly; `tritonkit inspect` compiles what a GPU runs). Where the interpreter lacks
+    these internals nothing is changed (and bf16 dots are as that Triton computes them).
+    """
+    try:
+        import triton.language as tl
+        from triton.runtime.interpreter import InterpreterBuilder
+    except ImportError:
+        return
+    original = getattr(InterpreterBuilder, "create_dot", None)
+    if original is None or getattr(original, "widens_bf16", False) or not hasattr(InterpreterBuilder, "cast_impl"):
+        return
+
+    def create_dot(self, a, b, *rest):
+        if a.dtype.scalar == tl.bfloat16:
+            a = self.cast_impl(a, tl.float32)
+        if b.dtype.scalar == tl.bfloat16:
+            b = self.cast_impl(b, tl.float32)
+        return original(self, a, b, *rest)
+
+    create_dot.widens_bf16 = True
+    InterpreterBuilder.create_dot = create_dot
+
+
+if INTERPRETED and not _SWITCHED_TOO_LATE:
+    _interpreter_dots_take_bf16_as_numbers()
