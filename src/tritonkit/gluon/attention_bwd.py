@@ -510,7 +510,8 @@ def attention_bwd_gluon(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
     returns them (each like its input in dtype, shape and memory order), deterministic. Call
     only where `supported(do, q, k, v, o, lse, causal, scale)` is true; inputs are not
     validated again here."""
-    from ..ops.attention import _attn_bwd_preprocess_kernel, _empty_like_order
+    from ..ops.attention.backward import _attn_bwd_preprocess_kernel
+    from ..ops.attention.launch import _empty_like_order
 
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]

@@ -441,7 +441,7 @@ def attention_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
     returns them (o like q in q's dtype and memory order, lse (B, H, Nq) float32, natural
     log). Call only where `supported(q, k, v, causal, scale)` is true; inputs are not
     validated again here."""
-    from ..ops.attention import _empty_like_order   # the Triton launcher's output layout
+    from ..ops.attention.launch import _empty_like_order   # the Triton launcher's output layout
 
     B, H, Nq, D = q.shape
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
