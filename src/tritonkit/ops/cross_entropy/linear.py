@@ -16,9 +16,10 @@ before both products, so the forward keeps only each row's log-sum-exp and the b
 recomputes the chunks' logits: a fourth matrix product, the price of exact gradients there.
 
 Memory (bf16, vocabulary V, hidden H, T tokens): grad_weight V*H*2 bytes (the output itself),
-grad_hidden T*H*2, and one chunk buffer of CHUNK_BYTES: at V = 128256, H = 4096, T = 8192,
-0.98 GiB + 64 MiB + 128 MiB (512 tokens of 250.5 KiB). grad_weight is accumulated in weight's
-dtype: an fp32 accumulator would double the largest term.
+grad_hidden T*H*2, and one chunk buffer (chunk_tokens rows, by default CHUNK_BYTES): at
+V = 128256, H = 4096, T = 8192, 0.98 GiB + 64 MiB + 125 MiB (512 tokens of 250.5 KiB). The
+eager backward returns those same gradients (no second buffer). grad_weight is accumulated
+in weight's dtype: an fp32 accumulator would double the largest term.
 """
 
 from __future__ import annotations
