@@ -7,6 +7,7 @@ import torch
 import tritonkit
 from tritonkit.ops.cross_entropy import (cross_entropy_bwd, cross_entropy_fwd, cross_entropy_reference,
                                          linear_cross_entropy_fwd, linear_cross_entropy_reference)
+from tritonkit.ops.cross_entropy import linear
 from tritonkit.ops.cross_entropy.linear import _LINEAR_CROSS_ENTROPY, chunk_tokens_for
 from _tolerance import assert_close_to_reference, eps_for
 from conftest import ON_GPU
@@ -153,14 +154,8 @@ def lce_inputs(tokens, hidden, vocab, bias, dtype, device):
 def check_lce(h, w, target, b, reduction, ls, softcap, chunk_tokens=None):
     opts = dict(ignore_index=IGNORE, label_smoothing=ls, reduction=reduction, softcap=softcap)
     inputs = [leaf(h), leaf(w)] + ([leaf(b)] if b is not None else [])
-    if chunk_tokens is None:
-        loss = tritonkit.linear_cross_entropy(inputs[0], inputs[1], target, bias=inputs[2] if b is not None else None,
-                                              **opts)
-    else:  # the Op with a forced chunk size: the public function always takes the default
-        loss = _LINEAR_CROSS_ENTROPY(inputs[0].flatten(0, -2), inputs[1], target.flatten(),
-                                     inputs[2] if b is not None else None, IGNORE, ls, reduction, softcap,
-                                     True, True, b is not None, chunk_tokens)[0]
-        loss = loss.view(target.shape) if reduction == "none" else loss
+    loss = tritonkit.linear_cross_entropy(inputs[0], inputs[1], target, bias=inputs[2] if b is not None else None,
+                                          chunk_tokens=chunk_tokens, **opts)
     assert loss.dtype == torch.float32
     theirs_in = [leaf(t) for t in inputs]
     ref_in = [leaf(t.double()) for t in inputs]
@@ -256,13 +251,59 @@ def test_roads_agree_for_saved_gradients(reduction, device):
         assert torch.equal(a, c)
 
 
-def test_second_backward_is_refused(device):
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_upstream_one_returns_the_saved_gradients(reduction, device, monkeypatch):
+    # loss.backward()'s upstream 1: the eager backward hands back the very tensors the forward
+    # made (no copy, no pass over grad_weight, no second weight-sized buffer), into .grad too.
+    made = []
+    chunked = linear._chunked
+
+    def spy(*args, **kwargs):
+        out = chunked(*args, **kwargs)
+        made.append([g.data_ptr() for g in out])
+        return out
+
+    monkeypatch.setattr(linear, "_chunked", spy)
+    h, w, b = lce_inputs(7, 12, 400, True, torch.bfloat16, device)
+    target = make_target(7, 400, "some", device)
+    inputs = [leaf(h), leaf(w), leaf(b)]
+    grads = torch.autograd.grad(tritonkit.linear_cross_entropy(*inputs[:2], target, bias=inputs[2],
+                                                               reduction=reduction, chunk_tokens=3), inputs)
+    assert [g.data_ptr() for g in grads] == made[-1]
+    tritonkit.linear_cross_entropy(*inputs[:2], target, bias=inputs[2], reduction=reduction,
+                                   chunk_tokens=3).backward()
+    assert [t.grad.data_ptr() for t in inputs] == made[-1]
+    for ours, again in zip(grads, (t.grad for t in inputs)):
+        assert torch.equal(ours, again)
+
+
+@pytest.mark.parametrize("scale", [0.37, -2.0, 0.0])
+def test_upstream_scale_is_exact(scale, device):
+    # Any other upstream gradient: the gradients for 1, multiplied in float32 and rounded once
+    # (what torch's own multiply by the fp32 scale gives), still in the forward's tensors.
+    h, w, b = lce_inputs(7, 12, 400, True, torch.bfloat16, device)
+    target = make_target(7, 400, "some", device)
+    inputs = [leaf(h), leaf(w), leaf(b)]
+    ones = torch.autograd.grad(tritonkit.linear_cross_entropy(*inputs[:2], target, bias=inputs[2]), inputs)
+    up = torch.tensor(scale, device=device)
+    scaled = torch.autograd.grad(tritonkit.linear_cross_entropy(*inputs[:2], target, bias=inputs[2]), inputs, up)
+    for one, ours in zip(ones, scaled):
+        assert torch.equal(ours, (one.float() * up).to(one.dtype))
+
+
+def test_second_backward(device):
+    # After an upstream of 1 the saved gradients are untouched and a second backward through
+    # the same graph is right; after another upstream they were scaled in place: refused.
     h, w, _ = lce_inputs(4, 8, 100, False, torch.float32, device)
     x = leaf(h)
     loss = tritonkit.linear_cross_entropy(x, w, make_target(4, 100, "none", device))
-    loss.backward(retain_graph=True)
+    (first,) = torch.autograd.grad(loss, x, retain_graph=True)
+    first = first.clone()
+    (second,) = torch.autograd.grad(loss, x, retain_graph=True)
+    assert torch.equal(first, second)
+    torch.autograd.grad(loss, x, torch.tensor(2.0, device=device), retain_graph=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        loss.backward()
+        torch.autograd.grad(loss, x)
 
 
 def test_module(device):
@@ -270,7 +311,7 @@ def test_module(device):
     h = h.view(2, 7, 16)
     target = make_target(14, 300, "some", device).view(2, 7)
     loss_fn = tritonkit.nn.LinearCrossEntropyLoss(ignore_index=IGNORE, label_smoothing=0.1, reduction="none",
-                                                   softcap=20)  # an int softcap is a float option too
+                                                   softcap=20, chunk_tokens=4)  # an int softcap is a float option too
     assert loss_fn.state_dict() == {} and list(loss_fn.parameters()) == []
     assert loss_fn.state_dict().keys() == torch.nn.CrossEntropyLoss().state_dict().keys()
     ours = loss_fn(h, w, target, b)
@@ -323,6 +364,10 @@ def test_bad_input(device):
         lce(h, w, target, label_smoothing=1.5)
     with pytest.raises(ValueError, match="softcap"):
         lce(h, w, target, softcap=0.0)
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        lce(h, w, target, chunk_tokens=0)
+    with pytest.raises(TypeError, match="chunk_tokens"):
+        lce(h, w, target, chunk_tokens=2.0)
     logits = torch.randn(4, 50, device=device)
     with pytest.raises(TypeError, match="target"):
         tritonkit.cross_entropy(logits, target.to(torch.int16))

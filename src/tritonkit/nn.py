@@ -176,21 +176,22 @@ class LinearCrossEntropyLoss(torch.nn.Module):
         loss = loss_fn(hidden[:, :-1], model.lm_head.weight, input_ids[:, 1:])
 
     forward(hidden (..., H), weight (V, H), target (...), bias (V,) or None) -> the loss:
-    () for mean and sum, target's shape for none; float32.
+    () for mean and sum, target's shape for none; float32. chunk_tokens: tokens per chunk of
+    logits, memory against time (see `tritonkit.linear_cross_entropy`); None for the default.
     """
 
     def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean",
-                 softcap: float | None = None):
+                 softcap: float | None = None, chunk_tokens: int | None = None):
         super().__init__()
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
-        self.reduction, self.softcap = reduction, softcap
+        self.reduction, self.softcap, self.chunk_tokens = reduction, softcap, chunk_tokens
 
     def forward(self, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                 bias: torch.Tensor | None = None) -> torch.Tensor:
         return linear_cross_entropy(hidden, weight, target, bias=bias, ignore_index=self.ignore_index,
                                     label_smoothing=self.label_smoothing, reduction=self.reduction,
-                                    softcap=self.softcap)
+                                    softcap=self.softcap, chunk_tokens=self.chunk_tokens)
 
     def extra_repr(self) -> str:
         return (f"ignore_index={self.ignore_index}, label_smoothing={self.label_smoothing}, "
-                f"reduction={self.reduction!r}, softcap={self.softcap}")
+                f"reduction={self.reduction!r}, softcap={self.softcap}, chunk_tokens={self.chunk_tokens}")

@@ -16,9 +16,10 @@ before both products, so the forward keeps only each row's log-sum-exp and the b
 recomputes the chunks' logits: a fourth matrix product, the price of exact gradients there.
 
 Memory (bf16, vocabulary V, hidden H, T tokens): grad_weight V*H*2 bytes (the output itself),
-grad_hidden T*H*2, and one chunk buffer of CHUNK_BYTES: at V = 128256, H = 4096, T = 8192,
-0.98 GiB + 64 MiB + 128 MiB (512 tokens of 250.5 KiB). grad_weight is accumulated in weight's
-dtype: an fp32 accumulator would double the largest term.
+grad_hidden T*H*2, and one chunk buffer (chunk_tokens rows, by default CHUNK_BYTES): at
+V = 128256, H = 4096, T = 8192, 0.98 GiB + 64 MiB + 125 MiB (512 tokens of 250.5 KiB). The
+eager backward returns those same gradients (no second buffer). grad_weight is accumulated
+in weight's dtype: an fp32 accumulator would double the largest term.
 """
 
 from __future__ import annotations
@@ -85,7 +86,13 @@ def _check(hidden, weight, target, bias, chunk_tokens):
             raise ValueError(f"bias has shape {tuple(bias.shape)}; expected ({weight.shape[0]},)")
         same_dtype("bias", bias, "hidden", hidden)
         check_same_device(hidden=hidden, bias=bias)
-    if chunk_tokens is not None and (not isinstance(chunk_tokens, int) or chunk_tokens < 1):
+    check_chunk_tokens(chunk_tokens)
+
+
+def check_chunk_tokens(chunk_tokens: object) -> None:
+    if chunk_tokens is not None and (not isinstance(chunk_tokens, int) or isinstance(chunk_tokens, bool)):
+        raise TypeError(f"chunk_tokens must be None or a positive int, got {type(chunk_tokens).__name__}")
+    if chunk_tokens is not None and chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be None or a positive int, got {chunk_tokens!r}")
 
 
@@ -165,14 +172,27 @@ def linear_cross_entropy_bwd(grad_loss: torch.Tensor, hidden: torch.Tensor, weig
                              softcap: float | None = None, want_hidden: bool = True, want_weight: bool = True,
                              want_bias: bool = True, chunk_tokens: int | None = None, *, in_place: bool = False):
     """Launcher for the backward pass: (grad_hidden, grad_weight, grad_bias), empty where not
-    wanted. Mean and sum: the forward's gradients times the 0-d grad_loss (multiplied in place
-    with in_place, which the eager road uses: no second weight-sized buffer). None: the chunks
-    are recomputed and each row's dlogits scaled by its grad_loss before the products."""
+    wanted. Mean and sum: the forward's gradients times the 0-d grad_loss. With in_place (the
+    eager road) grad_loss is read on the host (one sync) and the forward's tensors are returned
+    themselves, untouched when it is 1 and multiplied in place otherwise: no second
+    weight-sized buffer. Without (the custom op), new tensors. None: the chunks are recomputed
+    and each row's dlogits scaled by its grad_loss before the products."""
     if reduction != "none":
         if grad_loss.dim() != 0:
             raise ValueError(f"grad_loss has shape {tuple(grad_loss.shape)}; reduction={reduction!r} gives a 0-d loss")
-        scaled = [g.mul_(grad_loss) if in_place else g * grad_loss for g in (grad_hidden, grad_weight, grad_bias)]
-        return tuple(scaled)
+        grads = (grad_hidden, grad_weight, grad_bias)
+        if not in_place:
+            # The custom op (torch.compile's road) may not alias or mutate its inputs: new tensors.
+            return tuple(g * grad_loss for g in grads)
+        # One host sync: reading the scale lets loss.backward()'s upstream 1 return the saved
+        # gradients untouched (no pass over grad_weight), and any other scale multiply as a
+        # host scalar (a vectorised kernel; a 0-d fp32 device tensor against bf16 takes
+        # torch's slower mixed-dtype path). Both compute float(g) * scale rounded once.
+        scale = grad_loss.item()
+        if scale != 1.0:
+            for g in grads:
+                g.mul_(scale)
+        return grads
     _check(hidden, weight, target, bias, chunk_tokens)
     if grad_loss.shape != (hidden.shape[0],):
         raise ValueError(f"grad_loss has shape {tuple(grad_loss.shape)}; expected ({hidden.shape[0]},) for "
@@ -192,8 +212,10 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(bwd, ctx, grad_loss, *_):
-    # The eager launcher scales the saved gradients in place (mul_ bumps their version), so a
-    # second backward through the same graph (retain_graph) is refused by autograd, not wrong.
+    # The eager launcher returns the saved gradients themselves, scaled in place when the
+    # upstream gradient is not 1 (mul_ bumps their version: a second backward through the same
+    # graph is then refused by autograd, not wrong; so is one after the caller modified a
+    # returned gradient in place, e.g. an optimizer step on weight.grad).
     grads = bwd(grad_loss, *ctx.saved_tensors, *ctx.options)
     return (*(g if w else None for g, w in zip(grads[:2], ctx.wants[:2])), None,
             grads[2] if ctx.wants[2] else None, *([None] * 8))
@@ -246,7 +268,8 @@ _LINEAR_CROSS_ENTROPY = Op(
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *,
                          bias: torch.Tensor | None = None, ignore_index: int = -100, label_smoothing: float = 0.0,
-                         reduction: str = "mean", softcap: float | None = None) -> torch.Tensor:
+                         reduction: str = "mean", softcap: float | None = None,
+                         chunk_tokens: int | None = None) -> torch.Tensor:
     """``F.cross_entropy(softcap(F.linear(hidden, weight, bias).float()), target, ...)`` without
     ever holding the (tokens x vocabulary) logits; differentiable in hidden, weight and bias.
 
@@ -258,10 +281,19 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     (no class weights); a mean over only ignored targets is NaN, as in torch. The result is
     float32: () for mean and sum, target's shape for none.
 
-    Memory beyond the inputs: the gradients themselves and one chunk of logits (128 MiB; see
-    `linear.py`). The gradients are made during the forward when anything requires grad and
-    scaled by the upstream gradient in the backward, in place (so a second backward through
-    the same graph raises); reduction="none" recomputes the chunks in the backward instead.
+    chunk_tokens: tokens per chunk of logits (a positive int), the trade of memory for time:
+    the default, None, takes 128 MiB of logits (512 tokens at V = 128256 in bf16). Memory
+    beyond the inputs is the gradients themselves plus chunk_tokens * V * element size; below
+    ~330 tokens on an H200 the grad_weight product is bound by memory and the call slows
+    (docs/block-ops.md has the arithmetic). 256 matches Liger Kernel's memory at Llama-3's
+    head; larger chunks than the default buy little time.
+
+    The gradients are made during the forward when anything requires grad; the backward
+    reads the upstream gradient on the host (one sync) and returns them as they are when it
+    is 1 (loss.backward()), else multiplied in place (a second backward through the same graph
+    then raises). Under torch.compile the backward returns new, scaled tensors (a custom op may
+    not mutate what it saved): a second weight-sized buffer there. reduction="none" recomputes
+    the chunks in the backward instead.
 
     Raises TypeError for a float target or mismatched dtypes, ValueError for shape mismatches,
     bad options, and (CPU tensors, where checking costs no host sync) target values out of
@@ -273,9 +305,10 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
         raise ValueError(f"target has shape {tuple(target.shape)} but hidden has {tuple(hidden.shape)}; "
                          "target must have hidden's shape without its last dim")
     check_options(ignore_index, label_smoothing, reduction, softcap)
+    check_chunk_tokens(chunk_tokens)
     label_smoothing, softcap = as_float_options(label_smoothing, softcap)
     grad_on = torch.is_grad_enabled()
     wants = [grad_on and isinstance(t, torch.Tensor) and t.requires_grad for t in (hidden, weight, bias)]
     loss = _LINEAR_CROSS_ENTROPY(hidden.reshape(-1, hidden.shape[-1]), weight, target.reshape(-1), bias,
-                                 ignore_index, label_smoothing, reduction, softcap, *wants, None)[0]
+                                 ignore_index, label_smoothing, reduction, softcap, *wants, chunk_tokens)[0]
     return loss.reshape(target.shape) if reduction == "none" else loss
