@@ -19,13 +19,14 @@ Arithmetic is float32. The backward recomputes act(gate) rather than saving it.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from .._checks import check_same_device, check_tensor
+from .._checks import check_meta, check_same_device, check_tensor, meta_of
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
 from .._op import Op
@@ -177,45 +178,78 @@ def _tile_config(n_rows: int, n_cols: int, backward: bool) -> tuple[int, int, in
     return block_m, block_n, 8 if backward else 4
 
 
-def _launch(gate, up, dout, out, dup, activation: int, backward: bool) -> None:
-    shape = out.shape
-    sizes, strides = collapse_dims(shape, *(t.stride() for t in (gate, up, dout, out, dup)))
+@functools.lru_cache(maxsize=1024)
+def _plan(shape: tuple[int, ...], strides: tuple[tuple[int, ...], ...], activation: int, precise: bool,
+          backward: bool) -> tuple | None:
+    """(grid, the kernel's integer arguments, its constexprs, num_warps) for tensors of this
+    shape and these strides (gate, up, dout, out, dup), worked out once per layout; None where
+    their dims do not collapse into ROW_DIMS row dims and a column dim."""
+    sizes, strides = collapse_dims(shape, *strides)
     if len(sizes) > ROW_DIMS + 1:
-        # Rare: inputs whose dims no stride pattern merges into four: run on contiguous copies
-        # (the outputs, made here, always merge).
-        _launch(gate.contiguous(), up.contiguous(), dout.contiguous(), out, dup, activation, backward)
-        return
+        return None
     n_cols = sizes[-1]
-    n_rows = out.numel() // n_cols
+    n_rows = math.prod(sizes[:-1])
     row_sizes = pad_front(sizes[:-1], ROW_DIMS, 1)[1:]
     strides = [s for st in strides for s in (*pad_front(st[:-1], ROW_DIMS, 0), st[-1])]
     block_m, block_n, num_warps = _tile_config(n_rows, n_cols, backward)
-    Launch(
-        "gated_bwd" if backward else "gated_fwd", _gated_kernel,
-        (cdiv(n_rows, block_m) * cdiv(n_cols, block_n),),
-        (gate, up, dout, out, dup, n_rows, n_cols, *row_sizes, *strides),
-        dict(BLOCK_M=block_m, BLOCK_N=block_n, ACTIVATION=activation,
-             PRECISE=gate.dtype == torch.float32 and not INTERPRETED, BACKWARD=backward),
-        num_warps=num_warps, num_stages=1,
-    )()
+    return ((cdiv(n_rows, block_m) * cdiv(n_cols, block_n),), (n_rows, n_cols, *row_sizes, *strides),
+            dict(BLOCK_M=block_m, BLOCK_N=block_n, ACTIVATION=activation, PRECISE=precise, BACKWARD=backward),
+            num_warps)
 
 
-def _split(gate: torch.Tensor, up: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(gate, up) as two views of one shape; with up None, gate's last dim holds [gate, up]."""
-    check_tensor("gate", gate)
+def _launch(shape, gate, up, dout, out, dup, activation: int, backward: bool) -> None:
+    """Launch over `shape`. gate and out may be packed [gate, up] tensors, whose first half
+    (the same strides and first element) is what the kernel walks."""
+    plan = _plan(shape, (gate.stride(), up.stride(), dout.stride(), out.stride(), dup.stride()), activation,
+                 gate.dtype == torch.float32 and not INTERPRETED, backward)
+    if plan is None:
+        # Rare: inputs whose dims no stride pattern merges into four: run on contiguous copies
+        # (the outputs, made here, always merge).
+        n = shape[-1]
+        _launch(shape, *(t[..., :n].contiguous() for t in (gate, up, dout)), out, dup, activation, backward)
+        return
+    grid, ints, constexprs, num_warps = plan
+    Launch("gated_bwd" if backward else "gated_fwd", _gated_kernel, grid, (gate, up, dout, out, dup, *ints),
+           constexprs, num_warps=num_warps, num_stages=1)()
+
+
+def _validate(gate: tuple, up: tuple | None) -> None:
+    """Raise for a gate and up (their meta_of; up None for packed) the ops refuse."""
+    check_meta("gate", gate[2], gate[3])
     if up is None:
-        if gate.dim() == 0 or gate.shape[-1] % 2:
-            raise ValueError(f"gate of shape {tuple(gate.shape)} was given without up, so its last dim must "
+        if len(gate[0]) == 0 or gate[0][-1] % 2:
+            raise ValueError(f"gate of shape {tuple(gate[0])} was given without up, so its last dim must "
                              f"hold [gate, up] and be even")
-        half = gate.shape[-1] // 2
-        return gate[..., :half], gate[..., half:]
-    check_tensor("up", up)
-    check_same_device(gate=gate, up=up)
-    if up.dtype != gate.dtype:
-        raise TypeError(f"up has dtype {up.dtype} but gate has {gate.dtype}; they must match")
-    if up.shape != gate.shape:
-        raise ValueError(f"up has shape {tuple(up.shape)} but gate has {tuple(gate.shape)}; they must match")
-    return gate, up
+        return
+    check_meta("up", up[2], up[3])
+    if up[3] != gate[3]:
+        raise ValueError(f"up is on {up[3]} but gate is on {gate[3]}")
+    if up[2] != gate[2]:
+        raise TypeError(f"up has dtype {up[2]} but gate has {gate[2]}; they must match")
+    if up[0] != gate[0]:
+        raise ValueError(f"up has shape {tuple(up[0])} but gate has {tuple(gate[0])}; they must match")
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_shape(gate: tuple, up: tuple | None) -> tuple[int, ...]:
+    """The output's shape, after _validate: metadata validated once is not validated again."""
+    _validate(gate, up)
+    return _out_shape(gate[0], packed=up is None)
+
+
+def _split(gate: torch.Tensor, up: torch.Tensor | None) -> tuple[tuple[int, ...], torch.Tensor]:
+    """(the output's shape, up): with up None, gate's last dim holds [gate, up] and up is the
+    view of its second half (gate's first half is walked through gate itself)."""
+    if not isinstance(gate, torch.Tensor) or not (up is None or isinstance(up, torch.Tensor)):
+        _check_tensors(gate, up)
+    shape = _checked_shape(meta_of(gate), None if up is None else meta_of(up))
+    return shape, gate.narrow(-1, shape[-1], shape[-1]) if up is None else up
+
+
+def _check_tensors(gate, up) -> None:
+    check_tensor("gate", gate)
+    if up is not None:
+        check_tensor("up", up)
 
 
 def _activation_code(approximate: str) -> int:
@@ -224,17 +258,17 @@ def _activation_code(approximate: str) -> int:
     return _ACTIVATIONS[_APPROXIMATE[approximate]]
 
 
-def _out_shape(gate: torch.Tensor, up: torch.Tensor | None) -> tuple[int, ...]:
-    return tuple(gate.shape) if up is not None else (*gate.shape[:-1], gate.shape[-1] // 2)
+def _out_shape(gate_shape: tuple[int, ...], packed: bool) -> tuple[int, ...]:
+    return (*gate_shape[:-1], gate_shape[-1] // 2) if packed else tuple(gate_shape)
 
 
 def gated_fwd(gate: torch.Tensor, up: torch.Tensor | None, activation: int) -> torch.Tensor:
     """Launcher for the forward pass: act(gate) * up (activation: SILU, GELU_TANH or GELU_ERF),
     contiguous, in gate's dtype."""
-    g, u = _split(gate, up)
-    out = torch.empty(g.shape, dtype=g.dtype, device=g.device)
+    shape, up = _split(gate, up)
+    out = torch.empty(shape, dtype=gate.dtype, device=gate.device)
     if out.numel():
-        _launch(g, u, g, out, out, activation, backward=False)
+        _launch(shape, gate, up, gate, out, out, activation, backward=False)
     return out
 
 
@@ -242,15 +276,26 @@ def gated_bwd(grad_out: torch.Tensor, gate: torch.Tensor, up: torch.Tensor | Non
               activation: int) -> list[torch.Tensor]:
     """Launcher for the backward pass: [dgate, dup], or [d(packed)] when up is None; contiguous,
     in gate's dtype."""
-    g, u = _split(gate, up)
+    shape, _ = _split(gate, up)
     check_tensor("grad_out", grad_out)
     check_same_device(gate=gate, grad_out=grad_out)
-    if grad_out.shape != g.shape:
-        raise ValueError(f"grad_out has shape {tuple(grad_out.shape)} but the output has {tuple(g.shape)}")
-    grads = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in ((gate,) if up is None else (gate, up))]
-    dgate, dup = (grads[0][..., :g.shape[-1]], grads[0][..., g.shape[-1]:]) if up is None else grads
-    if g.numel():
-        _launch(g, u, grad_out, dgate, dup, activation, backward=True)
+    if grad_out.shape != shape:
+        raise ValueError(f"grad_out has shape {tuple(grad_out.shape)} but the output has {shape}")
+    return _gated_bwd_checked(grad_out, gate, up, activation)
+
+
+def _gated_bwd_checked(grad_out, gate, up, activation: int) -> list[torch.Tensor]:
+    """gated_bwd without validation, for the eager backward: gate and up passed the forward's,
+    and autograd hands a gradient of the output's shape, dtype and device."""
+    shape = grad_out.shape
+    dgate = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    if up is None:  # one packed gradient; the kernel writes dgate through its first half
+        grads = [dgate]
+        up, dup = gate.narrow(-1, shape[-1], shape[-1]), dgate.narrow(-1, shape[-1], shape[-1])
+    else:
+        grads = [dgate, dup := torch.empty(up.shape, dtype=up.dtype, device=up.device)]
+    if grad_out.numel():
+        _launch(shape, gate, up, grad_out, dgate, dup, activation, backward=True)
     return grads
 
 
@@ -293,7 +338,7 @@ def geglu_reference(gate: torch.Tensor, up: torch.Tensor | None = None, approxim
 
 
 def _fwd_fake(gate, up, *activation):
-    return gate.new_empty(_out_shape(gate, up))
+    return gate.new_empty(_out_shape(gate.shape, packed=up is None))
 
 
 def _bwd_fake(grad_out, gate, up, *activation):
@@ -309,11 +354,12 @@ def _setup_context(ctx, inputs, output):
 def _backward(bwd, ctx, grad_out):
     gate, up = ctx.saved_tensors
     grads = bwd(grad_out, gate, up, *ctx.activation)
-    return (grads[0], grads[1] if up is not None else None, *(None for _ in ctx.activation))
+    return (grads[0], grads[1] if up is not None else None, *[None] * len(ctx.activation))
 
 
 def _check(gate, up, *activation):
-    _split(gate, up)
+    _check_tensors(gate, up)
+    _validate(meta_of(gate), None if up is None else meta_of(up))
     if activation:
         _activation_code(*activation)
     return (gate, up, *activation)
@@ -322,12 +368,15 @@ def _check(gate, up, *activation):
 _SWIGLU = Op("swiglu", forward=swiglu_fwd, forward_schema="(Tensor gate, Tensor? up) -> Tensor",
              forward_fake=_fwd_fake, setup_context=_setup_context, backward=_backward,
              backward_launcher=swiglu_bwd, backward_schema="(Tensor grad_out, Tensor gate, Tensor? up) -> Tensor[]",
-             backward_fake=_bwd_fake, check=_check)
+             backward_fake=_bwd_fake, check=_check,
+             eager_backward_launcher=lambda grad_out, gate, up: _gated_bwd_checked(grad_out, gate, up, SILU))
 _GEGLU = Op("geglu", forward=geglu_fwd, forward_schema="(Tensor gate, Tensor? up, str approximate) -> Tensor",
             forward_fake=_fwd_fake, setup_context=_setup_context, backward=_backward,
             backward_launcher=geglu_bwd,
             backward_schema="(Tensor grad_out, Tensor gate, Tensor? up, str approximate) -> Tensor[]",
-            backward_fake=_bwd_fake, check=_check)
+            backward_fake=_bwd_fake, check=_check,
+            eager_backward_launcher=lambda grad_out, gate, up, approximate: _gated_bwd_checked(
+                grad_out, gate, up, _activation_code(approximate)))
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
@@ -351,5 +400,4 @@ def geglu(gate: torch.Tensor, up: torch.Tensor | None = None, approximate: str =
     Shapes, dtypes, the packed ``up=None`` form and errors as for ``swiglu``; ValueError for
     another ``approximate``.
     """
-    _activation_code(approximate)
     return _GEGLU(gate, up, approximate)

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import FLOAT_DTYPES, check_same_device, check_tensor
+from .._checks import check_meta, check_tensor, meta_of
 from .._launch import Launch
 from .._layout import cdiv, next_power_of_2
 from .._op import Op
@@ -134,90 +134,158 @@ def _tile_config(n_pos: int, q_heads: int, k_heads: int, head_dim: int, rot: int
                 BLOCK_HALF=block_half, BLOCK_PASS=next_power_of_2(max(1, head_dim - rot)))
 
 
-def _cos_sin_3d(name: str, t: torch.Tensor, batch: int, seq: int) -> torch.Tensor:
-    """cos or sin as a (batch, seq, R) view (size-1 dims broadcast at stride 0). Taken: (N, R),
-    (B or 1, N, R) (Hugging Face's rotary embedding output) and (B or 1, 1, N, R) (that
-    unsqueezed at dim 1, as apply_rotary_pos_emb does), N may be 1."""
-    if t.dim() == 4:
-        if t.shape[1] != 1:
-            raise ValueError(f"{name} has shape {tuple(t.shape)}; a 4-dim {name} must be (B, 1, N, R)")
-        t = t[:, 0]
-    elif t.dim() == 2:
-        t = t.unsqueeze(0)
-    elif t.dim() != 3:
-        raise ValueError(f"{name} has shape {tuple(t.shape)}; expected (N, R), (B, N, R) or (B, 1, N, R)")
-    if t.shape[0] not in (1, batch) or t.shape[1] not in (1, seq):
-        raise ValueError(f"{name} has shape {tuple(t.shape)}, which does not broadcast to q's batch {batch} "
+Meta = tuple  # (shape, strides, dtype, device) of one tensor: meta_of(t)
+
+
+def _cos_sin_strides(name: str, shape: tuple[int, ...], stride: tuple[int, ...], batch: int,
+                     seq: int) -> tuple[int, int, int]:
+    """Strides (b, n, r) of cos or sin viewed as (batch, seq, R), size-1 dims broadcast at
+    stride 0 (the strides `.expand` gives). Taken: (N, R), (B or 1, N, R) (Hugging Face's
+    rotary embedding output) and (B or 1, 1, N, R) (that unsqueezed at dim 1, as
+    apply_rotary_pos_emb does), N may be 1."""
+    if len(shape) == 4:
+        if shape[1] != 1:
+            raise ValueError(f"{name} has shape {tuple(shape)}; a 4-dim {name} must be (B, 1, N, R)")
+        shape, stride = (shape[0], shape[2], shape[3]), (stride[0], stride[2], stride[3])
+    elif len(shape) == 2:
+        shape, stride = (1, *shape), (shape[0] * stride[0], *stride)  # as unsqueeze(0) strides it
+    elif len(shape) != 3:
+        raise ValueError(f"{name} has shape {tuple(shape)}; expected (N, R), (B, N, R) or (B, 1, N, R)")
+    if shape[0] not in (1, batch) or shape[1] not in (1, seq):
+        raise ValueError(f"{name} has shape {tuple(shape)}, which does not broadcast to q's batch {batch} "
                          f"and sequence {seq}")
-    return t.expand(batch, seq, t.shape[2])
+    return (0 if shape[0] != batch else stride[0], 0 if shape[1] != seq else stride[1], stride[2])
 
 
-def _check(q, k, cos, sin, interleaved):
-    """Validate; returns cos and sin as (B, N, R) views."""
-    check_tensor("q", q)
-    check_tensor("k", k)
-    check_tensor("cos", cos, FLOAT_DTYPES)
-    check_tensor("sin", sin, FLOAT_DTYPES)
-    check_same_device(q=q, k=k, cos=cos, sin=sin)
+def _cos_sin_3d(name: str, t: torch.Tensor, batch: int, seq: int) -> torch.Tensor:
+    """cos or sin as a (batch, seq, R) view (see _cos_sin_strides)."""
+    strides = _cos_sin_strides(name, tuple(t.shape), t.stride(), batch, seq)
+    return t.as_strided((batch, seq, t.shape[-1]), strides)
+
+
+def _validate(q: Meta, k: Meta, cos: Meta, sin: Meta, interleaved: object) -> None:
+    """Raise for arguments rope refuses, from their metadata alone (SymInts too, while tracing)."""
+    for name, (_, _, dtype, device) in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
+        check_meta(name, dtype, device)
+        if device != q[3]:
+            raise ValueError(f"{name} is on {device} but q is on {q[3]}")
     if not isinstance(interleaved, bool):
         raise TypeError(f"interleaved must be a bool, got {type(interleaved).__name__}")
-    if q.dim() != 4:
-        raise ValueError(f"q has shape {tuple(q.shape)}; expected (B, H, N, D)")
-    if k.dim() != 4 or (k.shape[0], k.shape[2], k.shape[3]) != (q.shape[0], q.shape[2], q.shape[3]):
-        raise ValueError(f"k has shape {tuple(k.shape)}; expected (B, Hkv, N, D) with q's B, N, D {tuple(q.shape)}")
-    if k.dtype != q.dtype:
-        raise TypeError(f"k has dtype {k.dtype} but q has {q.dtype}; they must match")
-    if sin.shape != cos.shape:
-        raise ValueError(f"sin has shape {tuple(sin.shape)} but cos has {tuple(cos.shape)}; they must match")
-    batch, _, seq, head_dim = q.shape
-    cos3, sin3 = _cos_sin_3d("cos", cos, batch, seq), _cos_sin_3d("sin", sin, batch, seq)
-    rot = cos3.shape[-1]
+    q_shape, k_shape = q[0], k[0]
+    if len(q_shape) != 4:
+        raise ValueError(f"q has shape {tuple(q_shape)}; expected (B, H, N, D)")
+    if len(k_shape) != 4 or (k_shape[0], k_shape[2], k_shape[3]) != (q_shape[0], q_shape[2], q_shape[3]):
+        raise ValueError(f"k has shape {tuple(k_shape)}; expected (B, Hkv, N, D) with q's B, N, D "
+                         f"{tuple(q_shape)}")
+    if k[2] != q[2]:
+        raise TypeError(f"k has dtype {k[2]} but q has {q[2]}; they must match")
+    if sin[0] != cos[0]:
+        raise ValueError(f"sin has shape {tuple(sin[0])} but cos has {tuple(cos[0])}; they must match")
+    batch, _, seq, head_dim = q_shape
+    for name, (shape, stride, _, _) in (("cos", cos), ("sin", sin)):
+        _cos_sin_strides(name, shape, stride, batch, seq)
+    rot = cos[0][-1]
     if rot % 2 or rot == 0 or rot > head_dim:
         raise ValueError(f"cos has last dim {rot}, the rotary width R: it must be even, positive and at most "
                          f"the head dim {head_dim}")
-    return cos3, sin3
 
 
-def _launch(q, k, cos3, sin3, qo, ko, interleaved: bool, backward: bool) -> None:
-    batch, q_heads, seq, head_dim = q.shape
-    k_heads, rot = k.shape[1], cos3.shape[-1]
-    n_pos = batch * seq
-    meta = _tile_config(n_pos, q_heads, k_heads, head_dim, rot)
-    Launch(
-        "rope_bwd" if backward else "rope_fwd", _rope_kernel, (cdiv(n_pos, meta["BLOCK_S"]),),
-        (q, k, qo, ko, cos3, sin3, n_pos, seq, q_heads, k_heads, head_dim, rot // 2,
-         *_bnhd(q), *_bnhd(k), *_bnhd(qo), *_bnhd(ko), *cos3.stride(), *sin3.stride()),
-        dict(meta, INTERLEAVED=interleaved, HAS_PASS=rot < head_dim, BACKWARD=backward),
-        num_warps=4, num_stages=1,
-    )()
+def _dense_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides torch.empty gives a tensor of this shape."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
-def _bnhd(t: torch.Tensor) -> tuple[int, int, int, int]:
-    """Strides in the kernel's (b, n, h, d) order of a (B, H, N, D) tensor."""
-    s = t.stride()
+def _out_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of attention's _empty_like_order for an input of this shape and strides
+    (the fakes use that function itself)."""
+    batch, heads, seq, head_dim = shape
+    if heads > 1 and seq > 1 and stride[1] < stride[2]:
+        return _bnhd(_dense_strides((batch, seq, heads, head_dim)))
+    return _dense_strides(shape)
+
+
+def _bnhd(s: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """Strides in the kernel's (b, n, h, d) order of a (B, H, N, D) tensor (and back)."""
     return s[0], s[2], s[1], s[3]
 
 
-def _rotate(q, k, cos, sin, interleaved: bool, backward: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    cos3, sin3 = _check(q, k, cos, sin, interleaved)
-    qo = _empty_like_order(q, tuple(q.shape), q.dtype)
-    ko = _empty_like_order(k, tuple(k.shape), k.dtype)
-    if q.shape[0] * q.shape[2] and (q.numel() or k.numel()):
-        _launch(q, k, cos3, sin3, qo, ko, interleaved, backward)
+@functools.lru_cache(maxsize=1024)
+def _plan(q_shape, q_stride, k_shape, k_stride, cos_shape, cos_stride, sin_shape, sin_stride,
+          interleaved: bool, backward: bool) -> tuple:
+    """Everything a call does besides allocating and launching, worked out once per layout:
+    (q out strides, k out strides, grid or None when there is nothing to rotate, the kernel's
+    integer arguments, its constexprs). Arguments already validated."""
+    batch, q_heads, seq, head_dim = q_shape
+    k_heads, rot = k_shape[1], cos_shape[-1]
+    n_pos = batch * seq
+    qo_stride, ko_stride = _out_strides(q_shape, q_stride), _out_strides(k_shape, k_stride)
+    if not (n_pos and (q_heads or k_heads) and head_dim):
+        return qo_stride, ko_stride, None, (), {}
+    meta = _tile_config(n_pos, q_heads, k_heads, head_dim, rot)
+    ints = (n_pos, seq, q_heads, k_heads, head_dim, rot // 2,
+            *_bnhd(q_stride), *_bnhd(k_stride), *_bnhd(qo_stride), *_bnhd(ko_stride),
+            *_cos_sin_strides("cos", cos_shape, cos_stride, batch, seq),
+            *_cos_sin_strides("sin", sin_shape, sin_stride, batch, seq))
+    return (qo_stride, ko_stride, (cdiv(n_pos, meta["BLOCK_S"]),), ints,
+            dict(meta, INTERLEAVED=interleaved, HAS_PASS=rot < head_dim, BACKWARD=backward))
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_plan(q: Meta, k: Meta, cos: Meta, sin: Meta, interleaved: bool, backward: bool) -> tuple:
+    """_plan after _validate: a layout, dtype and device validated once is not validated again."""
+    _validate(q, k, cos, sin, interleaved)
+    return _plan(q[0], q[1], k[0], k[1], cos[0], cos[1], sin[0], sin[1], interleaved, backward)
+
+
+def _check_tensors(*named: tuple[str, object]) -> None:
+    for name, t in named:
+        check_tensor(name, t)
+
+
+def _rotate(q, k, cos, sin, plan: tuple, backward: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    qo_stride, ko_stride, grid, ints, constexprs = plan
+    qo = torch.empty_strided(q.shape, qo_stride, dtype=q.dtype, device=q.device)
+    ko = torch.empty_strided(k.shape, ko_stride, dtype=k.dtype, device=k.device)
+    if grid is not None:
+        # cos and sin themselves: their (B, N, R) views start at the same element.
+        Launch("rope_bwd" if backward else "rope_fwd", _rope_kernel, grid, (q, k, qo, ko, cos, sin, *ints),
+               constexprs, num_warps=4, num_stages=1)()
     return qo, ko
+
+
+def _rotate_validated(q, k, cos, sin, interleaved, backward: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(cos, torch.Tensor)
+            and isinstance(sin, torch.Tensor)):
+        _check_tensors(("q", q), ("k", k), ("cos", cos), ("sin", sin))
+    if type(interleaved) is not bool:  # raises; not in the cache, where 1 == True would share a key
+        _validate(meta_of(q), meta_of(k), meta_of(cos), meta_of(sin), interleaved)
+    plan = _checked_plan(meta_of(q), meta_of(k), meta_of(cos), meta_of(sin), interleaved, backward)
+    return _rotate(q, k, cos, sin, plan, backward)
 
 
 def rope_fwd(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
              interleaved: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Launcher for the forward pass: (q rotated, k rotated), each dense in its input's layout
     ((B, N, H, D) in memory where the input's head stride is below its sequence stride)."""
-    return _rotate(q, k, cos, sin, interleaved, backward=False)
+    return _rotate_validated(q, k, cos, sin, interleaved, backward=False)
 
 
 def rope_bwd(grad_q: torch.Tensor, grad_k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
              interleaved: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Launcher for the backward pass: (dq, dk) from the gradients of the rotated q and k."""
-    return _rotate(grad_q, grad_k, cos, sin, interleaved, backward=True)
+    return _rotate_validated(grad_q, grad_k, cos, sin, interleaved, backward=True)
+
+
+def _rope_bwd_checked(grad_q, grad_k, cos, sin, interleaved):
+    """rope_bwd for the eager backward, without validation: cos and sin passed the forward's,
+    and autograd hands gradients of the outputs' shapes, dtype and device."""
+    plan = _plan(grad_q.shape, grad_q.stride(), grad_k.shape, grad_k.stride(), cos.shape, cos.stride(),
+                 sin.shape, sin.stride(), interleaved, True)
+    return _rotate(grad_q, grad_k, cos, sin, plan, backward=True)
 
 
 def rope_reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -256,14 +324,16 @@ def _setup_context(ctx, inputs, output):
 def _backward(bwd, ctx, grad_q, grad_k):
     # cos and sin get no gradient (rope refuses ones that require it).
     cos, sin = ctx.saved_tensors
-    grad_q, grad_k = (torch.zeros(shape, dtype=dtype, device=device) if g is None else g
-                      for g, (shape, dtype, device) in zip((grad_q, grad_k), ctx.outputs))
+    if grad_q is None or grad_k is None:
+        grad_q, grad_k = (torch.zeros(shape, dtype=dtype, device=device) if g is None else g
+                          for g, (shape, dtype, device) in zip((grad_q, grad_k), ctx.outputs))
     dq, dk = bwd(grad_q, grad_k, cos, sin, ctx.interleaved)
     return dq, dk, None, None, None
 
 
 def _check_args(q, k, cos, sin, interleaved):
-    _check(q, k, cos, sin, interleaved)
+    _check_tensors(("q", q), ("k", k), ("cos", cos), ("sin", sin))
+    _validate(meta_of(q), meta_of(k), meta_of(cos), meta_of(sin), interleaved)
     return q, k, cos, sin, interleaved
 
 
@@ -273,7 +343,7 @@ _ROPE = Op(
     forward_fake=_rope_fake, setup_context=_setup_context, backward=_backward,
     backward_launcher=rope_bwd,
     backward_schema="(Tensor grad_q, Tensor grad_k, Tensor cos, Tensor sin, bool interleaved) -> (Tensor, Tensor)",
-    backward_fake=_rope_fake, check=_check_args)
+    backward_fake=_rope_fake, eager_backward_launcher=_rope_bwd_checked, check=_check_args)
 
 
 def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,
@@ -300,7 +370,7 @@ def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     (Hugging Face's never do; detach them). TypeError for other dtypes or q and k of two
     dtypes; ValueError for shapes that do not match, R odd or above D.
     """
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
-                                       for t in (cos, sin)):
+    if torch.is_grad_enabled() and (isinstance(cos, torch.Tensor) and cos.requires_grad
+                                    or isinstance(sin, torch.Tensor) and sin.requires_grad):
         raise ValueError("cos or sin requires grad, but rope gives no gradient for them; pass them detached")
     return _ROPE(q, k, cos, sin, interleaved)
