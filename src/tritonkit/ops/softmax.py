@@ -30,7 +30,6 @@ MAX_FUSED_COLS = 32768     # longest row held on chip by one program (fp32: 128 
 CHUNK_COLS = 8192          # columns per chunk for long rows, when few (the H200 sweep's best: notes/add_softmax.md)
 LAG_BYTES = 8 << 20        # how far the one-launch long-row schedule reads ahead (well inside L2)
 PROGRAMS_PER_SM = 16       # programs the one-launch schedule starts per SM
-ONE_LAUNCH_LONG_ROWS = True  # long rows in one launch (stats and apply interleaved) or two
 RELOAD_COLS = 32768        # 16-bit rows from this long are read twice rather than held in float32
 ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
 
@@ -196,12 +195,12 @@ def _softmax_chunks_kernel(
     n_rows, n_cols, n_chunks, lag, size1, size2,
     # strides in elements
     as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
-    # meta: PHASE 0 = stats only, 1 = apply only (two launches), 2 = both in one launch
-    CHUNK: tl.constexpr, BLOCK_CHUNKS: tl.constexpr, BACKWARD: tl.constexpr, PHASE: tl.constexpr,
+    # meta
+    CHUNK: tl.constexpr, BLOCK_CHUNKS: tl.constexpr, BACKWARD: tl.constexpr,
 ):
     # Rows too long for one program: each row is cut into CHUNK-column chunks. A stats item
     # reduces one chunk; an apply item merges its row's chunk stats and writes one chunk.
-    # PHASE 2 runs all 2T items (T chunks) in one launch, in the order of tickets taken from
+    # All 2T items (T chunks) run in one launch, in the order of tickets taken from
     # a counter: stats 0..lag-1, then stats lag+i and apply i alternately, then the last
     # applies. An apply waits until its row's stats are all finished; those items have
     # smaller tickets (lag >= n_chunks), so they were taken by running programs that never
@@ -209,36 +208,27 @@ def _softmax_chunks_kernel(
     # (the interpreter, which runs one program at a time, runs it too). Running lag chunks
     # ahead keeps the chunk an apply re-reads in L2, so the input is read from memory once.
     total = n_rows * n_chunks
-    if PHASE == 0:
-        _chunk_stats(tl.program_id(0).to(tl.int64), a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks,
-                     size1, size2, as0, as1, as2, a_col, bs0, bs1, bs2, b_col, CHUNK, BACKWARD)
-    elif PHASE == 1:
-        # Apply in the reverse of the stats order: the chunks read last are likeliest in L2.
-        _chunk_apply(total - 1 - tl.program_id(0).to(tl.int64), a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr,
-                     n_cols, n_chunks, size1, size2, as0, as1, as2, a_col, bs0, bs1, bs2, b_col,
-                     os0, os1, os2, o_col, CHUNK, BLOCK_CHUNKS, BACKWARD)
-    else:
-        ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
-        while ticket < 2 * total:
-            k = ticket - lag
-            middle = (k >= 0) & (ticket < 2 * total - lag)
-            is_stats = (k < 0) | (middle & (k % 2 == 0))
-            item = tl.where(k < 0, ticket, tl.where(middle, tl.where(k % 2 == 0, lag + k // 2, k // 2),
-                                                    ticket - total)).to(tl.int64)
-            row_done = sync_ptr + 1 + item // n_chunks
-            if is_stats:
-                _chunk_stats(item, a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
-                             as0, as1, as2, a_col, bs0, bs1, bs2, b_col, CHUNK, BACKWARD)
-                tl.debug_barrier()  # every thread's stats stores happen before the release below
-                tl.atomic_add(row_done, 1, sem="release")
-            else:
+    ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
+    while ticket < 2 * total:
+        k = ticket - lag
+        middle = (k >= 0) & (ticket < 2 * total - lag)
+        is_stats = (k < 0) | (middle & (k % 2 == 0))
+        item = tl.where(k < 0, ticket, tl.where(middle, tl.where(k % 2 == 0, lag + k // 2, k // 2),
+                                                ticket - total)).to(tl.int64)
+        row_done = sync_ptr + 1 + item // n_chunks
+        if is_stats:
+            _chunk_stats(item, a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
+                         as0, as1, as2, a_col, bs0, bs1, bs2, b_col, CHUNK, BACKWARD)
+            tl.debug_barrier()  # every thread's stats stores happen before the release below
+            tl.atomic_add(row_done, 1, sem="release")
+        else:
+            done = tl.atomic_add(row_done, 0, sem="acquire")
+            while done < n_chunks:
                 done = tl.atomic_add(row_done, 0, sem="acquire")
-                while done < n_chunks:
-                    done = tl.atomic_add(row_done, 0, sem="acquire")
-                _chunk_apply(item, a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
-                             as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
-                             CHUNK, BLOCK_CHUNKS, BACKWARD)
-            ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
+            _chunk_apply(item, a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
+                         as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
+                         CHUNK, BLOCK_CHUNKS, BACKWARD)
+        ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -306,14 +296,8 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
     args = (a, b, out, stat1, stat2, sync, n_rows, n_cols, n_chunks, lag, *row_sizes,
             *a_strides, *b_strides, *o_strides)
     meta = dict(CHUNK=CHUNK_COLS, BLOCK_CHUNKS=next_power_of_2(n_chunks), BACKWARD=backward)
-    if ONE_LAUNCH_LONG_ROWS:
-        programs = min(2 * total, _resident_programs(a.device))
-        Launch(name + "_chunks", _softmax_chunks_kernel, (programs,), args, dict(meta, PHASE=2),
-               num_warps=4, num_stages=1)()
-    else:
-        for phase in (0, 1):
-            Launch(name + ("_chunk_stats", "_chunk_apply")[phase], _softmax_chunks_kernel, (total,), args,
-                   dict(meta, PHASE=phase), num_warps=4, num_stages=1)()
+    programs = min(2 * total, _resident_programs(a.device))
+    Launch(name + "_chunks", _softmax_chunks_kernel, (programs,), args, meta, num_warps=4, num_stages=1)()
 
 
 @functools.lru_cache(maxsize=16)
