@@ -389,25 +389,29 @@ def check_weight_offset(weight_offset: object, weight: torch.Tensor | None) -> f
     return float(weight_offset)
 
 
-def check_inputs(x: torch.Tensor, residual: torch.Tensor | None, **params: torch.Tensor | None) -> None:
-    """x: a float tensor of at least one dim; residual: x's shape and dtype; each of
-    `params` (weight, bias): None or a float tensor of shape (hidden,) on x's device."""
+def check_inputs(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None,
+                 bias: torch.Tensor | None = None) -> None:
+    """x: a float tensor of at least one dim; residual: x's shape and dtype; weight and
+    bias: None or a float tensor of shape (hidden,) on x's device. (Runs on every forward
+    call: plain comparisons, no per-call containers.)"""
     check_tensor("x", x)
     if x.dim() == 0:
         raise ValueError("x must have at least one dim (the normalised last dim); got a 0-d tensor")
-    hidden = x.shape[-1]
-    for name, t in params.items():
+    shape = x.shape
+    for name, t in (("weight", weight), ("bias", bias)):
         if t is None:
             continue
         check_tensor(name, t)
-        check_same_device(x=x, **{name: t})
-        if tuple(t.shape) != (hidden,):
-            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({hidden},): x's last dim")
+        if t.device != x.device:
+            check_same_device(x=x, **{name: t})  # raises, naming the argument
+        if t.dim() != 1 or t.shape[0] != shape[-1]:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({shape[-1]},): x's last dim")
     if residual is not None:
         check_tensor("residual", residual)
-        check_same_device(x=x, residual=residual)
-        if residual.shape != x.shape:
-            raise ValueError(f"residual has shape {tuple(residual.shape)} but x has {tuple(x.shape)}")
+        if residual.device != x.device:
+            check_same_device(x=x, residual=residual)
+        if residual.shape != shape:
+            raise ValueError(f"residual has shape {tuple(residual.shape)} but x has {tuple(shape)}")
         if residual.dtype != x.dtype:
             raise TypeError(f"residual has dtype {dtype_name(residual.dtype)} but x has "
                             f"{dtype_name(x.dtype)}; h = x + residual is kept in x's dtype")

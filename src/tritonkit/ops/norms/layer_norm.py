@@ -16,7 +16,7 @@ def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
     """Launcher for the forward pass: (y, h, mean, rstd). y in x's dtype, contiguous; h =
     x + residual in x's dtype (a 0-element tensor without residual); mean and rstd float32
     of shape x.shape[:-1], saved for the backward."""
-    check_inputs(x, residual, weight=weight, bias=bias)
+    check_inputs(x, residual, weight, bias)
     return norm_fwd(x, weight, bias, residual, check_eps(eps), 0.0, is_rms=False)
 
 
@@ -66,7 +66,7 @@ def _backward(bwd, ctx, dy, dh, _dmean, _drstd):
 
 
 def _check(x, weight, bias, residual, eps):
-    check_inputs(x, residual, weight=weight, bias=bias)
+    check_inputs(x, residual, weight, bias)
     return x, weight, bias, residual, check_eps(eps)
 
 

@@ -16,7 +16,7 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, residual: torch.T
     """Launcher for the forward pass: (y, h, rstd). y in x's dtype, contiguous; h = x +
     residual in x's dtype (a 0-element tensor without residual); rstd float32 of shape
     x.shape[:-1], saved for the backward."""
-    check_inputs(x, residual, weight=weight)
+    check_inputs(x, residual, weight)
     eps = check_eps(eps)
     weight_offset = check_weight_offset(weight_offset, weight)
     y, h, _, rstd = norm_fwd(x, weight, None, residual, eps, weight_offset, is_rms=True)
@@ -81,7 +81,7 @@ def _backward(bwd, ctx, dy, dh, _drstd):
 
 
 def _check(x, weight, residual, eps, weight_offset):
-    check_inputs(x, residual, weight=weight)
+    check_inputs(x, residual, weight)
     return x, weight, residual, check_eps(eps), check_weight_offset(weight_offset, weight)
 
 
