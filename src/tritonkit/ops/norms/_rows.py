@@ -91,7 +91,12 @@ def _moments(h, mask, n, IS_RMS: tl.constexpr):
 @triton.jit
 def _rstd(m2, n, eps, row_ok):
     # Rows past the end get 1 rather than 1/sqrt(eps), which is inf for eps = 0.
-    return tl.math.rsqrt(tl.where(row_ok, m2 / n + eps, 1.0))
+    # Correctly rounded sqrt and division (one per row, free next to the row's memory
+    # traffic) rather than the GPU's approximate rsqrt (about 2 ulp): the backward's
+    # g - xhat * mean(g * xhat) cancels when g lies along xhat (a row of one element:
+    # 1 - xhat^2 = eps * rstd^2), and there an error in rstd is amplified by
+    # mean(h^2) / eps.
+    return 1.0 / tl.sqrt_rn(tl.where(row_ok, m2 / n + eps, 1.0))
 
 
 @triton.jit
