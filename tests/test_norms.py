@@ -82,9 +82,20 @@ def check(norm, x, *, weight=None, bias=None, residual=None, eps=1e-5, weight_of
     want = torch.autograd.grad(ref, list(ref_leaves.values()), [u.double() for u in upstream])
     same_leaves, theirs = run(lambda *a: _reference(norm, *a, upcast=False), lambda t: t)
     same = torch.autograd.grad(theirs, list(same_leaves.values()), upstream)
+    dx_eps = eps_for(x.dtype, gradient=True)
+    if norm == "rms" and x.shape[-1] == 1:
+        # A row of one element: y = h / sqrt(h^2 + eps) * w, so dx = g * w * (1 - xhat^2) * rstd
+        # with 1 - xhat^2 = eps / (h^2 + eps). Any float32 evaluation of the general formula
+        # g - xhat * mean(g * xhat) (ours and torch's autograd alike) subtracts two terms of
+        # size |g| to leave one of size |g| * eps / h^2: one unit roundoff u of the terms
+        # becomes a relative error of u * h^2 / eps in dx. Which of the two lands nearer on
+        # a handful of elements is luck, so both are allowed that one amplified roundoff.
+        h = x.double() if residual is None else x.double() + residual.double()
+        dx_eps = max(dx_eps, 2.0 ** -24 * h.square().max().item() / eps)
     for name, g, w, s in zip(present, got, want, same):
         assert g.dtype == present[name].dtype and g.shape == present[name].shape, name
-        assert_close_to_reference(g, w, s, eps=eps_for(g.dtype, gradient=True), what=f"d{name}")
+        tol = dx_eps if name in ("x", "residual") else eps_for(g.dtype, gradient=True)
+        assert_close_to_reference(g, w, s, eps=tol, what=f"d{name}")
 
 
 def _params(hidden, dtype, device, bias=True):
@@ -182,12 +193,21 @@ def test_layer_norm_affine_variants(dtype, device):
 
 
 def test_mixed_dtypes_match_torch_native(device):
-    # F.rms_norm and F.layer_norm return x's dtype for float32 weights with bf16 x: so do we.
+    # float32 weight and bias with bf16 x: the result has x's dtype (as F.rms_norm gives, and
+    # F.layer_norm where it takes the mix: torch 2.11 refuses it), computed in float32 and
+    # rounded once. Torch's yardstick is therefore its float32 norm rounded to bf16, a form
+    # every torch version accepts.
     x = torch.randn(4, 64, device=device, dtype=torch.bfloat16)
-    w = torch.randn(64, device=device)
-    assert tritonkit.rms_norm(x, w).dtype == F.rms_norm(x, (64,), w).dtype == torch.bfloat16
-    assert tritonkit.layer_norm(x, w, w).dtype == F.layer_norm(x, (64,), w, w).dtype == torch.bfloat16
-    torch.testing.assert_close(tritonkit.rms_norm(x, w, 1e-6), F.rms_norm(x, (64,), w, 1e-6), atol=2e-2, rtol=2e-2)
+    w, b = torch.randn(64, device=device), torch.randn(64, device=device)
+    cases = {
+        "rms_norm": (tritonkit.rms_norm(x, w, 1e-6), rms_norm_reference(x, w, 1e-6),
+                     F.rms_norm(x.float(), (64,), w, 1e-6)),
+        "layer_norm": (tritonkit.layer_norm(x, w, b), layer_norm_reference(x, w, b),
+                       F.layer_norm(x.float(), (64,), w, b)),
+    }
+    for name, (ours, ref, theirs) in cases.items():
+        assert ours.dtype == torch.bfloat16, name
+        assert_close_to_reference(ours, ref, theirs.to(torch.bfloat16), what=name)
 
 
 @pytest.mark.parametrize("norm", ["rms", "layer"])

@@ -91,7 +91,12 @@ def _moments(h, mask, n, IS_RMS: tl.constexpr):
 @triton.jit
 def _rstd(m2, n, eps, row_ok):
     # Rows past the end get 1 rather than 1/sqrt(eps), which is inf for eps = 0.
-    return tl.math.rsqrt(tl.where(row_ok, m2 / n + eps, 1.0))
+    # Correctly rounded sqrt and division (one per row, free next to the row's memory
+    # traffic) rather than the GPU's approximate rsqrt (about 2 ulp): the backward's
+    # g - xhat * mean(g * xhat) cancels when g lies along xhat (a row of one element:
+    # 1 - xhat^2 = eps * rstd^2), and there an error in rstd is amplified by
+    # mean(h^2) / eps.
+    return 1.0 / tl.sqrt_rn(tl.where(row_ok, m2 / n + eps, 1.0))
 
 
 @triton.jit
@@ -192,9 +197,10 @@ def _store_dx(dx_ptr, dh_ptr, g, xhat, c_g, c_gx, rstd, dx_off, dh_off, mask, HA
 def _norm_bwd_kernel(
     # pointers: dy; dh, the gradient reaching the h output (HAS_DH); h, the tensor the norm
     # was taken over (x, or x + residual); weight; mean (LayerNorm) and rstd per row;
-    # outputs dx (contiguous rows) and the float32 partial sums of dW and dB, one row of
-    # n_cols per program. Pointers a flag leaves unused are dy_ptr.
-    dy_ptr, dh_ptr, h_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr,
+    # outputs dx (contiguous rows) and the float32 partial sums, [n_sums, n_programs,
+    # n_cols] contiguous: dW's (HAS_WEIGHT), then dB's (HAS_BIAS), one row a program.
+    # Pointers a flag leaves unused are dy_ptr.
+    dy_ptr, dh_ptr, h_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr,
     # shape: rows (row = i0 * size1 + i1), columns
     n_rows, n_cols, size1,
     # strides in elements of dy, dh and h: dim 0, dim 1, column
@@ -208,7 +214,8 @@ def _norm_bwd_kernel(
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     n_blocks = tl.cdiv(n_rows, BLOCK_M)
-    part_row = pid.to(tl.int64) * n_cols
+    dw_row = part_ptr + pid.to(tl.int64) * n_cols
+    db_row = dw_row + (n_programs * n_cols if HAS_WEIGHT else 0)
     if ONE_CHUNK:
         cols = tl.arange(0, BLOCK_N)
         col_ok = cols < n_cols
@@ -231,12 +238,13 @@ def _norm_bwd_kernel(
             dw += dy * xhat
             db += dy
         if HAS_WEIGHT:
-            tl.store(dw_ptr + part_row + cols, tl.sum(dw, axis=0), mask=col_ok)
+            tl.store(dw_row + cols, tl.sum(dw, axis=0), mask=col_ok)
         if HAS_BIAS:
-            tl.store(db_ptr + part_row + cols, tl.sum(db, axis=0), mask=col_ok)
+            tl.store(db_row + cols, tl.sum(db, axis=0), mask=col_ok)
     else:
         # Long rows (BLOCK_M = 1), two passes a row: the row sums c_g, c_gx, then dx. The
-        # partial rows (zeroed by the launcher) are this program's own: plain read-add-write.
+        # partial rows are this program's own: its first row block writes them, the later
+        # ones read-add-write (so the launcher need not zero them).
         for block in range(pid, n_blocks, n_programs):
             rows = (block + tl.arange(0, 1)).to(tl.int64)
             row_ok = rows < n_rows
@@ -266,20 +274,25 @@ def _norm_bwd_kernel(
                                         mean, rstd, _scale(w_ptr, cols, col_ok, w_offset, HAS_WEIGHT), mask)
                 _store_dx(dx_ptr, dh_ptr, g, xhat, c_g, c_gx, rstd, (rows * n_cols)[:, None] + cols[None, :],
                           dh_row + cols[None, :] * dh_col, mask, HAS_DH)
+                seen = col_ok & (block != pid)
                 if HAS_WEIGHT:
-                    part = dw_ptr + part_row + cols
-                    tl.store(part, tl.load(part, mask=col_ok) + tl.sum(dy * xhat, axis=0), mask=col_ok)
+                    part = dw_row + cols
+                    tl.store(part, tl.load(part, mask=seen, other=0.0) + tl.sum(dy * xhat, axis=0), mask=col_ok)
                 if HAS_BIAS:
-                    part = db_ptr + part_row + cols
-                    tl.store(part, tl.load(part, mask=col_ok) + tl.sum(dy, axis=0), mask=col_ok)
+                    part = db_row + cols
+                    tl.store(part, tl.load(part, mask=seen, other=0.0) + tl.sum(dy, axis=0), mask=col_ok)
 
 
 @triton.jit
 def _sum_partials_kernel(
-    # float32 partial sums [n_parts, n_cols] (contiguous) -> their column sums, in out's dtype
-    part_ptr, out_ptr, n_parts, n_cols,
+    # float32 partial sums [n_sums (1 or 2), n_parts, n_cols] (contiguous) -> the column sums
+    # of sum 0 into out0 and of sum 1 into out1 (grid axis 1 picks the sum), in their dtypes.
+    # One launch serves dW and dB.
+    part_ptr, out0_ptr, out1_ptr, n_parts, n_cols,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
+    which = tl.program_id(1)
+    part_ptr += which.to(tl.int64) * n_parts * n_cols
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
@@ -287,7 +300,11 @@ def _sum_partials_kernel(
         parts = start + tl.arange(0, BLOCK_P)
         mask = (parts < n_parts)[:, None] & col_ok[None, :]
         acc += tl.load(part_ptr + parts.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
-    tl.store(out_ptr + cols, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=col_ok)
+    total = tl.sum(acc, axis=0)
+    if which == 0:
+        tl.store(out0_ptr + cols, total.to(out0_ptr.dtype.element_ty), mask=col_ok)
+    else:
+        tl.store(out1_ptr + cols, total.to(out1_ptr.dtype.element_ty), mask=col_ok)
 
 
 # ---------------------------------------------------------------------------------------
@@ -344,12 +361,15 @@ def rows_of(shape: torch.Size, *tensors: torch.Tensor) -> tuple[tuple[torch.Tens
     return tensors, *layout
 
 
-def sum_partials(partials: torch.Tensor, out: torch.Tensor) -> None:
-    n_parts, n_cols = partials.shape
+def sum_partials(partials: torch.Tensor, *outs: torch.Tensor) -> None:
+    """Column sums of partials[i] (float32, [len(outs), n_parts, n_cols]) into outs[i]:
+    dW and dB in one launch."""
+    n_sums, n_parts, n_cols = partials.shape
     block_p = min(64, next_power_of_2(n_parts))
     block_n = PARTIAL_TILE // block_p  # fewer partial rows, wider column blocks: fewer programs
-    Launch("norm_bwd_sum_partials", _sum_partials_kernel, (cdiv(n_cols, block_n),),
-           (partials, out, n_parts, n_cols), dict(BLOCK_P=block_p, BLOCK_N=block_n), num_warps=4, num_stages=1)()
+    Launch("norm_bwd_sum_partials", _sum_partials_kernel, (cdiv(n_cols, block_n), n_sums),
+           (partials, outs[0], outs[-1], n_parts, n_cols), dict(BLOCK_P=block_p, BLOCK_N=block_n),
+           num_warps=4, num_stages=1)()
 
 
 # ---------------------------------------------------------------------------------------
@@ -374,25 +394,29 @@ def check_weight_offset(weight_offset: object, weight: torch.Tensor | None) -> f
     return float(weight_offset)
 
 
-def check_inputs(x: torch.Tensor, residual: torch.Tensor | None, **params: torch.Tensor | None) -> None:
-    """x: a float tensor of at least one dim; residual: x's shape and dtype; each of
-    `params` (weight, bias): None or a float tensor of shape (hidden,) on x's device."""
+def check_inputs(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None,
+                 bias: torch.Tensor | None = None) -> None:
+    """x: a float tensor of at least one dim; residual: x's shape and dtype; weight and
+    bias: None or a float tensor of shape (hidden,) on x's device. (Runs on every forward
+    call: plain comparisons, no per-call containers.)"""
     check_tensor("x", x)
     if x.dim() == 0:
         raise ValueError("x must have at least one dim (the normalised last dim); got a 0-d tensor")
-    hidden = x.shape[-1]
-    for name, t in params.items():
+    shape = x.shape
+    for name, t in (("weight", weight), ("bias", bias)):
         if t is None:
             continue
         check_tensor(name, t)
-        check_same_device(x=x, **{name: t})
-        if tuple(t.shape) != (hidden,):
-            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({hidden},): x's last dim")
+        if t.device != x.device:
+            check_same_device(x=x, **{name: t})  # raises, naming the argument
+        if t.dim() != 1 or t.shape[0] != shape[-1]:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({shape[-1]},): x's last dim")
     if residual is not None:
         check_tensor("residual", residual)
-        check_same_device(x=x, residual=residual)
-        if residual.shape != x.shape:
-            raise ValueError(f"residual has shape {tuple(residual.shape)} but x has {tuple(x.shape)}")
+        if residual.device != x.device:
+            check_same_device(x=x, residual=residual)
+        if residual.shape != shape:
+            raise ValueError(f"residual has shape {tuple(residual.shape)} but x has {tuple(shape)}")
         if residual.dtype != x.dtype:
             raise TypeError(f"residual has dtype {dtype_name(residual.dtype)} but x has "
                             f"{dtype_name(x.dtype)}; h = x + residual is kept in x's dtype")
@@ -405,25 +429,26 @@ def check_inputs(x: torch.Tensor, residual: torch.Tensor | None, **params: torch
 def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
              residual: torch.Tensor | None, eps: float, weight_offset: float, is_rms: bool):
     """(y, h, mean, rstd): y in x's dtype (contiguous, x's shape); h = x + residual (empty
-    without residual); mean (empty for RMSNorm) and rstd in float32, of shape x.shape[:-1].
-    Inputs already checked."""
+    without residual); mean (None for RMSNorm) and rstd in float32, of shape x.shape[:-1].
+    Inputs already checked. Runs on every call: the common case (contiguous x) allocates
+    only the outputs and does no layout work."""
     shape = x.shape
     n_cols = shape[-1]
-    n_rows = x.numel() // n_cols if n_cols else 0
-    y = torch.empty(shape, dtype=x.dtype, device=x.device)
-    h = torch.empty(shape if residual is not None else (0,), dtype=x.dtype, device=x.device)
-    rstd = torch.empty(shape[:-1], dtype=torch.float32, device=x.device)
-    mean = torch.empty(shape[:-1] if not is_rms else (0,), dtype=torch.float32, device=x.device)
-    if y.numel() == 0:
+    has_residual = residual is not None
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    h = torch.empty_like(y) if has_residual else x.new_empty((0,))
+    rstd = x.new_empty(shape[:-1], dtype=torch.float32)
+    mean = None if is_rms else x.new_empty(shape[:-1], dtype=torch.float32)
+    n_rows = rstd.numel()
+    if n_rows == 0 or n_cols == 0:
         return y, h, mean, rstd
-    (x, residual), size1, (x_strides, r_strides) = rows_of(shape, x, x if residual is None else residual)
-    has_residual = h.numel() > 0
+    (x, residual), size1, (x_strides, r_strides) = rows_of(shape, x, residual if has_residual else x)
     # A strided 1-D weight or bias is copied: (hidden,) elements, next to (rows, hidden).
     w = weight.contiguous() if weight is not None else x
     b = bias.contiguous() if bias is not None else x
     block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "fwd")
     Launch("rms_norm_fwd" if is_rms else "layer_norm_fwd", _norm_fwd_kernel, (cdiv(n_rows, block_m),),
-           (x, residual, w, b, y, h if has_residual else y, mean if not is_rms else rstd, rstd,
+           (x, residual, w, b, y, h if has_residual else y, rstd if is_rms else mean, rstd,
             n_rows, n_cols, size1, *x_strides, *r_strides, eps, weight_offset),
            dict(BLOCK_M=block_m, BLOCK_N=block_n, ONE_CHUNK=one_chunk, IS_RMS=is_rms,
                 HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_RESIDUAL=has_residual),
@@ -435,34 +460,32 @@ def norm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight:
              bias: torch.Tensor | None, mean: torch.Tensor | None, rstd: torch.Tensor, weight_offset: float,
              is_rms: bool):
     """(dx, dW, dB): dx in h's dtype (contiguous; with a residual, also the residual's
-    gradient), dW and dB in weight's and bias's dtypes (empty where that tensor is None;
-    bias is read for its dtype only). Inputs already checked."""
-    shape = h.shape
-    n_cols = shape[-1]
-    n_rows = h.numel() // n_cols if n_cols else 0
-    dx = torch.empty(shape, dtype=h.dtype, device=h.device)
-    dw, db = (torch.empty((n_cols,) if t is not None else (0,), dtype=(t if t is not None else h).dtype,
-                          device=h.device) for t in (weight, bias))
-    has_bias = bias is not None
+    gradient), dW and dB in weight's and bias's dtypes (None where that tensor is None;
+    bias is read for its dtype only). Inputs already checked. Three allocations (dx, dW,
+    the partial sums; dB too) and two launches (dW and dB summed by one)."""
+    n_cols = h.shape[-1]
+    n_rows = rstd.numel()
+    dx = torch.empty_like(h, memory_format=torch.contiguous_format)
+    dw = torch.empty_like(weight, memory_format=torch.contiguous_format) if weight is not None else None
+    db = torch.empty_like(bias, memory_format=torch.contiguous_format) if bias is not None else None
+    sums = [t for t in (dw, db) if t is not None]
     if n_rows == 0 or n_cols == 0:
-        return dx, dw.zero_(), db.zero_()
+        for t in sums:
+            t.zero_()
+        return dx, dw, db
     has_dh = dh is not None
-    (dy, dh, h), size1, strides = rows_of(shape, dy, dh if has_dh else dy, h)
+    (dy, dh, h), size1, strides = rows_of(h.shape, dy, dh if has_dh else dy, h)
     block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "bwd")
     programs = backward_programs(h.device, cdiv(n_rows, block_m), num_warps)
-    # Partial sums: written whole by each program (one chunk), or accumulated into (long rows).
-    make = torch.empty if one_chunk else torch.zeros
-    dw_part = make((programs, n_cols), dtype=torch.float32, device=h.device) if weight is not None else dy
-    db_part = make((programs, n_cols), dtype=torch.float32, device=h.device) if has_bias else dy
+    # Partial sums, every element written by the kernel before it is read: no zeroing.
+    partials = h.new_empty((len(sums), programs, n_cols), dtype=torch.float32) if sums else dy
     w = weight.contiguous() if weight is not None else dy
     Launch("rms_norm_bwd" if is_rms else "layer_norm_bwd", _norm_bwd_kernel, (programs,),
-           (dy, dh, h, w, rstd if is_rms else mean, rstd, dx, dw_part, db_part,
+           (dy, dh, h, w, rstd if is_rms else mean, rstd, dx, partials,
             n_rows, n_cols, size1, *strides[0], *strides[1], *strides[2], weight_offset),
            dict(BLOCK_M=block_m, BLOCK_N=block_n, ONE_CHUNK=one_chunk, IS_RMS=is_rms,
-                HAS_WEIGHT=weight is not None, HAS_BIAS=has_bias, HAS_DH=has_dh),
+                HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DH=has_dh),
            num_warps=num_warps, num_stages=1)()
-    if weight is not None:
-        sum_partials(dw_part, dw)
-    if has_bias:
-        sum_partials(db_part, db)
+    if sums:
+        sum_partials(partials, *sums)
     return dx, dw, db

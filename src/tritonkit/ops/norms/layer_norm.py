@@ -16,7 +16,7 @@ def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
     """Launcher for the forward pass: (y, h, mean, rstd). y in x's dtype, contiguous; h =
     x + residual in x's dtype (a 0-element tensor without residual); mean and rstd float32
     of shape x.shape[:-1], saved for the backward."""
-    check_inputs(x, residual, weight=weight, bias=bias)
+    check_inputs(x, residual, weight, bias)
     return norm_fwd(x, weight, bias, residual, check_eps(eps), 0.0, is_rms=False)
 
 
@@ -27,10 +27,13 @@ def layer_norm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, w
     its dtype) and the forward's mean and rstd. dx is also the residual's gradient;
     dweight and dbias are empty where weight and bias are None."""
     _check_grads(dy, dh, h, mean, rstd)
-    return _layer_norm_bwd(dy, dh, h, weight, bias, mean, rstd)
+    return tuple(t if t is not None else h.new_empty((0,))
+                 for t in _layer_norm_bwd(dy, dh, h, weight, bias, mean, rstd))
 
 
 def _layer_norm_bwd(dy, dh, h, weight, bias, mean, rstd):
+    # The eager backward's launcher: the saved tensors passed the forward's checks, and
+    # autograd gives dy and dh of h's shape, dtype and device. dW, dB: None where absent.
     return norm_bwd(dy, dh, h, weight, bias, mean, rstd, 0.0, is_rms=False)
 
 
@@ -49,6 +52,7 @@ def _setup_context(ctx, inputs, output):
     x, weight, bias, residual, eps = inputs
     _, h, mean, rstd = output
     ctx.has_residual = residual is not None
+    ctx.set_materialize_grads(False)  # as in rms_norm: no zero gradients allocated for unused outputs
     ctx.save_for_backward(h if ctx.has_residual else x, weight, bias, mean, rstd)
     ctx.mark_non_differentiable(mean, rstd, *(() if ctx.has_residual else (h,)))
 
@@ -62,7 +66,7 @@ def _backward(bwd, ctx, dy, dh, _dmean, _drstd):
 
 
 def _check(x, weight, bias, residual, eps):
-    check_inputs(x, residual, weight=weight, bias=bias)
+    check_inputs(x, residual, weight, bias)
     return x, weight, bias, residual, check_eps(eps)
 
 

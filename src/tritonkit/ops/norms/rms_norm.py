@@ -16,7 +16,7 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, residual: torch.T
     """Launcher for the forward pass: (y, h, rstd). y in x's dtype, contiguous; h = x +
     residual in x's dtype (a 0-element tensor without residual); rstd float32 of shape
     x.shape[:-1], saved for the backward."""
-    check_inputs(x, residual, weight=weight)
+    check_inputs(x, residual, weight)
     eps = check_eps(eps)
     weight_offset = check_weight_offset(weight_offset, weight)
     y, h, _, rstd = norm_fwd(x, weight, None, residual, eps, weight_offset, is_rms=True)
@@ -29,10 +29,13 @@ def rms_norm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, wei
     residual), the tensor normalised (x, or h = x + residual), weight and the forward's
     rstd. dx is also the residual's gradient; dweight is empty without weight."""
     _check_grads(dy, dh, h, rstd)
-    return _rms_norm_bwd(dy, dh, h, weight, rstd, weight_offset)
+    dx, dw = _rms_norm_bwd(dy, dh, h, weight, rstd, weight_offset)
+    return dx, dw if dw is not None else h.new_empty((0,))
 
 
 def _rms_norm_bwd(dy, dh, h, weight, rstd, weight_offset):
+    # The eager backward's launcher: the saved tensors passed the forward's checks, and
+    # autograd gives dy and dh of h's shape, dtype and device. dW is None without weight.
     dx, dw, _ = norm_bwd(dy, dh, h, weight, None, None, rstd, weight_offset, is_rms=True)
     return dx, dw
 
@@ -62,6 +65,9 @@ def _setup_context(ctx, inputs, output):
     _, h, rstd = output
     ctx.has_residual = residual is not None
     ctx.weight_offset = weight_offset
+    # Outputs nobody differentiated (rstd; h without residual, or h unused) get None, not a
+    # zero tensor autograd would allocate (and fill, on the GPU) every call.
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(h if ctx.has_residual else x, weight, rstd)
     ctx.mark_non_differentiable(rstd, *(() if ctx.has_residual else (h,)))
 
@@ -75,7 +81,7 @@ def _backward(bwd, ctx, dy, dh, _drstd):
 
 
 def _check(x, weight, residual, eps, weight_offset):
-    check_inputs(x, residual, weight=weight)
+    check_inputs(x, residual, weight)
     return x, weight, residual, check_eps(eps), check_weight_offset(weight_offset, weight)
 
 
