@@ -9,8 +9,8 @@ from . import _runtime  # must come first: it picks compiled or interpreted Trit
 from ._runtime import INTERPRETED, default_device
 from .ops.add import add
 from .ops.softmax import softmax
-from .ops.attention import attention
+from .ops.attention import attention, attention_varlen
 from . import nn
 
-__all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "nn"]
+__all__ = ["INTERPRETED", "default_device", "add", "softmax", "attention", "attention_varlen", "nn"]
 __version__ = "0.1.0"

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-_ENTRY_MODULES = ("add", "softmax", "attention")
+_ENTRY_MODULES = ("add", "softmax", "attention", "attention_varlen")
 
 
 @dataclass
