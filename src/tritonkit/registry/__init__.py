@@ -18,8 +18,8 @@ import torch
 
 from ._fuzz import FuzzCase
 
-_ENTRY_MODULES = ("add", "softmax", "attention", "rms_norm", "layer_norm", "rope", "swiglu", "geglu",
-                  "cross_entropy", "linear_cross_entropy")
+_ENTRY_MODULES = ("add", "softmax", "attention", "attention_varlen", "rms_norm", "layer_norm", "rope", "swiglu",
+                  "geglu", "cross_entropy", "linear_cross_entropy")
 
 
 @dataclass

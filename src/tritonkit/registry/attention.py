@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -35,17 +36,36 @@ def _inspect_inputs(request: InspectRequest, device: torch.device):
     return packed_qkv(B, H, N, D, dtype, device, request.offset, fill=False)
 
 
-def _inspect_fwd(request: InspectRequest, device: torch.device) -> None:
+# The inspector's passes: the plain mask, and the variants that compile other kernels (a
+# sliding window of 1024, causal with --causal, else 1024 on both sides; a softcap of 50).
+_VARIANTS = {"": {}, "_window": {"window": 1024}, "_softcap": {"softcap": 50.0}}
+
+
+def _variant_args(request: InspectRequest, variant: dict) -> tuple:
+    """(causal, scale, window_left, window_right, softcap) of a variant, as the launchers take them."""
+    w = variant.get("window", -1)
+    return request.causal, None, w, -1 if request.causal else w, variant.get("softcap", 0.0)
+
+
+def _inspect_fwd(request: InspectRequest, device: torch.device, variant: dict | None = None) -> None:
     q, k, v = _inspect_inputs(request, device)
-    attention_fwd(q, k, v, request.causal, tma=request.tma)
+    attention_fwd(q, k, v, *_variant_args(request, variant or {}), tma=request.tma)
 
 
-def _inspect_bwd(request: InspectRequest, device: torch.device) -> None:
+def _inspect_bwd(request: InspectRequest, device: torch.device, variant: dict | None = None) -> None:
     q, k, v = _inspect_inputs(request, device)
     B, H, N, D = q.shape
     o, do = torch.empty_like(q), torch.empty_like(q)
     lse = torch.empty((B, H, N), dtype=torch.float32, device=device)
-    attention_bwd(do, q, k, v, o, lse, request.causal, tma=request.tma)
+    attention_bwd(do, q, k, v, o, lse, *_variant_args(request, variant or {}), tma=request.tma)
+
+
+def _passes() -> dict:
+    passes = {}
+    for suffix, variant in _VARIANTS.items():
+        passes["fwd" + suffix] = functools.partial(_inspect_fwd, variant=variant)
+        passes["bwd" + suffix] = functools.partial(_inspect_bwd, variant=variant)
+    return passes
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -69,18 +89,28 @@ def _sdpa(backend: Any) -> Callable:
     return run
 
 
-def _flex(causal: bool, nq: int, nk: int, device: torch.device) -> Callable | None:
+def flex_peer(mask_mod: Callable | None, nq: int, nk: int, device: torch.device,
+              score_mod: Callable | None = None) -> Callable | None:
+    """FlexAttention with a block mask built once from mask_mod (None: no mask) and the given
+    score_mod, compiled once (both outside the timed call): f(q, k, v, causal_) -> out."""
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     except ImportError:
         return None
-    mask = (create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, nq, nk, device=device)
-            if causal else None)
+    mask = None if mask_mod is None else create_block_mask(mask_mod, None, None, nq, nk, device=device)
     compiled = torch.compile(flex_attention, dynamic=False)
 
     def run(q, k, v, causal_):
-        return compiled(q, k, v, block_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
+        return compiled(q, k, v, block_mask=mask, score_mod=score_mod, enable_gqa=q.shape[1] != k.shape[1])
     return run
+
+
+def _causal_mask(b, h, qi, ki):
+    return qi >= ki
+
+
+def _flex(causal: bool, nq: int, nk: int, device: torch.device) -> Callable | None:
+    return flex_peer(_causal_mask if causal else None, nq, nk, device)
 
 
 def _providers(device: torch.device, causal: bool, nq: int, nk: int, scores_bytes: int,
@@ -117,17 +147,7 @@ def _case(batch: int, heads: int, kv_heads: int, seq: int, head_dim: int, causal
         v = torch.randn(batch, kv_heads, seq, head_dim, dtype=dtype, device=device)
         providers = _providers(device, causal, seq, seq, batch * heads * seq * seq * 4,
                                with_flex=head_dim == 128 and kv_heads == heads and seq in (4096, 16384))
-        if not backward:
-            return {name: (lambda f=f: f(q, k, v, causal)) for name, f in providers.items()}
-        # Backward alone: build each provider's graph once, then time autograd.grad through it.
-        do = torch.randn_like(q)
-        timed = {}
-        for name, f in providers.items():
-            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-            out = f(*leaves, causal)
-            timed[name] = (lambda out=out, leaves=leaves:
-                           torch.autograd.grad(out, leaves, do, retain_graph=True))
-        return timed
+        return _timed(providers, (q, k, v), causal, backward)
 
     gqa = f" GQA{heads}/{kv_heads}" if kv_heads != heads else ""
     label = f"{pass_name} N={seq} D={head_dim}{' causal' if causal else ''}{gqa}"
@@ -138,10 +158,66 @@ def _case(batch: int, heads: int, kv_heads: int, seq: int, head_dim: int, causal
     )
 
 
+def _masked_case(batch: int, heads: int, kv_heads: int, seq: int, head_dim: int, backward: bool,
+                 window: int | None = None, softcap: float | None = None) -> BenchCase:
+    """Causal attention with a sliding window (keys i - window .. i) or a softcap, against
+    FlexAttention with the same block mask / score_mod. Work: the (query, key) pairs the mask
+    keeps, 4 D flops each (times 2.5 for the backward)."""
+    dtype = torch.bfloat16
+    pairs = seq * (seq + 1) // 2 if window is None else sum(min(i, window) + 1 for i in range(seq))
+    flops = 4 * batch * heads * head_dim * pairs * (2.5 if backward else 1.0)
+    pass_name = "bwd" if backward else "fwd"
+    kwargs = dict(causal=True, window=None if window is None else (window, 0), softcap=softcap)
+
+    def setup(device: torch.device):
+        q = torch.randn(batch, heads, seq, head_dim, dtype=dtype, device=device)
+        k, v = (torch.randn(batch, kv_heads, seq, head_dim, dtype=dtype, device=device) for _ in range(2))
+        providers = {"tritonkit": lambda q, k, v, c: attention(q, k, v, **kwargs)}
+        if device.type == "cuda":
+            if window is None:
+                mask_mod = _causal_mask
+            else:
+                def mask_mod(b, h, qi, ki):
+                    return (qi >= ki) & (qi - ki <= window)
+            score_mod = None
+            if softcap is not None:
+                def score_mod(score, b, h, qi, ki):
+                    return softcap * torch.tanh(score / softcap)
+            flex = flex_peer(mask_mod, seq, seq, device, score_mod)
+            if flex is not None:
+                providers["FlexAttention"] = flex
+        return _timed(providers, (q, k, v), True, backward)
+
+    what = f"window {window}" if window is not None else f"softcap {softcap:g}"
+    return BenchCase(
+        label=f"{pass_name} N={seq} D={head_dim} causal {what} GQA{heads}/{kv_heads}",
+        group=f"attention {pass_name} D={head_dim} causal {what.split()[0]}",
+        unit="TFLOP/s", work=flops, size=seq, setup=setup,
+        bytes_in_flight=(8 if backward else 4) * batch * heads * seq * head_dim * dtype.itemsize)
+
+
+def _timed(providers: dict, inputs: tuple, causal: bool, backward: bool) -> dict:
+    """{name: zero-argument callable}: the forward of each provider, or the backward alone:
+    each provider's graph built once, then autograd.grad through it timed (floating-point
+    inputs are the leaves; others, such as cu_seqlens, pass as they are)."""
+    if not backward:
+        return {name: (lambda f=f: f(*inputs, causal)) for name, f in providers.items()}
+    do = None
+    timed = {}
+    for name, f in providers.items():
+        leaves = [t.detach().requires_grad_() if t.is_floating_point() else t for t in inputs]
+        out = f(*leaves, causal)
+        do = torch.randn_like(out) if do is None else do
+        grads_of = [t for t in leaves if t.requires_grad]
+        timed[name] = (lambda out=out, grads_of=grads_of: torch.autograd.grad(out, grads_of, do, retain_graph=True))
+    return timed
+
+
 def _bench_cases(on_gpu: bool) -> list[BenchCase]:
     if not on_gpu:
         return [_case(1, 2, 2, 64, 32, False, False, seed_table=True), _case(1, 2, 2, 64, 32, True, False),
-                _case(1, 2, 2, 64, 32, False, True), _case(1, 2, 2, 64, 32, True, True)]
+                _case(1, 2, 2, 64, 32, False, True), _case(1, 2, 2, 64, 32, True, True),
+                _masked_case(1, 2, 1, 64, 32, False, window=16), _masked_case(1, 2, 1, 64, 32, True, softcap=5.0)]
     cases = []
     for backward in (False, True):
         for causal in (False, True):
@@ -150,15 +226,20 @@ def _bench_cases(on_gpu: bool) -> list[BenchCase]:
                       for n in (1024, 2048, 4096, 8192, 16384)]
         cases += [_case(4, 32, 32, 4096, 64, False, backward), _case(4, 32, 32, 16384, 64, True, backward),
                   _case(4, 16, 16, 4096, 256, False, backward), _case(4, 32, 8, 4096, 128, False, backward)]
+        # issue 15's bars: a sliding window of 1024 at three lengths (time linear in N), and a
+        # softcap beside the same causal case without one
+        cases += [_masked_case(1, 32, 8, n, 128, backward, window=1024) for n in (8192, 16384, 32768)]
+        cases += [_case(4, 32, 8, 4096, 128, True, backward), _masked_case(4, 32, 8, 4096, 128, backward, softcap=50.0)]
     return cases
 
 
 def _sample(device: torch.device) -> tuple:
-    # GQA (4 query heads over 2), Nq != Nk, causal, q a view of a packed (B, N, H, D) buffer.
+    # GQA (4 query heads over 2), Nq != Nk, causal with a left window and a softcap, q a view
+    # of a packed (B, N, H, D) buffer.
     q = torch.randn(1, 37, 4, 32, device=device, dtype=torch.float16).transpose(1, 2)
     k = torch.randn(1, 2, 45, 32, device=device, dtype=torch.float16)
     v = torch.randn(1, 2, 45, 32, device=device, dtype=torch.float16)
-    return q, k, v, True, 32 ** -0.5
+    return q, k, v, True, 32 ** -0.5, 20, -1, 30.0  # causal, scale, window (20, -1), softcap 30
 
 
 def _fuzz_inputs(inputs: FuzzInputs):
@@ -233,8 +314,9 @@ def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
 
 ENTRY = OpEntry(
     name="attention",
-    summary="fused scaled-dot-product attention (FlashAttention-2 style), causal, GQA; forward and backward",
-    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
+    summary=("fused scaled-dot-product attention (FlashAttention-2 style): causal, sliding window, softcap, "
+             "lse, GQA; forward and backward"),
+    passes=_passes(),
     bench_cases=_bench_cases,
     peers=("naive eager", "SDPA FA2", "SDPA cuDNN", "FlexAttention"),
     op="attention",

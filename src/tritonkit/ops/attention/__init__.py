@@ -1,97 +1,138 @@
-"""Fused scaled-dot-product attention, forward and backward (FlashAttention-2 style).
+"""Fused scaled-dot-product attention, forward and backward (FlashAttention-2 style), for dense
+batches and packed variable-length sequences, with causal and sliding-window masks, a logit
+softcap and a differentiable log-sum-exp.
 
-o[b, h, i] = sum_j softmax_j(scale * q[b, h, i] . k[b, hk, j]) v[b, hk, j],  hk = h // (H // Hkv)
-
-with, when causal, query i seeing keys j <= i (top-left aligned, as SDPA's is_causal=True).
+o[b, h, i] = sum_j softmax_j(s_ij) v[b, hk, j],  s_ij = scale * q[b, h, i] . k[b, hk, j]
+(or c tanh(s_ij / c) with a softcap), hk = h // (H // Hkv), over the keys j that query i sees.
 No N x N matrix is ever stored: the forward streams key blocks through an online softmax and
 keeps, per query row, the log-sum-exp lse_i = log sum_j exp(s_ij); the backward recomputes
-p_ij = exp(s_ij - lse_i) tile by tile, deterministically (no atomics).
+p_ij = exp(s_ij - lse_i) tile by tile, deterministically (no atomics). docs/attention.md
+says how to use it.
 
 The package, one concept a module:
-- mask: which key blocks a query block visits, which query blocks a key block is seen by,
-  and the per-element mask, shared by the three passes;
-- loads: tile loads through pointers or tensor descriptors (TMA);
+- mask: which key blocks a query block visits, which query blocks see a key block, the
+  per-element mask and where a program's tile lies in packed sequences, shared by the passes;
+- scores: the softcap; loads: tile loads through pointers or tensor descriptors (TMA);
 - forward, backward: the @triton.jit kernels;
 - configs: tile configs, autotune spaces and pruners;
-- launch: checks, descriptors, launchers (`attention_fwd`, `attention_bwd`);
-- this module: the op's declaration to tritonkit's scaffold, the public function and the
-  float64 reference.
+- checks, descriptors, launch: input checks, TMA descriptors, the launchers;
+- reference: the float64 references;
+- this module: the ops' declarations to tritonkit's scaffold and the public functions.
 What was tried and measured (atomic dQ, a rotated key loop, warp specialization, tile sweeps)
 is in notes/attention*.md.
 """
 
-import math
-
 import torch
 
 from ..._op import Op
+from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel
+from .checks import (_block_d, _check_max_seqlen, _check_qkv, _check_varlen, _empty_like_order,
+                     _head_dim_innermost, _mask_flags, _resolve_scale, _softcap_arg, _window_arg)
 from .configs import (TileConfig, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _attn_fwd_tuned, _prune_dkdv,
                       _prune_dq, _prune_fwd, _row_keys, autotune_configs, fixed_configs)
-from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel
+from .descriptors import (_descriptor, _fit_descriptors, _fit_dkdv_descriptors, _fit_dq_descriptors, _has_tma,
+                          _tma_ok)
 from .forward import _attn_fwd_kernel
-from .launch import (_attention_bwd_checked, _block_d, _check_qkv, _descriptor, _empty_like_order,
-                     _fit_descriptors, _fit_dkdv_descriptors, _fit_dq_descriptors, _has_tma, _head_dim_innermost,
-                     _resolve_scale, _tma_ok, attention_bwd, attention_fwd)
+from .launch import (_attention_bwd_checked, attention_bwd, attention_fwd, attention_varlen_bwd,
+                     attention_varlen_fwd)
+from .reference import attention_reference, attention_varlen_reference
 
-__all__ = ["attention", "attention_reference", "attention_fwd", "attention_bwd", "TileConfig",
+__all__ = ["attention", "attention_varlen", "attention_reference", "attention_varlen_reference",
+           "attention_fwd", "attention_bwd", "attention_varlen_fwd", "attention_varlen_bwd", "TileConfig",
            "fixed_configs", "autotune_configs"]
 
 
 # ---------------------------------------------------------------------------------------
-# The op's declaration: custom ops for torch.compile, fake (meta) and autograd registrations
+# The ops' declarations: custom ops for torch.compile, fake (meta) and autograd registrations
 # ---------------------------------------------------------------------------------------
 
-def _attention_fwd_fake(q, k, v, causal, scale):
+def _setup_context(ctx, inputs, output):
+    # Saves what the backward needs; the arguments after the tensors (causal, scale, window,
+    # softcap, and for packed sequences the cu_seqlens before them) go along as they came.
+    # Gradients are not materialized: a None dlse (lse unused) skips its term, a None do
+    # (only lse used) stands for zeros.
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    ctx.save_for_backward(*tensors, *output)
+    ctx.flags = [a for a in inputs if not isinstance(a, torch.Tensor)]
+    ctx.set_materialize_grads(False)
+
+
+def _backward(bwd, ctx, do, dlse):
+    *inputs, o, lse = ctx.saved_tensors
+    if do is None:
+        do = torch.zeros_like(o)
+    grads = bwd(do, *inputs[:3], o, lse, *inputs[3:], *ctx.flags, dlse)
+    return (*grads, *(None for _ in inputs[3:]), *(None for _ in ctx.flags))
+
+
+def _attention_fwd_fake(q, k, v, causal, scale, window_left, window_right, softcap):
     B, H, Nq, D = q.shape
     return _empty_like_order(q, (B, H, Nq, D), q.dtype), q.new_empty((B, H, Nq), dtype=torch.float32)
 
 
-def _attention_bwd_fake(do, q, k, v, o, lse, causal, scale):
+def _attention_bwd_fake(do, q, k, v, o, lse, causal, scale, window_left, window_right, softcap, dlse):
     return (_empty_like_order(q, tuple(q.shape), q.dtype), _empty_like_order(k, tuple(k.shape), k.dtype),
             _empty_like_order(v, tuple(v.shape), v.dtype))
 
 
-def _attention_setup_context(ctx, inputs, output):
-    q, k, v, causal, scale = inputs
-    o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
-    ctx.causal = causal
-    ctx.scale = scale
-    ctx.mark_non_differentiable(lse)
-
-
-def _attention_backward(bwd, ctx, do, dlse):
-    # lse is marked non-differentiable, so only o's gradient flows back.
-    q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = bwd(do, q, k, v, o, lse, ctx.causal, ctx.scale)
-    return dq, dk, dv, None, None
-
-
-def _attention_check(q, k, v, causal, scale):
+def _attention_check(q, k, v, causal, scale, window_left, window_right, softcap):
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
-    return q, k, v, bool(causal), _resolve_scale(scale, D)
+    _mask_flags(causal, window_left, window_right, softcap, Nq, Nk)  # validates
+    return q, k, v, bool(causal), _resolve_scale(scale, D), window_left, window_right, float(softcap)
 
+
+_FLAGS_SCHEMA = "bool causal, float scale, int window_left, int window_right, float softcap"
 
 _ATTENTION = Op(
     "attention", forward=attention_fwd,
-    forward_schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)",
-    forward_fake=_attention_fwd_fake, setup_context=_attention_setup_context, backward=_attention_backward,
+    forward_schema=f"(Tensor q, Tensor k, Tensor v, {_FLAGS_SCHEMA}) -> (Tensor, Tensor)",
+    forward_fake=_attention_fwd_fake, setup_context=_setup_context, backward=_backward,
     backward_launcher=attention_bwd,
-    backward_schema=("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, "
-                     "float scale) -> (Tensor, Tensor, Tensor)"),
+    backward_schema=(f"(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, {_FLAGS_SCHEMA}, "
+                     "Tensor? dlse) -> (Tensor, Tensor, Tensor)"),
     backward_fake=_attention_bwd_fake, eager_backward_launcher=_attention_bwd_checked, check=_attention_check)
 
 
+def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left, window_right, softcap):
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((q.shape[1], q.shape[0]),
+                                                                                   dtype=torch.float32)
+
+
+def _varlen_bwd_fake(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left, window_right,
+                     softcap, dlse):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+
+
+def _varlen_check(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left, window_right, softcap):
+    Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    _mask_flags(causal, window_left, window_right, softcap, Tq, Tk)  # validates
+    return (q, k, v, cu_seqlens_q, cu_seqlens_k, bool(causal), _resolve_scale(scale, D), window_left,
+            window_right, float(softcap))
+
+
+_ATTENTION_VARLEN = Op(
+    "attention_varlen", forward=attention_varlen_fwd,
+    forward_schema=(f"(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, {_FLAGS_SCHEMA}) "
+                    "-> (Tensor, Tensor)"),
+    forward_fake=_varlen_fwd_fake, setup_context=_setup_context, backward=_backward,
+    backward_launcher=attention_varlen_bwd,
+    backward_schema=("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor cu_seqlens_q, "
+                     f"Tensor cu_seqlens_k, {_FLAGS_SCHEMA}, Tensor? dlse) -> (Tensor, Tensor, Tensor)"),
+    backward_fake=_varlen_bwd_fake, check=_varlen_check)
+
+
 # ---------------------------------------------------------------------------------------
-# Public function and reference
+# Public functions
 # ---------------------------------------------------------------------------------------
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-              scale: float | None = None) -> torch.Tensor:
-    """Scaled dot-product attention, fused: softmax(scale * q k^T [+ causal mask]) v.
+              scale: float | None = None, window: tuple[int, int] | None = None,
+              softcap: float | None = None, return_lse: bool = False):
+    """Scaled dot-product attention, fused: softmax(scale * q k^T, masked) v.
 
     Same result as ``torch.nn.functional.scaled_dot_product_attention(q, k, v,
-    is_causal=causal, scale=scale, enable_gqa=True)``, differentiable in q, k and v.
+    is_causal=causal, scale=scale, enable_gqa=True)`` where both apply; differentiable in q,
+    k and v (and through the returned lse).
 
     q: (B, H, Nq, D); k and v: (B, Hkv, Nk, D) with H a multiple of Hkv (grouped-query and
     multi-query attention: query head h reads kv head h // (H // Hkv)). Nq, Nk >= 1 (Nq may
@@ -99,32 +140,54 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     or bfloat16, all three the same; the output has q's dtype and shape. Any strides, e.g.
     views into a packed (B, N, 3, H, D) projection at any element offset.
 
-    causal: query i sees keys j <= i (top-left aligned, as SDPA's is_causal=True, also
-    when Nq != Nk). scale: defaults to 1 / sqrt(D).
+    causal: query i sees keys j <= i (top-left aligned, as SDPA's is_causal=True, also when
+    Nq != Nk). window=(left, right): query i sees keys i - left <= j <= i + right, aligned
+    the same way; -1 leaves a side unbounded; with causal, (w, 0) is the usual sliding-window
+    decoder layer. softcap=c: scores become c * tanh(s / c) before the softmax (Gemma 2).
+    scale: defaults to 1 / sqrt(D). return_lse: return (out, lse), lse (B, H, Nq) float32,
+    the natural-log sum of exp of each row's visible scores, differentiable (so partial
+    attentions over parts of the keys can be merged exactly and trained through).
 
-    Raises TypeError for non-tensors, dtypes other than float16/bfloat16 or mixed dtypes,
-    and ValueError for wrong ranks, mismatched batch, head counts that do not divide,
-    different head dims, unsupported D, an empty k, or tensors on different devices.
+    A row that sees no key (a window that leaves it none) gets output 0, lse -inf and zero
+    gradients, never NaN. Key blocks that no query of a tile sees are never loaded.
+
+    Raises TypeError for non-tensors, dtypes other than float16/bfloat16 or mixed dtypes, a
+    window or softcap of the wrong type, and ValueError for wrong ranks, mismatched batch,
+    head counts that do not divide, different head dims, unsupported D, an empty k, tensors
+    on different devices, window sides below -1, a softcap that is not positive and finite.
     Memory: O(B * H * N) beyond inputs and output; the backward is deterministic.
     """
+    window_left, window_right = _window_arg(window)
     # The launchers validate q, k, v and scale on the eager roads (scale=None means 1/sqrt(D)).
-    return _ATTENTION(q, k, v, bool(causal), scale)[0]
+    o, lse = _ATTENTION(q, k, v, bool(causal), scale, window_left, window_right, _softcap_arg(softcap))
+    return (o, lse) if return_lse else o
 
 
-def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                        scale: float | None = None, upcast: bool = True) -> torch.Tensor:
-    """Plain attention in float64 (upcast=True) or in the inputs' dtype: scores, mask,
-    softmax, weighted sum, with kv heads repeated for grouped-query attention."""
-    D = q.shape[-1]
-    scale = 1.0 / math.sqrt(D) if scale is None else scale
-    if upcast:
-        q, k, v = q.double(), k.double(), v.double()
-    group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)
-    v = v.repeat_interleave(group, dim=1)
-    s = (q @ k.transpose(-1, -2)) * scale
-    if causal:
-        Nq, Nk = q.shape[2], k.shape[2]
-        seen = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).tril()
-        s = s.masked_fill(~seen, float("-inf"))
-    return torch.softmax(s, dim=-1) @ v
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int | torch.Tensor, max_seqlen_k: int | torch.Tensor,
+                     *, causal: bool = False, scale: float | None = None, window: tuple[int, int] | None = None,
+                     softcap: float | None = None, return_lse: bool = False):
+    """Attention over packed variable-length sequences, as FlashAttention-2's
+    ``flash_attn_varlen_func``: sequence s is rows cu_seqlens_q[s]:cu_seqlens_q[s + 1] of q
+    and rows cu_seqlens_k[s]:cu_seqlens_k[s + 1] of k and v, and sees nothing of the others.
+
+    q: (total_q, H, D); k and v: (total_k, Hkv, D); dtypes, head counts and D as
+    `attention`, any strides. cu_seqlens_q, cu_seqlens_k: int32, (batch + 1,), starting at 0
+    and never decreasing, the last entry the total (checked where the tensors are on the CPU;
+    on a GPU checking would stall every call, and bad values give wrong results but never
+    out-of-bounds accesses). Sequences may be empty. max_seqlen_q, max_seqlen_k: Python ints
+    or 0-d integer tensors, accepted for FlashAttention-2 compatibility: the kernels find each
+    sequence's blocks from cu_seqlens alone, so nothing is read from them, and a new batch of
+    new lengths runs the same compiled graph under torch.compile.
+
+    causal, window, softcap, scale: as `attention`, with positions counted from each
+    sequence's start (top-left aligned within the sequence). Returns o (total_q, H, D), and
+    with return_lse also lse (H, total_q) float32, differentiable. Rows that see no key
+    (an empty key sequence, a window) get 0 and lse -inf.
+    """
+    _check_max_seqlen("max_seqlen_q", max_seqlen_q)
+    _check_max_seqlen("max_seqlen_k", max_seqlen_k)
+    window_left, window_right = _window_arg(window)
+    o, lse = _ATTENTION_VARLEN(q, k, v, cu_seqlens_q, cu_seqlens_k, bool(causal), scale, window_left,
+                               window_right, _softcap_arg(softcap))
+    return (o, lse) if return_lse else o

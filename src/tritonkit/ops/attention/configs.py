@@ -56,9 +56,14 @@ def fixed_configs(block_d: int, row_keys: int | None = None) -> dict[str, TileCo
 SHORT_ROWS = 2048
 
 
-def _row_keys(Nq: int, Nk: int, causal: bool) -> int:
-    """About how many keys a query row sees: the longer length, halved under a causal mask."""
-    return max(Nq, Nk) // 2 if causal else max(Nq, Nk)
+def _row_keys(Nq: int, Nk: int, causal: bool, window_left: int = -1, window_right: int = -1) -> int:
+    """About how many keys a query row sees: the longer length, halved under a causal mask,
+    and at most the window's width."""
+    keys = max(Nq, Nk) // 2 if causal else max(Nq, Nk)
+    if window_left >= 0 or window_right >= 0:
+        right = 0 if causal else (window_right if window_right >= 0 else keys)
+        keys = min(keys, (window_left if window_left >= 0 else keys) + right + 1)
+    return keys
 
 
 @functools.lru_cache(maxsize=None)
@@ -137,7 +142,8 @@ def _prune_fwd(configs, named_args, **kwargs):
     block_d = kwargs["BLOCK_D"]
     mine = [c for c in configs if c in _FWD_SPACES[kind]]
     lengths = named_args.get("Nq"), named_args.get("Nk")
-    row_keys = None if None in lengths else _row_keys(*lengths, kwargs.get("CAUSAL", False))
+    row_keys = None if None in lengths else _row_keys(*lengths, kwargs.get("CAUSAL", False),
+                                                      kwargs.get("WINDOW_LEFT", -1), kwargs.get("WINDOW_RIGHT", -1))
     return _fixed_first([c for c in mine if _fits("fwd", c, block_d)], kind, block_d, row_keys) or mine[:1]
 
 
@@ -225,12 +231,11 @@ def _autotuned(kernel, kinds: str | tuple[str, ...], prune, flags: list[str]) ->
 
 _FWD_SPACES = {kind: [c.triton_config() for c in autotune_configs(kind)] for kind in ("fwd", "fwd_tma")}
 # USE_TMA keys the forward: with descriptors, O and LSE are the tensors whose dtypes it adds.
-_attn_fwd_tuned = _autotuned(_attn_fwd_kernel, ("fwd", "fwd_tma"), _prune_fwd,
-                             ["BLOCK_D", "CAUSAL", "GROUP", "USE_TMA"])
-_attn_bwd_dkdv_tuned = _autotuned(_attn_bwd_dkdv_kernel, "dkdv", _prune_dkdv,
-                                  ["BLOCK_D", "CAUSAL", "GROUP", "USE_TMA"])
-_attn_bwd_dq_tuned = _autotuned(_attn_bwd_dq_kernel, "dq", _prune_dq,
-                                ["BLOCK_D", "CAUSAL", "GROUP", "USE_TMA"])
+# Packed sequences key themselves: their cu_seqlens add an int32 dtype to the key.
+_FLAGS = ["BLOCK_D", "CAUSAL", "WINDOW_LEFT", "WINDOW_RIGHT", "SOFTCAP", "GROUP", "USE_TMA"]
+_attn_fwd_tuned = _autotuned(_attn_fwd_kernel, ("fwd", "fwd_tma"), _prune_fwd, _FLAGS)
+_attn_bwd_dkdv_tuned = _autotuned(_attn_bwd_dkdv_kernel, "dkdv", _prune_dkdv, _FLAGS)
+_attn_bwd_dq_tuned = _autotuned(_attn_bwd_dq_kernel, "dq", _prune_dq, _FLAGS)
 
 
 def _autotune_enabled() -> bool:

@@ -1,210 +1,59 @@
-"""Attention launchers: input checks, the choice between tensor descriptors (TMA) and plain
-pointers, descriptors, and the launches of the forward and the three backward passes.
+"""Attention launchers: validate, allocate, choose the path and the tiles, launch the forward
+and the three backward passes, for dense batches (B, H, N, D) and packed sequences
+(total, H, D) delimited by cu_seqlens.
 
 Loads are plain pointer loads, right for any strides and element offset, except on Hopper
 and later, where the tiles each kernel streams (q, k, v in the forward; q, dO in dK/dV; k, v
 in dQ) are read through tensor descriptors when `_tma_ok` has checked on the host that their
-bases and strides allow it (USE_TMA), and otherwise, silently, through pointers.
+bases and strides allow it (USE_TMA), and otherwise, silently, through pointers. Packed
+sequences run the same kernels on (1, H, total, D) views of their tensors.
 """
 
 import contextlib
 import functools
-import math
 
 import torch
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ... import _launch
 from ..._checks import check_same_device, check_tensor, dtype_name
 from ..._launch import Launch
-from ..._layout import cdiv, next_power_of_2
+from ..._layout import cdiv
 from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel, _attn_bwd_preprocess_kernel
+from .checks import (HALF_DTYPES, _block_d, _check_qkv, _check_varlen, _empty_like_order, _head_dim_innermost,
+                     _mask_flags, _resolve_scale)
 from .configs import (DKDV_TUNED_ROWS, TileConfig, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _attn_fwd_tuned,
                       _autotune_enabled, _interpreting, _row_keys, fixed_configs)
+from .descriptors import _descriptor, _use_tma
 from .forward import _attn_fwd_kernel
 
 LOG2E = 1.4426950408889634
-HALF_DTYPES = (torch.float16, torch.bfloat16)
-MAX_GRID_YZ = 65535  # CUDA's limit on grid dims 1 and 2 (heads, batch)
+
+
+def _packed(t: torch.Tensor) -> torch.Tensor:
+    """A (total, H, D) tensor of packed sequences as the kernels' (1, H, total, D) view."""
+    return t.permute(1, 0, 2).unsqueeze(0)
+
+
+def _qk_scale(scale: float, softcap: float) -> float:
+    """What the kernels multiply Q K^T by: scale log2(e), or with a softcap c the tanh's
+    input factor 2 scale log2(e) / c (scores.py)."""
+    return 2.0 * scale * LOG2E / softcap if softcap else scale * LOG2E
 
 
 # ---------------------------------------------------------------------------------------
-# Checks and layouts
-# ---------------------------------------------------------------------------------------
-
-def _check_qkv(q: object, k: object, v: object) -> tuple[int, int, int, int, int, int]:
-    """Validate q, k, v; returns (B, H, Nq, D, Hkv, Nk)."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, t, HALF_DTYPES)
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-d (batch, heads, seq_len, head_dim), got shape {tuple(t.shape)}")
-    check_same_device(q=q, k=k, v=v)
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} has dtype {dtype_name(t.dtype)} but q has {dtype_name(q.dtype)}")
-    B, H, Nq, D = q.shape
-    Bk, Hkv, Nk, Dk = k.shape
-    if Bk != B:
-        raise ValueError(f"k has batch {Bk} but q has batch {B}")
-    if tuple(v.shape[:3]) != (Bk, Hkv, Nk):
-        raise ValueError(f"v has (batch, heads, seq_len) {tuple(v.shape[:3])} but k has {(Bk, Hkv, Nk)}")
-    if Dk != D:
-        raise ValueError(f"k has head_dim {Dk} but q has head_dim {D}")
-    if v.shape[3] != D:
-        raise ValueError(f"v has head_dim {v.shape[3]} but q has head_dim {D}")
-    if H < 1 or Hkv < 1:
-        raise ValueError(f"q and k need at least one head, got q heads {H}, k heads {Hkv}")
-    if H % Hkv != 0:
-        raise ValueError(f"q has {H} heads, which k's {Hkv} heads do not divide")
-    if D % 8 != 0 or not 16 <= D <= 256:
-        raise ValueError(f"q has head_dim {D}; supported: multiples of 8 from 16 to 256")
-    if Nk < 1:
-        raise ValueError("k has sequence length 0: attention needs at least one key")
-    if H > MAX_GRID_YZ or B > MAX_GRID_YZ:
-        raise ValueError(f"q has batch {B} and {H} heads; at most {MAX_GRID_YZ} of each are supported")
-    return B, H, Nq, D, Hkv, Nk
-
-
-def _resolve_scale(scale: object, head_dim: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    return float(scale)
-
-
-def _empty_like_order(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """An empty (B, H, N, D) tensor laid out as `like` is: (B, N, H, D) in memory when like's
-    head stride is below its sequence stride (as for projected, packed qkv), else (B, H, N, D).
-    The fake (meta) implementations use it too, so compiled graphs see the same strides."""
-    B, H, N, D = shape
-    if like.shape[1] > 1 and like.shape[2] > 1 and like.stride(1) < like.stride(2):
-        return torch.empty((B, N, H, D), dtype=dtype, device=like.device).transpose(1, 2)
-    return torch.empty((B, H, N, D), dtype=dtype, device=like.device)
-
-
-def _block_d(head_dim: int) -> int:
-    return max(16, next_power_of_2(head_dim))
-
-
-def _head_dim_innermost(t: torch.Tensor) -> torch.Tensor:
-    """`t` itself when its head dim is innermost (unit stride), else a contiguous copy.
-
-    On the H200 with Triton 3.6 the compiled kernels gave wrong results (relative error
-    ~1, no fault) for K stored transposed (sequence stride 1, head-dim stride 130), while
-    the interpreter was right (scripts/repro_attention_strides.py reproduces it; the cause
-    inside the compiler is not isolated). A query with head-dim stride 2 was right. Until
-    that is understood, any operand whose head dim is not innermost, or whose rows overlap
-    (an expanded sequence dim), is copied; every layout a model produces ((B,H,N,D),
-    (B,N,H,D), packed qkv) has a unit head-dim stride and rows apart, and is never copied.
-    """
-    rows_apart = t.shape[-2] == 1 or t.stride(-2) >= t.shape[-1]  # not expanded or overlapping
-    return t if t.stride(-1) == 1 and rows_apart else t.contiguous()
-
-
-# ---------------------------------------------------------------------------------------
-# Tensor descriptors (TMA)
-# ---------------------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=None)
-def _has_tma(device: torch.device) -> bool:
-    """Whether `device` has TMA: a CUDA GPU of compute capability 9.0 (Hopper) or later. CPU
-    tensors reach a launcher in two ways: under Triton's interpreter, which reads tensor
-    descriptors (zero-filling out of bounds as TMA does), or recorded for `tritonkit inspect`,
-    which compiles for sm_90 by default."""
-    if device.type != "cuda":
-        return True
-    return torch.cuda.get_device_capability(device)[0] >= 9
-
-
-def _tma_ok(*tensors: torch.Tensor) -> bool:
-    """Whether these (B, H, N, D) operands can be read through tensor descriptors (TMA).
-
-    TMA addresses a tensor by its base and a byte stride per dimension, and refuses on the
-    host (an AssertionError in TensorDescriptor, or an error when the driver encodes the
-    descriptor) a base that is not 16-byte aligned or a stride that is not a multiple of 16
-    bytes; the innermost stride must be 1. Views that start inside a buffer (packed qkv at an
-    odd offset) and rows of, say, 131 elements fail here, and take the pointer path instead,
-    silently. Also refused, to stay inside the hardware's documented range: strides of 0
-    (broadcast dims), of 2^40 bytes or more, and dims of 2^32 or more.
-    """
-    for t in tensors:
-        if not _has_tma(t.device) or t.data_ptr() % 16:
-            return False
-        size = t.element_size()
-        *outer, inner = t.stride()
-        if inner != 1:
-            return False
-        for n in t.shape:
-            if n >= 2**32:
-                return False
-        for s in outer:
-            if s <= 0 or s * size % 16 or s * size >= 2**40:
-                return False
-    return True
-
-
-def _use_tma(tma: bool | None, *tensors: torch.Tensor) -> bool:
-    """The launchers' `tma` argument: None reads these operands through tensor descriptors
-    where `_tma_ok` allows it, False never, True always (a ValueError where it cannot)."""
-    use = tma is not False and _tma_ok(*tensors)
-    if tma and not use:
-        raise ValueError("tma=True, but the operands cannot be read through tensor descriptors: each needs "
-                         "a 16-byte aligned start and strides that are multiples of 16 bytes")
-    return use
-
-
-def _descriptor(t: torch.Tensor, rows: int, block_d: int) -> TensorDescriptor:
-    """A descriptor of the whole (B, H, N, D) tensor with its own strides, read a tile of
-    `rows` x block_d of one (batch, head) at a time. Reads past N or D come back as zeros,
-    and never from the next head. The kernel's pre-run hook (`_descriptor_fitter`) resets the
-    tile shape to the config that launches.
-
-    Built without TensorDescriptor's own checks (its __post_init__), which repeat what
-    `_tma_ok` has checked on every operand that reaches here (aligned base, 16-byte strides,
-    unit innermost stride; dims are positive and tiles powers of two by construction): they
-    cost ~2 us of host time a descriptor, and a forward and backward build seven. A test
-    holds the result equal to the checked constructor's."""
-    desc = object.__new__(TensorDescriptor)
-    desc.base, desc.shape, desc.strides = t, list(t.shape), list(t.stride())
-    desc.block_shape, desc.padding = [1, 1, rows, block_d], "zero"
-    return desc
-
-
-def _descriptor_fitter(kernel, rows_of: dict[str, str]):
-    """A pre-run hook for `kernel` that gives its descriptor arguments (by parameter name ->
-    the meta-parameter counting their tile's rows) the tile shape of the config being
-    launched. The autotuner picks BLOCK_M and BLOCK_N after the launcher built them, and
-    Triton compiles a descriptor for the block shape it carries. A config pre_hook, as in
-    Triton's tutorial, would do the same, but Triton's on-disk tuning cache skips configs
-    that have one. Launches pass the kernel's runtime arguments by position."""
-    positions = {kernel.arg_names.index(name): rows for name, rows in rows_of.items()}
-
-    def fit_descriptors(*args, **meta) -> None:
-        if meta.get("USE_TMA"):
-            for position, rows in positions.items():
-                args[position].block_shape = [1, 1, meta[rows], meta["BLOCK_D"]]
-    kernel.add_pre_run_hook(fit_descriptors)
-    return fit_descriptors
-
-
-_fit_descriptors = _descriptor_fitter(_attn_fwd_kernel, {"Q": "BLOCK_M", "K": "BLOCK_N", "V": "BLOCK_N"})
-_fit_dkdv_descriptors = _descriptor_fitter(_attn_bwd_dkdv_kernel, {"Q": "BLOCK_M", "DO": "BLOCK_M"})
-_fit_dq_descriptors = _descriptor_fitter(_attn_bwd_dq_kernel, {"K": "BLOCK_N", "V": "BLOCK_N"})
-
-
-# ---------------------------------------------------------------------------------------
-# Launchers
+# Forward
 # ---------------------------------------------------------------------------------------
 
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                  scale: float | None = None, *, config: TileConfig | None = None,
+                  scale: float | None = None, window_left: int = -1, window_right: int = -1,
+                  softcap: float = 0.0, *, config: TileConfig | None = None,
                   tma: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Launcher of the forward pass. Returns (o, lse): o like q (B, H, Nq, D) in q's dtype,
-    lse (B, H, Nq) float32, the natural-log sum of exp(scores) per query row.
+    lse (B, H, Nq) float32, the natural-log sum of exp(scores) per query row (-inf for a row
+    that sees no key, whose o is 0).
 
+    causal, window_left, window_right (-1: unbounded), softcap (0: none): the mask and score
+    function of `tritonkit.attention` (mask.py, scores.py).
     config: a TileConfig to launch with; None autotunes on a GPU (unless TRITONKIT_AUTOTUNE=0)
     and uses `fixed_configs` otherwise.
     tma: None reads q, k, v through tensor descriptors (TMA) wherever `_tma_ok` allows it and
@@ -213,39 +62,84 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     """
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
     q, k, v = (_head_dim_innermost(t) for t in (q, k, v))
-    scale = _resolve_scale(scale, D)
-    causal = bool(causal)
     o = _empty_like_order(q, (B, H, Nq, D), q.dtype)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    flags = _mask_flags(causal, window_left, window_right, softcap, Nq, Nk)
+    _forward(q, k, v, o, lse, _resolve_scale(scale, D), flags, None, config, tma)
+    return o, lse
+
+
+def attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                         cu_seqlens_k: torch.Tensor, causal: bool = False, scale: float | None = None,
+                         window_left: int = -1, window_right: int = -1, softcap: float = 0.0, *,
+                         config: TileConfig | None = None,
+                         tma: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launcher of the forward pass over packed sequences: q (Tq, H, D), k and v (Tk, Hkv, D),
+    sequence s holding rows cu_seqlens_q[s]:cu_seqlens_q[s + 1] of q and the same of k. Returns
+    (o, lse): o (Tq, H, D) in q's dtype, lse (H, Tq) float32. Other arguments as `attention_fwd`."""
+    Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    o = torch.empty((Tq, H, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((H, Tq), dtype=torch.float32, device=q.device)
+    if Tk == 0:  # no keys at all: every row sees none
+        return o.zero_(), lse.fill_(float("-inf"))
+    q4, k4, v4 = (_head_dim_innermost(_packed(t)) for t in (q, k, v))
+    flags = _mask_flags(causal, window_left, window_right, softcap, Tq, Tk)
+    _forward(q4, k4, v4, _packed(o), lse.unsqueeze(0), _resolve_scale(scale, D), flags,
+             (cu_seqlens_q, cu_seqlens_k, S), config, tma)
+    return o, lse
+
+
+def _forward(q, k, v, o, lse, scale: float, flags: tuple, varlen: tuple | None,
+             config: TileConfig | None, tma: bool | None) -> None:
+    """Launch the forward on (B, H, N, D) q, k, v (packed: B = 1 and `varlen` = (cu_seqlens_q,
+    cu_seqlens_k, number of sequences)), writing o and lse (B, H, Nq)."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
     if B == 0 or Nq == 0:
-        return o, lse
+        return
+    causal, window_left, window_right, softcap = flags
     block_d = _block_d(D)
     use_tma = _use_tma(tma, q, k, v)
-    fixed = fixed_configs(block_d, _row_keys(Nq, Nk, causal))["fwd_tma" if use_tma else "fwd"]
+    row_keys = _row_keys(Nq, Nk, causal, window_left, window_right) if varlen is None else None
+    fixed = fixed_configs(block_d, row_keys)["fwd_tma" if use_tma else "fwd"]
     tile = config or fixed
     q_in, k_in, v_in = q, k, v
     if use_tma:
         q_in = _descriptor(q, tile.block_m, block_d)
         k_in, v_in = (_descriptor(t, tile.block_n, block_d) for t in (k, v))
-    args = (q_in, k_in, v_in, o, lse, Nq, Nk, D, H // Hkv, scale * LOG2E,
+    cu_q, cu_k, seqs = varlen or (None, None, None)
+    args = (q_in, k_in, v_in, o, lse, cu_q, cu_k, Nq, Nk, D, H // Hkv, _qk_scale(scale, softcap), seqs,
             *q.stride(), *k.stride(), *v.stride(), *o.stride())
-    constexprs = dict(CAUSAL=causal, SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D, USE_TMA=use_tma)
+    constexprs = dict(CAUSAL=causal, WINDOW_LEFT=window_left, WINDOW_RIGHT=window_right, SOFTCAP=softcap,
+                      SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D, USE_TMA=use_tma)
     if config is None and _autotune_enabled():
-        Launch("attention_fwd", _attn_fwd_tuned,
-               lambda meta: (cdiv(Nq, meta["BLOCK_M"]), H, B),
+        Launch("attention_fwd", _attn_fwd_tuned, lambda meta: _query_grid(Nq, meta["BLOCK_M"], H, B, seqs),
                args, constexprs, num_warps=None, num_stages=None)()
     else:
-        Launch("attention_fwd", _attn_fwd_kernel, (cdiv(Nq, tile.block_m), H, B), args,
+        Launch("attention_fwd", _attn_fwd_kernel, _query_grid(Nq, tile.block_m, H, B, seqs), args,
                dict(constexprs, **tile.meta()), num_warps=tile.num_warps, num_stages=tile.num_stages)()
-    return o, lse
 
+
+def _query_grid(n: int, block: int, heads: int, batch: int, seqs: int | None) -> tuple[int, int, int]:
+    """Programs of a pass that tiles n rows in blocks (mask._program_tile): one per block, head
+    and batch; for packed sequences cdiv(total, block) + seqs per head, which covers every
+    sequence's blocks whatever their lengths."""
+    return (cdiv(n, block), heads, batch) if seqs is None else (cdiv(n, block) + seqs, heads, 1)
+
+
+# ---------------------------------------------------------------------------------------
+# Backward
+# ---------------------------------------------------------------------------------------
 
 def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   o: torch.Tensor, lse: torch.Tensor, causal: bool = False, scale: float | None = None,
-                  *, dkdv_config: TileConfig | None = None, dq_config: TileConfig | None = None,
-                  tma: bool | None = None, concurrent_dq: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Launcher of the backward pass: (dq, dk, dv) from the upstream gradient `do` and the
-    forward's `o` and `lse`. Deterministic: the same inputs give bitwise the same gradients.
+                  window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                  dlse: torch.Tensor | None = None, *, dkdv_config: TileConfig | None = None,
+                  dq_config: TileConfig | None = None, tma: bool | None = None,
+                  concurrent_dq: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launcher of the backward pass: (dq, dk, dv) from the upstream gradient `do` of o (and
+    `dlse` of lse, when lse was used) and the forward's `o` and `lse`. Deterministic: the same
+    inputs give bitwise the same gradients.
 
     tma: as in `attention_fwd`. Through descriptors go the tiles each kernel streams: Q and
     dO in the dK/dV pass (when both allow it), K and V in the dQ pass (when both allow it);
@@ -255,83 +149,136 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     programs leave idle (faster on the H200, same bits: notes/attention.md); False runs the
     passes one after the other on the current stream."""
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
+    _check_saved(do, o, lse, dlse, q, (B, H, Nq))
+    return _attention_bwd_checked(do, q, k, v, o, lse, causal, scale, window_left, window_right, softcap, dlse,
+                                  dkdv_config=dkdv_config, dq_config=dq_config, tma=tma,
+                                  concurrent_dq=concurrent_dq)
+
+
+def _check_saved(do, o, lse, dlse, q, lse_shape: tuple[int, ...]) -> None:
     for name, t in (("do", do), ("o", o)):
         check_tensor(name, t, HALF_DTYPES)
         if t.shape != q.shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)} but q has {tuple(q.shape)}")
         if t.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {dtype_name(t.dtype)} but q has {dtype_name(q.dtype)}")
-    check_tensor("lse", lse, (torch.float32,))
-    if lse.shape != (B, H, Nq):
-        raise ValueError(f"lse has shape {tuple(lse.shape)}; expected {(B, H, Nq)}")
+    for name, t in (("lse", lse), ("dlse", dlse)):
+        if t is None and name == "dlse":
+            continue
+        check_tensor(name, t, (torch.float32,))
+        if tuple(t.shape) != lse_shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {lse_shape}")
     check_same_device(q=q, do=do, o=o, lse=lse)
-    return _attention_bwd_checked(do, q, k, v, o, lse, causal, scale, dkdv_config=dkdv_config,
-                                  dq_config=dq_config, tma=tma, concurrent_dq=concurrent_dq)
 
 
 def _attention_bwd_checked(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                            o: torch.Tensor, lse: torch.Tensor, causal: bool = False,
-                           scale: float | None = None, *, dkdv_config: TileConfig | None = None,
-                           dq_config: TileConfig | None = None, tma: bool | None = None,
+                           scale: float | None = None, window_left: int = -1, window_right: int = -1,
+                           softcap: float = 0.0, dlse: torch.Tensor | None = None, *,
+                           dkdv_config: TileConfig | None = None, dq_config: TileConfig | None = None,
+                           tma: bool | None = None,
                            concurrent_dq: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`attention_bwd` after its checks, for callers whose arguments are known good: the
     eager autograd road, whose q, k, v, o, lse are what the checked forward saved and whose
     do autograd has already matched to o's shape, dtype and device."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    scale = _resolve_scale(scale, D)
-    causal = bool(causal)
-    lse = lse.contiguous()
     q, k, v, do, o = (_head_dim_innermost(t) for t in (q, k, v, do, o))
-
     dq = _empty_like_order(q, (B, H, Nq, D), q.dtype)
     dk = _empty_like_order(k, (B, Hkv, Nk, D), k.dtype)
     dv = _empty_like_order(v, (B, Hkv, Nk, D), v.dtype)
+    flags = _mask_flags(causal, window_left, window_right, softcap, Nq, Nk)
+    _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, _resolve_scale(scale, D), flags, None,
+              dkdv_config, dq_config, tma, concurrent_dq)
+    return dq, dk, dv
+
+
+def attention_varlen_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         o: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                         cu_seqlens_k: torch.Tensor, causal: bool = False, scale: float | None = None,
+                         window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                         dlse: torch.Tensor | None = None, *, dkdv_config: TileConfig | None = None,
+                         dq_config: TileConfig | None = None, tma: bool | None = None,
+                         concurrent_dq: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launcher of the backward pass over packed sequences (see `attention_varlen_fwd`):
+    (dq, dk, dv) shaped as q, k, v. Other arguments as `attention_bwd`; lse and dlse (H, Tq)."""
+    Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    _check_saved(do, o, lse, dlse, q, (H, Tq))
+    dq = torch.empty((Tq, H, D), dtype=q.dtype, device=q.device)
+    dk = torch.empty((Tk, Hkv, D), dtype=k.dtype, device=k.device)
+    dv = torch.empty((Tk, Hkv, D), dtype=v.dtype, device=v.device)
+    if Tk == 0:
+        return dq.zero_(), dk, dv
+    flags = _mask_flags(causal, window_left, window_right, softcap, Tq, Tk)
+    views = [_head_dim_innermost(_packed(t)) for t in (do, q, k, v, o)]
+    _backward(*views, lse.unsqueeze(0), None if dlse is None else dlse.unsqueeze(0),
+              _packed(dq), _packed(dk), _packed(dv), _resolve_scale(scale, D), flags,
+              (cu_seqlens_q, cu_seqlens_k, S), dkdv_config, dq_config, tma, concurrent_dq)
+    return dq, dk, dv
+
+
+def _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, scale: float, flags: tuple, varlen: tuple | None,
+              dkdv_config: TileConfig | None, dq_config: TileConfig | None, tma: bool | None,
+              concurrent_dq: bool) -> None:
+    """Launch the three backward passes on (B, H, N, D) tensors (packed: B = 1 and `varlen`
+    as in `_forward`), writing dq, dk, dv."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
     if B == 0:
-        return dq, dk, dv
+        return
     if Nq == 0:
-        return dq, dk.zero_(), dv.zero_()
+        dk.zero_(), dv.zero_()
+        return
+    causal, window_left, window_right, softcap = flags
+    lse = lse.contiguous()
+    dlse = None if dlse is None else dlse.contiguous()
     block_d = _block_d(D)
     pad_d = block_d != D
     group = H // Hkv
     tuned = _autotune_enabled()
     fixed = fixed_configs(block_d)
+    cu_q, cu_k, seqs = varlen or (None, None, None)
 
-    delta = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
     pre_block = 32 if _interpreting() else 64
     Launch("attention_bwd_preprocess", _attn_bwd_preprocess_kernel, (cdiv(Nq, pre_block), H, B),
-           (o, do, delta, Nq, D, *o.stride(), *do.stride()),
+           (o, do, delta, dlse, Nq, D, *o.stride(), *do.stride()),
            dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)()
 
-    common = dict(CAUSAL=causal, BLOCK_D=block_d, PAD_D=pad_d)
+    common = dict(CAUSAL=causal, WINDOW_LEFT=window_left, WINDOW_RIGHT=window_right, SOFTCAP=softcap,
+                  BLOCK_D=block_d, PAD_D=pad_d)
+    qk_scale = _qk_scale(scale, softcap)
     tma_dkdv, tma_dq = _use_tma(tma, q, do), _use_tma(tma, k, v)
     dkdv_cfg = dkdv_config or fixed["dkdv_tma" if tma_dkdv else "dkdv"]
     q_in, do_in = (_descriptor(t, dkdv_cfg.block_m, block_d) if tma_dkdv else t for t in (q, do))
-    dkdv_args = (q_in, k, v, do_in, dk, dv, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale,
+    dkdv_args = (q_in, k, v, do_in, dk, dv, lse, delta, cu_q, cu_k, Nq, Nk, D, group, qk_scale, scale, seqs,
                  *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride())
+    # Query rows are masked (CHECK_M) unless every query block is full: always for packed
+    # sequences, whose lengths the host does not know.
     if dkdv_config is None and tuned:
         Launch("attention_bwd_dkdv", _attn_bwd_dkdv_tuned,
-               lambda meta: (cdiv(Nk, meta["BLOCK_N"]), Hkv, B), dkdv_args,
-               dict(common, CHECK_M=Nq % DKDV_TUNED_ROWS != 0, USE_TMA=tma_dkdv), num_warps=None, num_stages=None)()
+               lambda meta: _query_grid(Nk, meta["BLOCK_N"], Hkv, B, seqs), dkdv_args,
+               dict(common, CHECK_M=varlen is not None or Nq % DKDV_TUNED_ROWS != 0, USE_TMA=tma_dkdv),
+               num_warps=None, num_stages=None)()
     else:
-        Launch("attention_bwd_dkdv", _attn_bwd_dkdv_kernel, (cdiv(Nk, dkdv_cfg.block_n), Hkv, B), dkdv_args,
-               dict(common, CHECK_M=Nq % dkdv_cfg.block_m != 0, USE_TMA=tma_dkdv, **dkdv_cfg.meta()),
+        Launch("attention_bwd_dkdv", _attn_bwd_dkdv_kernel, _query_grid(Nk, dkdv_cfg.block_n, Hkv, B, seqs),
+               dkdv_args, dict(common, CHECK_M=varlen is not None or Nq % dkdv_cfg.block_m != 0,
+                               USE_TMA=tma_dkdv, **dkdv_cfg.meta()),
                num_warps=dkdv_cfg.num_warps, num_stages=dkdv_cfg.num_stages)()
 
     dq_cfg = dq_config or fixed["dq_tma" if tma_dq else "dq"]
     k_in, v_in = (_descriptor(t, dq_cfg.block_n, block_d) if tma_dq else t for t in (k, v))
-    dq_args = (q, k_in, v_in, do, dq, lse, delta, Nq, Nk, D, group, scale * LOG2E, scale,
+    dq_args = (q, k_in, v_in, do, dq, lse, delta, cu_q, cu_k, Nq, Nk, D, group, qk_scale, scale, seqs,
                *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride())
     with _beside_the_current_stream(q.device, concurrent_dq and _launch.launches_execute()):
         if dq_config is None and tuned:
             Launch("attention_bwd_dq", _attn_bwd_dq_tuned,
-                   lambda meta: (cdiv(Nq, meta["BLOCK_M"]), H, B), dq_args, dict(common, USE_TMA=tma_dq),
+                   lambda meta: _query_grid(Nq, meta["BLOCK_M"], H, B, seqs), dq_args, dict(common, USE_TMA=tma_dq),
                    num_warps=None, num_stages=None)()
         else:
-            Launch("attention_bwd_dq", _attn_bwd_dq_kernel, (cdiv(Nq, dq_cfg.block_m), H, B), dq_args,
+            Launch("attention_bwd_dq", _attn_bwd_dq_kernel, _query_grid(Nq, dq_cfg.block_m, H, B, seqs), dq_args,
                    dict(common, USE_TMA=tma_dq, **dq_cfg.meta()),
                    num_warps=dq_cfg.num_warps, num_stages=dq_cfg.num_stages)()
-    return dq, dk, dv
 
 
 @functools.lru_cache(maxsize=None)

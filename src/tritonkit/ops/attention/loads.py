@@ -23,31 +23,40 @@ def _load(ptrs, rows_ok, d_ok, CHECK_ROWS: tl.constexpr, CHECK_D: tl.constexpr):
 
 
 @triton.jit
-def _head_sources(A, B, b64, h64, stride_ab, stride_ah, stride_bb, stride_bh, USE_TMA: tl.constexpr):
-    # What the tile loops read two streamed operands from: the (b, h) head's base pointers,
-    # or (USE_TMA) the descriptors of the whole tensors, which the loops index by [b, h, row, 0].
+def _head_sources(A, B, b64, h64, row0, stride_ab, stride_ah, stride_an, stride_bb, stride_bh, stride_bn,
+                  USE_TMA: tl.constexpr, VARLEN: tl.constexpr):
+    # What the tile loops read two streamed operands from: the (b, h) head's base pointers
+    # (in packed sequences, at the sequence's first row row0), or (USE_TMA) the descriptors
+    # of the whole tensors, which the loops index by [b, h, row, 0].
     if USE_TMA:
         a_src = A
         b_src = B
     else:
         a_src = A + b64 * stride_ab + h64 * stride_ah
         b_src = B + b64 * stride_bb + h64 * stride_bh
+        if VARLEN:
+            a_src += row0.to(tl.int64) * stride_an
+            b_src += row0.to(tl.int64) * stride_bn
     return a_src, b_src
 
 
 @triton.jit
 def _key_block(
-    src, stride_n, offs, b, hk, start_n, offs_n0, d_ok, Nk,
+    src, stride_n, offs, b, hk, key0, start_n, offs_n0, d_ok, Nk,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
-    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, TRANSPOSED: tl.constexpr,
+    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, TRANSPOSED: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # The K or V tile of the key block at start_n: [BLOCK_N, BLOCK_D], or (TRANSPOSED)
-    # [BLOCK_D, BLOCK_N]. src: the kv head's base pointer, with `offs` the tile's element
-    # offsets in that orientation and `d_ok` its head-dim mask; or (USE_TMA) the descriptor
-    # of the whole tensor, read at [b, hk, key, 0], which fills keys past Nk and columns
-    # past D with zeros.
+    # [BLOCK_D, BLOCK_N]. src: the kv head's base pointer (at the sequence's first key), with
+    # `offs` the tile's element offsets in that orientation and `d_ok` its head-dim mask; or
+    # (USE_TMA) the descriptor of the whole tensor, read at [b, hk, key0 + key, 0], which
+    # fills keys past the tensor's end and columns past D with zeros (keys of the next packed
+    # sequence come back as they are: the caller masks them).
     if USE_TMA:
-        tile = src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        if VARLEN:
+            tile = src.load([b, hk, key0 + start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        else:
+            tile = src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
         if TRANSPOSED:
             tile = tl.trans(tile)
     else:
