@@ -74,7 +74,8 @@ def _time_ms(fn, warmup: int, reps: int) -> float:
 
 def backward_main(opts) -> None:
     from tritonkit.gluon import attention_bwd as gluon_bwd
-    from tritonkit.ops.attention import _attn_bwd_preprocess_kernel, attention_bwd
+    from tritonkit.ops.attention import attention_bwd
+    from tritonkit.ops.attention.backward import _attn_bwd_preprocess_kernel
 
     t_start = time.time()
     print(f"{'B':>2} {'H':>3} {'N':>6} {'D':>4} {'causal':>6} | {'gluon':>7} {'cudnn':>7} {'fa2':>7} {'triton':>7} "
@@ -98,10 +99,10 @@ def backward_main(opts) -> None:
             return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
 
         providers = {
-            "gluon": lambda: gluon_bwd.attention_bwd_gluon(do, q, k, v, o, lse, causal),
+            "gluon": lambda: attention_bwd(do, q, k, v, o, lse, causal, gluon=True),
             "cudnn": lambda: sdpa_bwd(SDPBackend.CUDNN_ATTENTION),
             "fa2": lambda: sdpa_bwd(SDPBackend.FLASH_ATTENTION),
-            "triton": lambda: attention_bwd(do, q, k, v, o, lse, causal),
+            "triton": lambda: attention_bwd(do, q, k, v, o, lse, causal, gluon=False),
         }
         tf = {}
         for name, make in providers.items():
@@ -123,7 +124,7 @@ def backward_main(opts) -> None:
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         stages = {
             "pre": lambda: _attn_bwd_preprocess_kernel[(triton.cdiv(N, 64), H, B)](
-                o, do, delta, N, D, *o.stride(), *do.stride(), BLOCK_M=64, BLOCK_D=D, PAD_D=False, num_warps=4,
+                o, do, delta, None, N, D, *o.stride(), *do.stride(), BLOCK_M=64, BLOCK_D=D, PAD_D=False, num_warps=4,
                 num_stages=1),
         }
         g1, a1, k1 = gluon_bwd.dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale)
@@ -168,10 +169,10 @@ def main():
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
         providers = {
-            "gluon": lambda: gluon_fwd.attention_fwd_gluon(q, k, v, causal),
+            "gluon": lambda: attention_fwd(q, k, v, causal, gluon=True),
             "cudnn": (SDPBackend.CUDNN_ATTENTION, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)),
             "fa2": (SDPBackend.FLASH_ATTENTION, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)),
-            "triton": lambda: attention_fwd(q, k, v, causal),
+            "triton": lambda: attention_fwd(q, k, v, causal, gluon=False),
         }
         tf = {}
         for name, p in providers.items():
@@ -187,7 +188,7 @@ def main():
                 tf[name] = float("nan")
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        diff = (gluon_fwd.attention_fwd_gluon(q, k, v, causal)[0].float() - ref.float()).abs().max().item()
+        diff = (attention_fwd(q, k, v, causal, gluon=True)[0].float() - ref.float()).abs().max().item()
         variants = []
         block_n, stages = gluon_fwd.tile_config(D)
         alts = [("1 tile/program", dict(one_tile_per_program=True))]

@@ -83,14 +83,14 @@ def _lse_reference(q, k, causal, scale):
 
 def _check(q, k, v, causal, scale=None):
     assert gluon_fwd.supported(q, k, v, causal, scale)
-    o, lse = gluon_fwd.attention_fwd_gluon(q, k, v, causal, scale)
+    o, lse = attention_fwd(q, k, v, causal, scale, gluon=True)
     s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     ref = attention_reference(q, k, v, causal, s)
     assert_close_to_reference(o, ref, attention_reference(q, k, v, causal, s, upcast=False))
     assert lse.dtype == torch.float32 and lse.shape == q.shape[:3]
     torch.testing.assert_close(lse.double(), _lse_reference(q, k, causal, s), atol=2e-3, rtol=0)
     # The Triton path: same contract, same layout; its backward reads this lse.
-    o_t, lse_t = attention_fwd(q, k, v, causal, scale)
+    o_t, lse_t = attention_fwd(q, k, v, causal, scale, gluon=False)
     assert o.stride() == o_t.stride()
     torch.testing.assert_close(lse, lse_t, atol=2e-3, rtol=0)
     torch.testing.assert_close(o.float(), o_t.float(), atol=2e-2, rtol=2e-2)
@@ -136,8 +136,8 @@ def test_float16_negative_scale_and_packed_layout(D):
 @needs_hopper
 def test_deterministic_and_refuses_what_tma_cannot_read():
     q, k, v = _qkv(2, 4, 2, 700, 700, 128)
-    first = gluon_fwd.attention_fwd_gluon(q, k, v, True)
-    second = gluon_fwd.attention_fwd_gluon(q, k, v, True)
+    first = attention_fwd(q, k, v, True, gluon=True)
+    second = attention_fwd(q, k, v, True, gluon=True)
     assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
     buffer = torch.randn(1 + 2 * 4 * 64 * 128, dtype=torch.bfloat16, device="cuda")
     odd = buffer[1:].view(2, 4, 64, 128)                 # 2-byte offset: not 16-byte aligned

@@ -80,9 +80,9 @@ def test_not_supported_off_hopper_or_at_other_head_dims():
 
 def _check(q, k, v, causal, scale=None):
     do = torch.randn_like(q)
-    o, lse = attention_fwd(q, k, v, causal, scale)
+    o, lse = attention_fwd(q, k, v, causal, scale, gluon=False)
     assert gluon_bwd.supported(do, q, k, v, o, lse, causal, scale)
-    dq, dk, dv = gluon_bwd.attention_bwd_gluon(do, q, k, v, o, lse, causal, scale)
+    dq, dk, dv = attention_bwd(do, q, k, v, o, lse, causal, scale, gluon=True)
     wide, theirs = reference_grads(q, k, v, causal, do, scale)
     if scale is not None and scale < 0:
         # SDPA's fused GPU kernels return non-finite values for a negative scale (their fp16
@@ -92,7 +92,7 @@ def _check(q, k, v, causal, scale=None):
         assert ours.dtype == like.dtype and ours.shape == like.shape, name
         assert_close_to_reference(ours, ref, sdpa_grad, eps=eps_for(q.dtype, gradient=True), what=name)
     # The Triton backward: same contract, same layouts, close values.
-    triton_grads = attention_bwd(do, q, k, v, o, lse, causal, scale)
+    triton_grads = attention_bwd(do, q, k, v, o, lse, causal, scale, gluon=False)
     for name, ours, theirs_t in zip(("dq", "dk", "dv"), (dq, dk, dv), triton_grads):
         assert ours.stride() == theirs_t.stride(), name
         torch.testing.assert_close(ours.float(), theirs_t.float(), atol=3e-2, rtol=3e-2, msg=name)
@@ -133,8 +133,8 @@ def test_deterministic(causal):
     q, k, v = _qkv(2, 8, 2, 777, 777, 128)
     do = torch.randn_like(q)
     o, lse = attention_fwd(q, k, v, causal)
-    first = gluon_bwd.attention_bwd_gluon(do, q, k, v, o, lse, causal)
-    second = gluon_bwd.attention_bwd_gluon(do, q, k, v, o, lse, causal)
+    first = attention_bwd(do, q, k, v, o, lse, causal, gluon=True)
+    second = attention_bwd(do, q, k, v, o, lse, causal, gluon=True)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
 

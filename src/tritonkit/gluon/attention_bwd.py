@@ -46,6 +46,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
 
+from .._launch import Launch
 from .._layout import cdiv
 from .attention_fwd import (
     _GL_DTYPES, CONSUMER_REGS, LOG2E, PRODUCER_REGS, ROWS_PER_WARPGROUP, _descriptor, _tile, _tma_ready,
@@ -503,29 +504,16 @@ def supported(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     return forward_supported(q, k, v, causal, scale) and _tma_ready(do)
 
 
-def attention_bwd_gluon(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                        lse: torch.Tensor, causal: bool = False,
-                        scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The backward on Hopper: (dq, dk, dv) exactly as `tritonkit.ops.attention.attention_bwd`
-    returns them (each like its input in dtype, shape and memory order), deterministic. Call
-    only where `supported(do, q, k, v, o, lse, causal, scale)` is true; inputs are not
-    validated again here."""
-    from ..ops.attention.backward import _attn_bwd_preprocess_kernel
-    from ..ops.attention.launch import _empty_like_order
-
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    lse = lse.contiguous()
-    dq = _empty_like_order(q, (B, H, Nq, D), q.dtype)
-    dk = _empty_like_order(k, (B, Hkv, Nk, D), k.dtype)
-    dv = _empty_like_order(v, (B, Hkv, Nk, D), v.dtype)
-    delta = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-    _attn_bwd_preprocess_kernel[(cdiv(Nq, 64), H, B)](
-        o, do, delta, Nq, D, *o.stride(), *do.stride(), BLOCK_M=64, BLOCK_D=D, PAD_D=False, num_warps=4,
-        num_stages=1)
-    grid, args, kwargs = dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale)
-    _dkdv_kernel[grid](*args, **kwargs)
-    grid, args, kwargs = dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale)
-    _dq_kernel[grid](*args, **kwargs)
-    return dq, dk, dv
+def attention_bwd_gluon(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
+                        delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool,
+                        scale: float) -> None:
+    """The dK/dV and dQ passes on Hopper, writing dq, dk, dv (allocated like q, k, v by the
+    Triton launcher), deterministic, from the Triton preprocess's delta (B, H, Nq) float32
+    (rowsum(dO * O), less lse's upstream gradient) and the forward's lse. Called by the
+    attention dispatch (`tritonkit.ops.attention.paths`) only where `supported(...)` is true;
+    inputs are not validated again here."""
+    for name, kernel, (grid, args, kwargs) in (
+            ("attention_bwd_dkdv_gluon", _dkdv_kernel, dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale)),
+            ("attention_bwd_dq_gluon", _dq_kernel, dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale))):
+        num_warps = kwargs.pop("num_warps")
+        Launch(name, kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()

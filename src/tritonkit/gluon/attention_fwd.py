@@ -45,6 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from .._launch import Launch
 from .._layout import cdiv
 
 LOG2E = 1.4426950408889634
@@ -435,18 +436,12 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def attention_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                        scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The forward on Hopper: (o, lse) exactly as `tritonkit.ops.attention.attention_fwd`
-    returns them (o like q in q's dtype and memory order, lse (B, H, Nq) float32, natural
-    log). Call only where `supported(q, k, v, causal, scale)` is true; inputs are not
-    validated again here."""
-    from ..ops.attention.launch import _empty_like_order   # the Triton launcher's output layout
-
-    B, H, Nq, D = q.shape
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    o = _empty_like_order(q, (B, H, Nq, D), q.dtype)
-    lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+def attention_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                        causal: bool, scale: float) -> None:
+    """The forward on Hopper, writing o (like q, as the Triton launcher allocates it) and lse
+    (B, H, Nq) float32, natural log, exactly as `tritonkit.ops.attention.attention_fwd` defines
+    them. Called by the attention dispatch (`tritonkit.ops.attention.paths`) only where
+    `supported(q, k, v, causal, scale)` is true; inputs are not validated again here."""
     grid, args, kwargs = launch_args(q, k, v, o, lse, causal, scale)
-    _attn_fwd_kernel[grid](*args, **kwargs)
-    return o, lse
+    num_warps = kwargs.pop("num_warps")
+    Launch("attention_fwd_gluon", _attn_fwd_kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()
