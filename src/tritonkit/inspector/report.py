@@ -62,6 +62,15 @@ class LoopSync:
 
 
 @dataclass
+class Partition:
+    """One partition of a warp-specialized (Gluon) kernel: its warps and register budget."""
+    name: str               # the function the kernel's gl.warp_specialize names for it
+    role: str               # "default" (the kernel's own warps) or "worker N"
+    warps: int
+    registers: int | None   # what setmaxnreg gives each of its threads (None: not found)
+
+
+@dataclass
 class Occupancy:
     blocks_per_sm: int
     warps_per_sm: int
@@ -102,6 +111,14 @@ class KernelReport:
     occupancy: Occupancy
     compile_seconds: float
     loops: list[LoopSync] = field(default_factory=list)   # innermost PTX loops and their sync
+    language: str = "triton"          # the kernel's language: "triton" or "gluon"
+    path: str | None = None           # the op's dispatch: the kernel family it chose for this pass
+    path_reason: str | None = None    # ... and why (from the launcher's PathChoice)
+    path_of: str | None = None        # ... for what, e.g. "attention forward"
+    partitions: list[Partition] = field(default_factory=list)   # warp specialization, if any
+    setmaxnreg: list[tuple[str, int]] = field(default_factory=list)   # ("inc"/"dec", registers), PTX order
+    wgmma_waits: dict[int, int] = field(default_factory=dict)   # pending groups N -> wait_group N count
+    mbarrier_waits: int = 0           # mbarrier try_wait instructions in the whole PTX
     asm: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def arg(self, name: str) -> ArgInfo:
