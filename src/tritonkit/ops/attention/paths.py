@@ -51,7 +51,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
     refused = _plain(flags, varlen, config, tma) or kernels.refusal(q, k, v, flags[0], scale)
     if refused:
         return _refused("forward", refused, gluon)
-    return _chosen("forward", True, f"{'gluon=True; ' if gluon else ''}Hopper, head dim {q.shape[-1]}, "
+    return _chosen("forward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), head dim {q.shape[-1]}, "
                    f"{_dtype(q)}, q, k, v readable by TMA")
 
 
@@ -71,7 +71,7 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
                or kernels.refusal(do, q, k, v, o, lse, causal, scale))
     if refused:
         return _refused("backward", refused, gluon)
-    return _chosen("backward", True, f"{'gluon=True; ' if gluon else ''}Hopper, {'causal, ' if causal else ''}"
+    return _chosen("backward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {'causal, ' if causal else ''}"
                    f"head dim {q.shape[-1]}, {_dtype(q)}, q, k, v, do readable by TMA")
 
 
