@@ -205,18 +205,20 @@ def _ptxas_usage(ptx: str, arch: int, options: Any) -> dict[str, int]:
             "spill_loads": number(r"(\d+) bytes spill loads")}
 
 
-# A CTA-wide barrier: bar.sync / barrier.sync with no thread count. With one (bar.sync 0, 128)
-# only that many threads meet: a warp-specialized kernel's barrier inside one warpgroup.
-_CTA_BARRIER = re.compile(r"\b(?:bar|barrier)\.sync(?:\.aligned)?\s+\w+\s*;")
+# bar.sync / barrier.sync, with its thread count if it has one. Without one, or with the
+# block's thread count, every warp of the block meets there; with fewer (bar.sync 0, 128) only
+# those threads do: a warp-specialized kernel's barrier inside one warpgroup.
+_BARRIER = re.compile(r"\b(?:bar|barrier)\.sync(?:\.aligned)?\s+\w+\s*(?:,\s*(\d+))?\s*;")
 _LABEL = re.compile(r"^(\$L__BB\d+_\d+):")
 _BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+);")
 
 
-def _loop_sync(ptx: str) -> list[LoopSync]:
+def _loop_sync(ptx: str, block_threads: int | None = None) -> list[LoopSync]:
     """The innermost loops of a PTX listing (a branch back to a label above it closes one)
     and how each synchronises. Labels of inline-asm wait loops (`waitLoop:`) are not PTX
     basic blocks and do not count as loops; their try_wait instructions count as mbarrier
-    waits of the loop around them."""
+    waits of the loop around them. A barrier with a thread count short of `block_threads` is
+    not CTA-wide."""
     lines = ptx.splitlines()
     labels = {}
     loops = []
@@ -234,7 +236,8 @@ def _loop_sync(ptx: str) -> list[LoopSync]:
         body = "\n".join(lines[a:b + 1])
         out.append(LoopSync(
             label=name, lines=b - a + 1,
-            cta_barriers=len(_CTA_BARRIER.findall(body)),
+            cta_barriers=sum(1 for count in _BARRIER.findall(body)
+                             if not count or (block_threads is not None and int(count) >= block_threads)),
             wgmma=len(re.findall(r"\bwgmma\.mma_async", body)),
             wgmma_waits=tuple(int(n) for n in re.findall(r"\bwgmma\.wait_group\.sync\.aligned\s+(\d+)", body)),
             mbarrier_waits=len(re.findall(r"\bmbarrier\.try_wait", body)),

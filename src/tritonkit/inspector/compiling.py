@@ -287,7 +287,7 @@ def _compile(jit, signature, constexprs, attrs, options, arch: int) -> _Compiled
         sass_memory=_sass_counts(asm["cubin"]),
         ptxas=_ptxas_usage(ptx, arch, options),
         seconds=time.perf_counter() - start,
-        loops=_loop_sync(ptx),
+        loops=_loop_sync(ptx, kernel.metadata.num_warps * 32),
         gluon=gluon,
         partitions=_partitions(asm["ttgir"], ptx, jit.fn),
         setmaxnreg=_setmaxnreg(ptx),

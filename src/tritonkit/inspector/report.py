@@ -55,7 +55,7 @@ class LoopSync:
     """How one innermost loop of the PTX synchronises, counted in its body (static counts)."""
     label: str              # the PTX label the loop branches back to, e.g. $L__BB0_2
     lines: int              # PTX lines in the body
-    cta_barriers: int       # bar.sync / barrier.sync: every warp of the block meets there
+    cta_barriers: int       # bar.sync / barrier.sync at which every warp of the block meets
     wgmma: int              # wgmma.mma_async instructions
     wgmma_waits: tuple[int, ...]  # wgmma.wait_group N, in order: N products may stay in flight
     mbarrier_waits: int     # mbarrier try_wait loops (TMA arrivals and the like)

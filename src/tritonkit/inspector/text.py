@@ -86,7 +86,7 @@ def _warp_specialization_lines(report: KernelReport) -> list[str]:
 def _loop_text(loop: LoopSync) -> str:
     waits = f", wgmma.wait_group {list(loop.wgmma_waits)}" if loop.wgmma_waits else ""
     return (f"{loop.lines} lines: {loop.cta_barriers} CTA-wide barrier{'s' * (loop.cta_barriers != 1)} "
-            f"(bar.sync without a thread count), {loop.mbarrier_waits} mbarrier wait{'s' * (loop.mbarrier_waits != 1)}, "
+            f"(bar.sync), {loop.mbarrier_waits} mbarrier wait{'s' * (loop.mbarrier_waits != 1)}, "
             f"wgmma x{loop.wgmma}{waits}")
 
 
