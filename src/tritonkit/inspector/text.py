@@ -29,7 +29,8 @@ def _tensor_core_text(report: KernelReport) -> str:
 def format_report(report: KernelReport) -> str:
     lines = [f"kernel {report.kernel}  ({report.op} {report.pass_name}, launch {report.launch!r}, {report.source})",
              f"  grid {report.grid} · {report.num_warps} warps ({report.num_warps * 32} threads) · "
-             f"{report.num_stages} stage{'s' * (report.num_stages != 1)} · {report.num_ctas} CTA/cluster · config from {report.config_source}",
+             + ("" if report.language == "gluon" else f"{report.num_stages} stage{'s' * (report.num_stages != 1)} · ")
+             + f"{report.num_ctas} CTA/cluster · config from {report.config_source}",
              *_path_lines(report),
              "  arguments (Triton's specialisation)"]
     for a in report.args:
