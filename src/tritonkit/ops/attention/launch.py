@@ -236,7 +236,7 @@ def _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, scale: float, flags: tuple,
     pad_d = block_d != D
     group = H // Hkv
     tuned = _autotune_enabled()
-    fixed = fixed_configs(block_d)
+    fixed = fixed_configs(block_d, softcap=softcap > 0)
     cu_q, cu_k, seqs = varlen or (None, None, None)
 
     delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
