@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-# Attention launches its fixed per-head-dim configs (the winners of scripts/attention_tune.py
+# Attention launches its fixed per-head-dim configs (the winners of benchmarks/attention_tune.py
 # on the H200) unless TRITONKIT_AUTOTUNE=1: autotuning every benchmark shape from a cold
 # cache does not fit in one 10-minute call on the lent machine.
 export TRITONKIT_AUTOTUNE=${TRITONKIT_AUTOTUNE:-0}

@@ -11,18 +11,14 @@ from __future__ import annotations
 import torch
 
 import tritonkit
+from tritonkit.registry import _accuracy
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out64, ref64 = out.double(), ref.double()
-    finite = torch.isfinite(ref64)
     # NaN and inf must sit exactly where the reference has them.
-    assert torch.equal(torch.isnan(out64), torch.isnan(ref64)), "NaNs differ from the reference"
-    assert torch.equal(out64[~finite & ~torch.isnan(ref64)], ref64[~finite & ~torch.isnan(ref64)]), \
-        "infinities differ from the reference"
-    diff = (out64[finite] - ref64[finite]).norm().item()
-    scale = ref64[finite].norm().item()
-    return diff / scale if scale > 0 else diff
+    problem = _accuracy.mismatch(out, ref)
+    assert problem is None, problem
+    return _accuracy.relative_error(out, ref)
 
 
 def eps_for(dtype: torch.dtype, gradient: bool = False) -> float:

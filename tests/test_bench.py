@@ -1,13 +1,21 @@
-"""`tritonkit bench`, the main job: on the CPU machine it runs tiny cases through the
-interpreter and must say so; every case gets a figure from every provider, written to JSON
-and a plot. The host-time check that flags host-bound GPU cases is tested with stand-ins."""
+"""`tritonkit bench`, the main job. Without a GPU it is the first run: every op in the registry
+checked through the interpreter against its float64 reference, a compiled kernel, and no
+speed figures. With --interpreter-timings it runs the tiny cases through the interpreter and
+must say so; every case gets a figure from every provider, written to JSON and a plot. The
+host-time check that flags host-bound GPU cases is tested with stand-ins."""
 
 import json
+import os
+import subprocess
+import sys
+import time
+import warnings
 
 import pytest
 import torch
 
 import tritonkit
+from tritonkit import registry
 from tritonkit.bench import runner, timing
 
 
@@ -15,7 +23,7 @@ from tritonkit.bench import runner, timing
 def test_bench_runs_every_provider_and_writes_json_and_plot(tmp_path, capsys):
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
     code = runner.main(["softmax", "--filter", "64x64", "--no-progress", "--json", str(out_json),
-                        "--plot", str(out_png)])
+                        "--plot", str(out_png), "--interpreter-timings"])
     printed = capsys.readouterr().out
     assert code == 0
     assert "NOT GPU timings" in printed and "Summary:" in printed
@@ -29,6 +37,43 @@ def test_bench_runs_every_provider_and_writes_json_and_plot(tmp_path, capsys):
             assert r["ms"] > 0 and r["rate"] > 0 and r["host_ms"] is None, r
     assert report["ceilings"]["GB/s"] > 0
     assert out_png.stat().st_size > 1000
+
+
+BANNED = ("0.00x", "ceiling", "RuntimeWarning", "speedup", "Summary:")
+
+
+@pytest.mark.skipif(not tritonkit.INTERPRETED, reason="the first run without a GPU")
+def test_first_run_checks_every_op_and_shows_no_speed(capsys):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert runner.main([]) == 0
+    printed = capsys.readouterr().out
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    for banned in BANNED:
+        assert banned not in printed, banned
+    table = printed.split("2. What a kernel")[0]
+    for name, entry in registry.entries().items():
+        if entry.reference is not None:
+            assert f"\n{name} " in table and "forward" in table, name
+        else:
+            assert "not checked: " in table and name in table
+    assert "ld.global.v4.b32" in printed and "sm_90" in printed      # the inspect sample
+    assert "Speed needs a CUDA GPU" in printed
+
+
+@pytest.mark.skipif(not tritonkit.INTERPRETED, reason="the first run without a GPU")
+def test_first_run_command_is_quiet_and_quick(tmp_path):
+    # The README's first command as a newcomer runs it: nothing on stderr, in under 90 s
+    # (a cold Triton cache, so the inspect sample compiles from scratch).
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path)}
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tritonkit", "bench"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert time.perf_counter() - start < 90
+    assert done.stderr == "", done.stderr
+    for banned in BANNED:
+        assert banned not in done.stdout, banned
 
 
 def test_bench_rejects_unknown_ops(capsys):

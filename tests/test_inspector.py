@@ -265,3 +265,22 @@ def test_attention_forward_loop_sync_is_reported_and_explained(seq, warpgroups, 
     printed = capsys.readouterr().out
     assert "innermost loops" in printed and "wgmma.wait_group 0" in printed
     assert ("keep the block's 2 warpgroups in step" in printed) == (warpgroups == 2)
+
+
+def test_inspector_under_another_triton_says_so_and_names_the_version(monkeypatch, capsys):
+    # It still tries (and here succeeds) under an unverified Triton, with one warning; where
+    # Triton's internals have moved, the error names the version and the verified range.
+    from tritonkit import _triton_version
+    from tritonkit.inspector import api
+
+    monkeypatch.setattr(_triton_version, "TRITON_VERSION", "3.7.0")
+    monkeypatch.setattr(_triton_version, "_warned", set())
+    with pytest.warns(_triton_version.TritonVersionWarning, match="inspector"):
+        assert compile_report("add", shape=(1000,))
+    def moved(*args, **kwargs):
+        raise AttributeError("'JITFunction' object has no attribute '_pack_args'")
+    monkeypatch.setattr(api, "_specialise", moved)
+    with pytest.raises(_triton_version.UnsupportedTriton, match=r"triton>=3.6,<3.7.*triton 3.7.0.*_pack_args"):
+        compile_report("add", shape=(1000,))
+    assert main(["add", "--shape", "1000"]) == 2
+    assert "triton 3.7.0" in capsys.readouterr().err

@@ -4,6 +4,7 @@ not compiled for (a misaligned pointer given to a kernel compiled for aligned on
 
 import contextlib
 import itertools
+import re
 
 import pytest
 import torch
@@ -303,3 +304,35 @@ def test_first_launch_of_a_key_takes_tritons_path_and_is_cached(jit_kernel, monk
                                                                   "num_stages": 3}
     assert compiled.calls == [(5, 1, 1, 1234, None, None, None, None, None, x, x, 33, 2.0, 128, True)]
     assert len(_launch._cache_of(jit_kernel).compiled) == 2
+
+
+def test_other_triton_versions_take_tritons_path_and_say_so_once(jit_kernel, monkeypatch, cuda_standin):
+    # The cached path reads Triton internals verified with 3.6 only: under any other version
+    # every launch goes through JITFunction.run, even where a compiled launcher is cached.
+    from tritonkit import _triton_version
+
+    compiled, triton_calls = _FakeCompiled(), []
+    monkeypatch.setattr(jit_kernel, "run", lambda *args, **kwargs: triton_calls.append(args) or compiled)
+    monkeypatch.setattr(_triton_version, "_warned", set())
+    x = torch.randn(100)
+    launch = Launch("t", jit_kernel, (5,), (x, x, 33, 2.0), {"BLOCK": 128, "EVEN": True})
+    monkeypatch.setitem(_launch._cache_of(jit_kernel).compiled, _launch._specialization_key(launch, 0), compiled)
+    for version in ("3.7.0", "3.5.1", "4.0.0+git1a2b"):
+        monkeypatch.setattr(_triton_version, "TRITON_VERSION", version)
+        with pytest.warns(_triton_version.TritonVersionWarning, match=re.escape(f"triton {version} is installed")) as seen:
+            launch()
+            launch()
+        assert len(seen) == 1 and "triton>=3.6,<3.7" in str(seen[0].message)
+        monkeypatch.setattr(_triton_version, "_warned", set())
+    assert len(triton_calls) == 6 and compiled.calls == []
+    monkeypatch.setattr(_triton_version, "TRITON_VERSION", "3.6.0")
+    launch()
+    assert len(triton_calls) == 6 and len(compiled.calls) == 1
+
+
+def test_triton_version_range():
+    from tritonkit import _triton_version
+    assert _triton_version.supported(triton.__version__)   # the installed Triton is a verified one
+    assert _triton_version.supported("3.6.0") and _triton_version.supported("3.6.1")
+    assert not any(_triton_version.supported(v) for v in ("3.5.0", "3.7.0", "4.0", "nightly"))
+    assert _triton_version.parse("3.7.0+git1234") == (3, 7) and _triton_version.parse("3.6rc1") == (3, 6)

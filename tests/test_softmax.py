@@ -98,9 +98,9 @@ def test_minus_infinity(n_cols, device):
     assert torch.isnan(out[0]).all()
 
 
-@pytest.mark.parametrize("path", ["held", "split", "split, two launches"])
+@pytest.mark.parametrize("path", ["held", "split"])
 def test_each_long_row_path(path, monkeypatch, device):
-    # The same rows held whole by one program, and split into chunks (one launch or two).
+    # The same rows held whole by one program, and split into chunks.
     x = torch.randn(5, LONG + 3, device=device)
     grad = torch.randn_like(x)
     if path == "held":
@@ -108,8 +108,6 @@ def test_each_long_row_path(path, monkeypatch, device):
     elif path == "split":
         # The smallest lag the schedule allows (one row of chunks): stats and applies interleave.
         monkeypatch.setattr(softmax_module, "LAG_BYTES", 1)
-    elif path == "split, two launches":
-        monkeypatch.setattr(softmax_module, "ONE_LAUNCH_LONG_ROWS", False)
     softmax_module._row_config.cache_clear()
     try:
         with record_launches() as launches:
@@ -118,9 +116,7 @@ def test_each_long_row_path(path, monkeypatch, device):
     finally:
         softmax_module._row_config.cache_clear()
     if path == "split":
-        assert [launch.constexprs["PHASE"] for launch in launches] == [2, 2]
-    elif path == "split, two launches":
-        assert [launch.constexprs["PHASE"] for launch in launches] == [0, 1, 0, 1]
+        assert [launch.name for launch in launches] == ["softmax_fwd_chunks", "softmax_bwd_chunks"]
     else:
         assert [launch.name for launch in launches] == ["softmax_fwd", "softmax_bwd"]
     assert_close_to_reference(out, softmax_reference(x, -1), torch.softmax(x, -1))

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import torch
 
-from ._runtime import check_device
+from ._runtime import check_device_of
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -18,12 +18,25 @@ def dtype_name(dtype: torch.dtype) -> str:
 def check_tensor(name: str, t: object, dtypes: Iterable[torch.dtype] = FLOAT_DTYPES) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    dtypes = tuple(dtypes)
-    if t.dtype not in dtypes:
-        allowed = ", ".join(dtype_name(d) for d in dtypes)
-        raise TypeError(f"{name} has dtype {dtype_name(t.dtype)}; supported: {allowed}")
-    check_device(name, t)
+    check_meta(name, t.dtype, t.device, dtypes)
     return t
+
+
+def meta_of(t: torch.Tensor) -> tuple:
+    """(shape, strides, dtype, device): what launchers validate and plan a tensor by, and cache
+    both under (a tensor of the same metadata passes the same checks and takes the same plan)."""
+    return t.shape, t.stride(), t.dtype, t.device
+
+
+def check_meta(name: str, dtype: torch.dtype, device: torch.device,
+               dtypes: Iterable[torch.dtype] = FLOAT_DTYPES) -> None:
+    """check_tensor for a tensor known by its dtype and device: validators that launchers
+    cache by (shape, strides, dtype, device) run on those rather than on tensors."""
+    dtypes = tuple(dtypes)
+    if dtype not in dtypes:
+        allowed = ", ".join(dtype_name(d) for d in dtypes)
+        raise TypeError(f"{name} has dtype {dtype_name(dtype)}; supported: {allowed}")
+    check_device_of(name, device)
 
 
 def check_writable_output(name: str, out: torch.Tensor, **inputs: torch.Tensor) -> None:

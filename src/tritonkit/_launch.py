@@ -4,15 +4,17 @@ Launchers build `Launch` objects and call them. Inside `record_launches()` each 
 also appended to a list (and, with execute=False, not run), which lets the inspector
 compile the very kernel, arguments and meta-parameters the op would launch, without a GPU.
 
-Launch cost. `kernel[grid](...)` spends ~19 us of host time per call on the H200 machine
-(binding, specialising every argument, cache-key strings), while the compiled kernel's own
-launcher takes ~6 us (measured 2026-11-29, benchmarks/sweep_elementwise.py overhead). Small
-inputs are bound by that host time, so compiled launches are cached here under a key that
+Launch cost. `kernel[grid](...)` spends several times the host time of the compiled kernel's
+own launcher (binding, specialising every argument, cache-key strings; BENCHMARKS.md has the
+figures, from benchmarks/sweep_elementwise.py overhead). Small inputs are bound by that host
+time, so compiled launches are cached here under a key that
 holds everything Triton specialises on (see `_specialization_key`) and later calls go
 straight to the compiled launcher. An autotuned kernel joins them once it has chosen its
 config for a key (the launch then names its kernel and that config); a kernel's pre-run
 hooks run first, as in Triton. The first call of each key, the interpreter, a profiler's
-launch hooks and argument types the key does not know take Triton's own path.
+launch hooks and argument types the key does not know take Triton's own path, and so does
+every launch under a Triton outside the range this path is verified with (see
+`_triton_version`: the path reads Triton internals; it says so once).
 """
 
 from __future__ import annotations
@@ -23,14 +25,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from ._runtime import INTERPRETED  # first: it may switch on the interpreter before triton loads
 
 import triton  # noqa: E402
-from triton import knobs  # noqa: E402
 from triton.runtime.autotuner import Autotuner  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+
+from . import _triton_version  # noqa: E402
+
+try:
+    from triton import knobs  # noqa: E402
+except ImportError:  # a Triton without knobs is outside the verified range: no fast path there
+    knobs = None
 
 _recorders: list[tuple[list["Launch"], bool]] = []
 MAX_CACHED_LAUNCHES = 4096  # per kernel; keys hold exact shapes, so start afresh past this many
@@ -69,7 +78,13 @@ class Launch:
     def _run(self, device: int | None) -> None:
         """Launch on `device` (a CUDA index, now current; None: not a CUDA launch, or no
         tensor to say which, and the key asks the driver)."""
-        direct = None if INTERPRETED or _launch_hooks_set() else self._direct()
+        if INTERPRETED:
+            # The interpreter evaluates masked-off lanes too (-inf - -inf, exp of garbage) and
+            # numpy warns about them, though the kernels never store those lanes.
+            with np.errstate(all="ignore"):
+                self.kernel[self.grid](*self.args, **self.constexprs, **self.launch_options())
+            return
+        direct = None if not _fast_path_verified() or _launch_hooks_set() else self._direct()
         if direct is None:
             self.kernel[self.grid](*self.args, **self.constexprs, **self.launch_options())
             return
@@ -257,6 +272,15 @@ def _device_of(args: tuple) -> torch.device | None:
 
 def _driver():
     return triton.runtime.driver.active
+
+
+def _fast_path_verified() -> bool:
+    """Whether the imported Triton is one the cached path is verified with; if not, say so once."""
+    if _triton_version.supported():
+        return True
+    _triton_version.warn_once("cached-launcher fast path", "launches take Triton's own path instead "
+                              "(same kernels and results, a few microseconds more host time a launch)")
+    return False
 
 
 def _launch_hooks_set() -> bool:

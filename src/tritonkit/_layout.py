@@ -44,6 +44,6 @@ def cdiv(a: int, b: int) -> int:
 
 def next_power_of_2(n: int) -> int:
     """The smallest power of 2 >= n (0 for 0), as triton.next_power_of_2 gives, for host
-    code: Triton's is a constexpr function whose call wrapper costs ~2 us a call on the CPU
-    machine, a few times per launch."""
+    code: Triton's is a constexpr function whose call wrapper costs microseconds a call, and
+    launchers call it a few times per launch."""
     return 1 << (n - 1).bit_length() if n > 0 else 0

@@ -21,6 +21,7 @@ the same arguments, so they give the same bits (tests/test_autograd_roads.py).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,12 @@ def tracing(*tensors: object) -> bool:
     touch data pointers that do not exist, or launch kernels the tracer never sees."""
     return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
             or any(isinstance(t, torch.Tensor) and type(t) not in _PLAIN_TENSORS for t in tensors))
+
+
+def _has_dtensor(args: tuple) -> bool:
+    # Only a program that has imported DTensor can hold one; others pay a dict lookup.
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and any(isinstance(a, module.DTensor) for a in args)
 
 
 def records_grad(*tensors: object) -> bool:
@@ -114,6 +121,12 @@ class Op:
         if tracing(*args):
             if self.check is not None:
                 args = self.check(*args)
+            if not torch.compiler.is_compiling() and _has_dtensor(args):
+                # DTensor asks for each custom op's sharding rule: registered on first use
+                # (under torch.compile, `import tritonkit.distributed` registers them), and
+                # placements no rule allows refused here with a ValueError.
+                from .distributed.sharding import check_dtensor_args
+                check_dtensor_args(self.forward_op, args)
             return self.forward_op(*args)
         if records_grad(*args):
             return self.function.apply(*args)

@@ -51,17 +51,22 @@ def describe() -> str:
 
 def check_device(name: str, t: torch.Tensor) -> None:
     """Refuse tensors on a device where the kernels cannot run, naming the argument."""
+    check_device_of(name, t.device)
+
+
+def check_device_of(name: str, device: torch.device) -> None:
+    """check_device for a tensor known by its device alone."""
     if INTERPRETED:
         if _SWITCHED_TOO_LATE:
             raise RuntimeError(
                 "tritonkit's kernels run through Triton's interpreter here, which must be switched on "
                 "before triton is first imported, but triton was imported earlier. Import tritonkit "
                 "before triton, or start Python with TRITON_INTERPRET=1 in the environment.")
-        if t.device.type != "cpu":
-            raise ValueError(f"{name} is on {t.device}, but tritonkit runs through the Triton "
+        if device.type != "cpu":
+            raise ValueError(f"{name} is on {device}, but tritonkit runs through the Triton "
                              "interpreter here and needs CPU tensors")
-    elif t.device.type != "cuda":
-        raise ValueError(f"{name} is on {t.device}; tritonkit's kernels need CUDA tensors")
+    elif device.type != "cuda":
+        raise ValueError(f"{name} is on {device}; tritonkit's kernels need CUDA tensors")
 
 
 def _interpreter_dots_take_bf16_as_numbers() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-USAGE = """usage: tritonkit {bench,inspect} [options]
+USAGE = """usage: tritonkit {bench,inspect} [options] | tritonkit --version
 
   bench    measure tritonkit beside its peers (tritonkit bench --help)
   inspect  show what a kernel compiles to (tritonkit inspect --help)
@@ -16,6 +16,14 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        import torch
+        import triton
+
+        from . import __version__, _runtime
+        print(f"tritonkit {__version__} (torch {torch.__version__}, triton {triton.__version__}; "
+              f"{'Triton interpreter on the CPU' if _runtime.INTERPRETED else 'CUDA'})")
+        return 0
     command, rest = argv[0], argv[1:]
     if command == "bench":
         from .bench.runner import main as bench_main

@@ -1,4 +1,8 @@
-"""Run catalogue cases side by side, print the tables, write JSON and a plot."""
+"""Run catalogue cases side by side, print the tables, write JSON and a plot.
+
+Without a CUDA device there is no speed to measure: `tritonkit bench` then checks every op
+through the interpreter and shows a compiled kernel instead (`first_run`), unless asked for
+the interpreter's timings (--interpreter-timings, for testing this runner)."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import torch
 from .. import _runtime
 from ..registry import BenchCase, OpEntry, entries
 from .timing import (HOST_CHECK_BELOW_MS, copy_ceiling_gbs, host_bound_note, host_ms, l2_clear_ms,
-                     matmul_ceiling_tflops, time_ms)
+                     matmul_ceiling_tflops, peak_extra_bytes, time_ms)
 
 
 @dataclass
@@ -27,13 +31,14 @@ class Measurement:
     rate: float | None        # GB/s or TFLOP/s
     note: str = ""
     host_ms: float | None = None  # host time a call, measured for short cases on a GPU
+    peak_bytes: int | None = None  # peak memory a call allocates beyond its inputs (BenchCase.memory)
 
 
 def _measure_case(op: str, case: BenchCase, device: torch.device, clear: float | None = None) -> list[Measurement]:
     """Every provider of one case; `clear`: the GPU ms of the L2 clear before each timed call."""
-    def row(provider, ms=None, note="", host=None):
+    def row(provider, ms=None, note="", host=None, peak=None):
         rate = case.work / (ms * 1e-3) / (1e9 if case.unit == "GB/s" else 1e12) if ms else None
-        return Measurement(op, case.label, case.group, provider, case.unit, case.size, ms, rate, note, host)
+        return Measurement(op, case.label, case.group, provider, case.unit, case.size, ms, rate, note, host, peak)
 
     if device.type == "cuda" and case.bytes_in_flight:
         free, _ = torch.cuda.mem_get_info()
@@ -48,7 +53,8 @@ def _measure_case(op: str, case: BenchCase, device: torch.device, clear: float |
         try:
             ms = time_ms(fn)
             host = host_ms(fn) if ms < HOST_CHECK_BELOW_MS else None
-            results.append(row(name, ms, host_bound_note(ms, host, clear), host))
+            peak = peak_extra_bytes(fn) if case.memory else None
+            results.append(row(name, ms, host_bound_note(ms, host, clear), host, peak))
         except Exception as err:  # a peer that cannot run a case must not end the run
             results.append(row(name, note=f"failed: {type(err).__name__}: {str(err).splitlines()[0][:80]}"))
         if device.type == "cuda":
@@ -71,7 +77,8 @@ def _seed_table(rows: list[Measurement], eager: str) -> str:
             f"Triton Kernel Time (tritonkit): {ours.ms:.4f} ms (Speedup: {base.ms / ours.ms:.2f}x)\n")
 
 
-def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling: float) -> str:
+def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling: float,
+                same_bytes: dict[str, float]) -> str:
     providers = ["tritonkit", *entry.peers]
     for rows in measured.values():
         providers += [m.provider for m in rows if m.provider not in providers]
@@ -93,6 +100,12 @@ def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling:
         pct = _fmt(100 * ours.rate / ceiling, 0) + "%" if ours and ours.rate else "-"
         lines.append(f"{label:<28}" + "".join(f"{c:>21}" for c in cells)
                      + "".join(f"{r:>16}" for r in ratios) + f"{pct:>11}")
+        if label in same_bytes and ours and ours.rate:
+            lines.append(f"    a copy of the same bytes: {same_bytes[label]:.0f} GB/s; tritonkit at "
+                         f"{100 * ours.rate / same_bytes[label]:.0f}% of it")
+        peaks = [f"{p} {by[p].peak_bytes / 2**30:.2f}" for p in providers if p in by and by[p].peak_bytes is not None]
+        if peaks:
+            lines.append("    peak memory beyond the inputs, GiB: " + ", ".join(peaks))
         for m in rows:
             if m.note:
                 lines.append(f"    {m.provider}: {m.note}")
@@ -143,14 +156,21 @@ def _summary(results: list[Measurement], ceilings: dict[str, float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv and argv[0] == "train":  # whole training steps, not kernel calls: their own runner
+        from .train import main as train_main
+        return train_main(argv[1:])
     parser = argparse.ArgumentParser(prog="tritonkit bench", description=__doc__)
-    parser.add_argument("ops", nargs="*", default=["all"], help="add, softmax, attention or all")
+    parser.add_argument("ops", nargs="*", default=["all"],
+                        help="op names or all; `tritonkit bench train` runs whole training steps")
     parser.add_argument("--backward", action="store_true", help="attention: backward cases only")
     parser.add_argument("--forward", action="store_true", help="only forward cases")
     parser.add_argument("--filter", default="", help="only cases whose label contains this text")
     parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="draw rate against size per provider")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--interpreter-timings", action="store_true",
+                        help="without a GPU: time the tiny interpreter cases anyway (they say nothing "
+                             "about kernel speed; for testing the runner)")
     args = parser.parse_args(argv)
 
     catalogue = entries()
@@ -161,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
 
     device = _runtime.default_device()
     on_gpu = device.type == "cuda"
+    if not on_gpu and not args.interpreter_timings:
+        from .first_run import main as first_run
+        return first_run({name: catalogue[name] for name in names})
     print(f"tritonkit bench: {_runtime.describe()}")
     if not on_gpu:
         print("NOTE: no CUDA device, so kernels run through Triton's interpreter on tiny shapes.\n"
@@ -191,10 +214,14 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             pass
     results: list[Measurement] = []
+    copy_same_bytes: dict[str, float] = {}
     for op in dict.fromkeys(e.name for e, _ in selected):
         entry = catalogue[op]
         measured: dict[str, list[Measurement]] = {}
+        same_bytes: dict[str, float] = {}
         for case in (c for e, c in selected if e.name == op):
+            if case.unit == "GB/s" and on_gpu:
+                same_bytes[case.label] = copy_ceiling_gbs(device, case.work)
             if progress:
                 progress.set_postfix_str(f"{entry.name} {case.label}")
             rows = _measure_case(entry.name, case, device, clear)
@@ -210,13 +237,15 @@ def main(argv: list[str] | None = None) -> int:
         if progress:
             progress.clear()
         unit = next(iter(measured.values()))[0].unit
-        print(_case_table(entry, measured, ceilings[unit]) + "\n")
+        print(_case_table(entry, measured, ceilings[unit], same_bytes) + "\n")
+        copy_same_bytes.update({f"{op} {label}": rate for label, rate in same_bytes.items()})
     if progress:
         progress.close()
 
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": _runtime.describe(), "ceilings": ceilings, "l2_clear_ms": clear,
+                       "copy_same_bytes_gbs": copy_same_bytes,
                        "results": [asdict(m) for m in results]}, f, indent=1)
         print(f"wrote {args.json}")
     if args.plot:

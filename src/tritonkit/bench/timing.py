@@ -87,9 +87,29 @@ def host_bound_note(ms: float, host: float | None, clear: float | None) -> str:
             "the GPU waiting for the host")
 
 
-def copy_ceiling_gbs(device: torch.device) -> float:
-    """Device-to-device copy of 1 GiB fp32 (256 KiB on the CPU), bytes read + written."""
-    numel = (1 << 28) if device.type == "cuda" else (1 << 16)
+def peak_extra_bytes(fn: Callable[[], object]) -> int | None:
+    """Peak bytes one call allocates beyond what was allocated before it (its outputs and
+    gradients included, as long as they live), from the caching allocator's statistics on a
+    GPU; None under the interpreter. Run after the timed calls, so one-time allocations
+    (compilation, cuBLAS workspaces) are already made and not counted."""
+    if _runtime.INTERPRETED:
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def copy_ceiling_gbs(device: torch.device, moved_bytes: float | None = None) -> float:
+    """Device-to-device copy rate, bytes read + written: of 1 GiB fp32 (256 KiB on the CPU),
+    or of a copy that moves `moved_bytes` in all (read + written), since small copies reach
+    less of the bandwidth than large ones and a kernel's ceiling must match its size."""
+    if moved_bytes is not None:
+        numel = max(1, int(moved_bytes) // 8)
+    else:
+        numel = (1 << 28) if device.type == "cuda" else (1 << 16)
     src = torch.randn(numel, device=device)
     dst = torch.empty_like(src)
     ms = time_ms(lambda: dst.copy_(src))

@@ -9,6 +9,10 @@ and compiled for the target GPU with `triton.compile`, which needs no GPU. The P
 `ptxas -v` give the facts: global loads and stores by instruction and width, TMA and
 cp.async, tensor-core instructions, registers, spills, shared memory and occupancy.
 
+It calls Triton internals (the binder, `JITFunction._pack_args`, `ASTSource`): verified with
+the Triton range in `tritonkit._triton_version`; under another Triton it says so once and
+tries, and a failure inside those internals names the version.
+
 Python: `compile_report("add", offset=1)` returns a list of `KernelReport`.
 Command line: `tritonkit inspect add --compare --offset 1 --explain` (see `--help`).
 """

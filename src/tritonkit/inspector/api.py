@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .. import _runtime
+from .. import _runtime, _triton_version
 from .._launch import Launch, record_launches
 from .arguments import _describe_args
 from .compiling import _compile, _resolve, _specialise, parse_arch
@@ -94,9 +94,20 @@ def compile_report(op: str, pass_: str = "all", shape: tuple[int, ...] | None = 
 def kernel_report(launch: Launch, arch: int = 90, op: str = "", pass_name: str = "",
                   asked: dict[str, Any] | None = None) -> KernelReport:
     """Specialise and compile one recorded launch for `arch`, and read the result."""
-    resolved = _resolve(launch)
-    bound, specialization, options, signature, constexprs, attrs = _specialise(resolved, launch.args, arch)
-    compiled = _compile(resolved.jit, signature, constexprs, attrs, options, arch)
+    verified = _triton_version.supported()
+    if not verified:
+        _triton_version.warn_once("inspector", "it calls Triton internals and may fail or misread "
+                                  "what Triton compiled")
+    try:
+        resolved = _resolve(launch)
+        bound, specialization, options, signature, constexprs, attrs = _specialise(resolved, launch.args, arch)
+        compiled = _compile(resolved.jit, signature, constexprs, attrs, options, arch)
+    except (AttributeError, ImportError, KeyError, TypeError) as err:
+        if verified:
+            raise
+        raise _triton_version.UnsupportedTriton(
+            f"the inspector needs triton{_triton_version.supported_range()} (it calls Triton internals); "
+            f"with triton {_triton_version.TRITON_VERSION} it failed: {type(err).__name__}: {err}") from err
     meta = compiled.metadata
     usage = compiled.ptxas
     fn = resolved.jit.fn

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from .. import _runtime
+from .._triton_version import UnsupportedTriton
 from .api import available_ops, compile_report
 from .compiling import parse_arch
 from .report import KernelReport
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             offset = opts.offset
             left, right = [], compile_report(opts.op, offset=offset, **common)
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, UnsupportedTriton) as err:
         print(f"tritonkit inspect: {err}", file=sys.stderr)
         return 2
 

@@ -73,8 +73,9 @@ _TL_DTYPE = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat1
 
 def _block_config(dtype: torch.dtype, contiguous: bool) -> tuple[int, int]:
     """(BLOCK, num_warps): 16-byte vectors on the contiguous path; a smaller block on the
-    index-heavy strided path. On the H200 every setting from 1 to 8 vectors a thread and
-    4 to 16 warps moved 2**28 fp32 elements within 1% of each other (benchmarks/sweep_elementwise.py)."""
+    index-heavy strided path. A streaming add is bound by memory, not by how its work is cut:
+    the block sweep (benchmarks/sweep_elementwise.py, notes/add_softmax.md) found every setting from
+    1 to 8 vectors a thread and 4 to 16 warps level."""
     if not contiguous:
         return 1024, 4
     per_vector = 16 // dtype.itemsize
@@ -116,8 +117,8 @@ def add_fwd(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -
             and x.is_contiguous() and y.is_contiguous() and x.numel() > 0
             and (out is None or (type(out) is torch.Tensor and out.dtype is x.dtype and out.shape == x.shape
                                  and out.device == x.device and out.is_contiguous()))):
-        # The common case, kept short: launch overhead matters for small tensors (the
-        # general path below costs ~11 us more a call on the H200 machine's host).
+        # The common case, kept short: small tensors are bound by host time, and the general
+        # path below (broadcast, promotion, stride collapsing) costs several times the launch.
         check_tensor("x", x)
         if out is None:
             out = torch.empty_like(x, memory_format=torch.contiguous_format)

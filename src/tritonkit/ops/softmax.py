@@ -27,10 +27,9 @@ from .._launch import Launch
 from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
 
 MAX_FUSED_COLS = 32768     # longest row held on chip by one program (fp32: 128 KB)
-CHUNK_COLS = 8192          # columns per chunk for long rows, when few (H200 sweep, 2026-11-29)
+CHUNK_COLS = 8192          # columns per chunk for long rows, when few (the H200 sweep's best: notes/add_softmax.md)
 LAG_BYTES = 8 << 20        # how far the one-launch long-row schedule reads ahead (well inside L2)
 PROGRAMS_PER_SM = 16       # programs the one-launch schedule starts per SM
-ONE_LAUNCH_LONG_ROWS = True  # long rows in one launch (stats and apply interleaved) or two
 RELOAD_COLS = 32768        # 16-bit rows from this long are read twice rather than held in float32
 ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
 
@@ -169,7 +168,8 @@ def _chunk_apply(
     a_off = _row_offsets(row, size1, size2, as0, as1, as2) + cols * a_col
     b_off = _row_offsets(row, size1, size2, bs0, bs1, bs2) + cols * b_col
     o_off = _row_offsets(row, size1, size2, os0, os1, os2) + cols * o_col
-    # The row's stats first, then the chunk (the order the kernels were measured in).
+    # The row's stats first, then the chunk: the stats are few and the chunk's loads then
+    # issue back to back (the order the schedule was tuned with, notes/add_softmax.md).
     if BACKWARD:
         dot = tl.sum(tl.load(stat1_ptr + stat_idx, mask=stat_mask, other=0.0, cache_modifier=".cg"), axis=0)
         y, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD, False, "")
@@ -195,12 +195,12 @@ def _softmax_chunks_kernel(
     n_rows, n_cols, n_chunks, lag, size1, size2,
     # strides in elements
     as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
-    # meta: PHASE 0 = stats only, 1 = apply only (two launches), 2 = both in one launch
-    CHUNK: tl.constexpr, BLOCK_CHUNKS: tl.constexpr, BACKWARD: tl.constexpr, PHASE: tl.constexpr,
+    # meta
+    CHUNK: tl.constexpr, BLOCK_CHUNKS: tl.constexpr, BACKWARD: tl.constexpr,
 ):
     # Rows too long for one program: each row is cut into CHUNK-column chunks. A stats item
     # reduces one chunk; an apply item merges its row's chunk stats and writes one chunk.
-    # PHASE 2 runs all 2T items (T chunks) in one launch, in the order of tickets taken from
+    # All 2T items (T chunks) run in one launch, in the order of tickets taken from
     # a counter: stats 0..lag-1, then stats lag+i and apply i alternately, then the last
     # applies. An apply waits until its row's stats are all finished; those items have
     # smaller tickets (lag >= n_chunks), so they were taken by running programs that never
@@ -208,50 +208,39 @@ def _softmax_chunks_kernel(
     # (the interpreter, which runs one program at a time, runs it too). Running lag chunks
     # ahead keeps the chunk an apply re-reads in L2, so the input is read from memory once.
     total = n_rows * n_chunks
-    if PHASE == 0:
-        _chunk_stats(tl.program_id(0).to(tl.int64), a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks,
-                     size1, size2, as0, as1, as2, a_col, bs0, bs1, bs2, b_col, CHUNK, BACKWARD)
-    elif PHASE == 1:
-        # Apply in the reverse of the stats order: the chunks read last are likeliest in L2.
-        _chunk_apply(total - 1 - tl.program_id(0).to(tl.int64), a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr,
-                     n_cols, n_chunks, size1, size2, as0, as1, as2, a_col, bs0, bs1, bs2, b_col,
-                     os0, os1, os2, o_col, CHUNK, BLOCK_CHUNKS, BACKWARD)
-    else:
-        ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
-        while ticket < 2 * total:
-            k = ticket - lag
-            middle = (k >= 0) & (ticket < 2 * total - lag)
-            is_stats = (k < 0) | (middle & (k % 2 == 0))
-            item = tl.where(k < 0, ticket, tl.where(middle, tl.where(k % 2 == 0, lag + k // 2, k // 2),
-                                                    ticket - total)).to(tl.int64)
-            row_done = sync_ptr + 1 + item // n_chunks
-            if is_stats:
-                _chunk_stats(item, a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
-                             as0, as1, as2, a_col, bs0, bs1, bs2, b_col, CHUNK, BACKWARD)
-                tl.debug_barrier()  # every thread's stats stores happen before the release below
-                tl.atomic_add(row_done, 1, sem="release")
-            else:
+    ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
+    while ticket < 2 * total:
+        k = ticket - lag
+        middle = (k >= 0) & (ticket < 2 * total - lag)
+        is_stats = (k < 0) | (middle & (k % 2 == 0))
+        item = tl.where(k < 0, ticket, tl.where(middle, tl.where(k % 2 == 0, lag + k // 2, k // 2),
+                                                ticket - total)).to(tl.int64)
+        row_done = sync_ptr + 1 + item // n_chunks
+        if is_stats:
+            _chunk_stats(item, a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
+                         as0, as1, as2, a_col, bs0, bs1, bs2, b_col, CHUNK, BACKWARD)
+            tl.debug_barrier()  # every thread's stats stores happen before the release below
+            tl.atomic_add(row_done, 1, sem="release")
+        else:
+            done = tl.atomic_add(row_done, 0, sem="acquire")
+            while done < n_chunks:
                 done = tl.atomic_add(row_done, 0, sem="acquire")
-                while done < n_chunks:
-                    done = tl.atomic_add(row_done, 0, sem="acquire")
-                _chunk_apply(item, a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
-                             as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
-                             CHUNK, BLOCK_CHUNKS, BACKWARD)
-            ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
+            _chunk_apply(item, a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
+                         as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
+                         CHUNK, BLOCK_CHUNKS, BACKWARD)
+        ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
 
 
 @functools.lru_cache(maxsize=1024)
 def _row_config(n_rows: int, n_cols: int, element_bytes: int) -> tuple[int, int, int, bool]:
     """(BLOCK_M, BLOCK_N, num_warps, RELOAD) for rows held whole (up to MAX_FUSED_COLS):
     short rows packed several to a program so each moves at least 4096 elements, 16 elements
-    a thread, then 128 bytes a thread (the H200 sweeps of 2026-11-29: 16-32 warps for
-    32768-column rows, 97% of the copy ceiling in fp32; 8 warps and 4 rows a program for 781
-    columns). Walking rows in steps inside one program instead lost everywhere it was tried:
-    66% against 97% at 4096 x 32768 fp32, 62% against 67% for the chunked path at
-    1024 x 131072. 16-bit rows of RELOAD_COLS or more are held in their own dtype and read
-    twice (RELOAD): held in float32 they leave one program an SM (H200, 2026-11-29, 4096 x 32768
-    bf16: 75% of the copy ceiling held in float32, 94% with RELOAD at 32 warps; at 16384
-    columns RELOAD lost, 86-90% against 91%)."""
+    a thread, then 128 bytes a thread, enough loads in flight a thread to cover memory latency
+    with the whole row in registers (16-32 warps for 32768-column rows, 8 warps and 4 rows a
+    program for 781 columns). Walking rows in steps inside one program instead was slower
+    wherever it was tried. 16-bit rows of RELOAD_COLS or more are held in their own dtype and
+    read twice (RELOAD): held in float32 they need so many registers that one program fits an
+    SM. The sweeps behind these choices: notes/add_softmax.md."""
     block_n = next_power_of_2(n_cols)
     block_m = max(1, min(next_power_of_2(n_rows), 4096 // block_n))
     elements = block_m * block_n
@@ -307,14 +296,8 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
     args = (a, b, out, stat1, stat2, sync, n_rows, n_cols, n_chunks, lag, *row_sizes,
             *a_strides, *b_strides, *o_strides)
     meta = dict(CHUNK=CHUNK_COLS, BLOCK_CHUNKS=next_power_of_2(n_chunks), BACKWARD=backward)
-    if ONE_LAUNCH_LONG_ROWS:
-        programs = min(2 * total, _resident_programs(a.device))
-        Launch(name + "_chunks", _softmax_chunks_kernel, (programs,), args, dict(meta, PHASE=2),
-               num_warps=4, num_stages=1)()
-    else:
-        for phase in (0, 1):
-            Launch(name + ("_chunk_stats", "_chunk_apply")[phase], _softmax_chunks_kernel, (total,), args,
-                   dict(meta, PHASE=phase), num_warps=4, num_stages=1)()
+    programs = min(2 * total, _resident_programs(a.device))
+    Launch(name + "_chunks", _softmax_chunks_kernel, (programs,), args, meta, num_warps=4, num_stages=1)()
 
 
 @functools.lru_cache(maxsize=16)

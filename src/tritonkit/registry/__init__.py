@@ -3,7 +3,8 @@
 Each op has an entry module here (`registry/<op>.py` defining `ENTRY`) that says how to
 build its inputs, which passes (launcher calls) it has, and which benchmark cases and
 peers it is measured against. Adding an op means adding one entry module and its name
-to `_ENTRY_MODULES`; neither command keeps a hand-written list of its own.
+to `_ENTRY_MODULES`; neither command, nor the cross-op tests (autograd roads, alignment
+fuzz), keeps a hand-written list of its own.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from typing import Any
 
 import torch
 
-_ENTRY_MODULES = ("add", "softmax", "attention", "attention_varlen")
+from ._fuzz import FuzzCase
+
+_ENTRY_MODULES = ("add", "softmax", "attention", "attention_varlen", "rms_norm", "layer_norm", "rope", "swiglu",
+                  "geglu", "cross_entropy", "linear_cross_entropy")
 
 
 @dataclass
@@ -40,6 +44,7 @@ class BenchCase:
     setup: Callable[[torch.device], dict[str, Callable[[], Any]]]
     seed_table: bool = False                 # also print the seed's "Matrix Size" table
     bytes_in_flight: int = 0                 # inputs + outputs, to skip cases that do not fit
+    memory: bool = False                     # also report each provider's peak memory beyond its inputs
 
 
 @dataclass
@@ -58,6 +63,12 @@ class OpEntry:
     # (the three autograd roads, for one) run every op through these.
     op: str | None = None
     sample: Callable[[torch.device], tuple] | None = None
+    # The op's pure-torch `<op>_reference(*args, upcast=...)`, taking the Op's positional
+    # arguments: `tritonkit bench` without a GPU checks the sample against it (float64, and
+    # torch's own error in the sample's dtype beside ours).
+    reference: Callable[..., Any] | None = None
+    # The alignment fuzz's cases for this op (registry/_fuzz.py, tests/test_fuzz_alignment.py).
+    fuzz: tuple[FuzzCase, ...] = ()
 
 
 def entries() -> dict[str, OpEntry]:

@@ -1,11 +1,13 @@
-"""Catalogue entry for `tritonkit.add`: inspector passes and benchmark cases."""
+"""Catalogue entry for `tritonkit.add`: inspector passes, benchmark cases, sample and fuzz."""
 
 from __future__ import annotations
 
 import torch
 
-from ..ops.add import add, add_fwd
+from ..ops.add import add, add_fwd, add_reference
 from . import BenchCase, InspectRequest, OpEntry
+from ._accuracy import Comparison
+from ._fuzz import FLOATS, FuzzCase, FuzzInputs, describe
 from ._inputs import offset_view, peer_compile
 
 
@@ -55,6 +57,29 @@ def _sample(device: torch.device) -> tuple:
     return x, y
 
 
+def _fuzz(inputs: FuzzInputs) -> list[Comparison]:
+    draw = inputs.draw
+    shape = inputs.shape(3)
+    x_dtype = draw.choice(FLOATS)
+    y_dtype = draw.choice((x_dtype, x_dtype) + FLOATS)            # mostly the same dtype
+    # y may broadcast: some dims of size 1, or fewer leading dims.
+    y_shape = [1 if draw.boolean() and draw.boolean() else s for s in shape]
+    y_shape = y_shape[draw.integer(0, len(y_shape) - 1):]
+    x = inputs.view(shape, x_dtype)
+    y = inputs.view(y_shape, y_dtype)
+    expected_dtype = torch.result_type(x, y)
+    if draw.boolean():
+        out = add(x, y)
+    else:
+        target = inputs.view(shape, expected_dtype).fill_(float("nan"))   # poison
+        out = add(x, y, out=target)
+        assert out.data_ptr() == target.data_ptr(), "add(out=) returned another tensor"
+    assert out.dtype == expected_dtype and list(out.shape) == shape, f"add: {out.dtype} {tuple(out.shape)}"
+    # float64 and torch's own x + y: add rounds once from float32 exactly as torch does.
+    return [Comparison(f"add: x {describe(x)}, y {describe(y)}", out, add_reference(x, y),
+                       add_reference(x, y, upcast=False))]
+
+
 ENTRY = OpEntry(
     name="add",
     summary="elementwise x + y with broadcasting and type promotion",
@@ -63,4 +88,6 @@ ENTRY = OpEntry(
     peers=("torch native", "torch.compile"),
     op="add",
     sample=_sample,
+    reference=add_reference,
+    fuzz=(FuzzCase("forward", 150, _fuzz),),
 )

@@ -1,4 +1,4 @@
-"""Catalogue entry for `tritonkit.attention`: inspector passes and benchmark cases."""
+"""Catalogue entry for `tritonkit.attention`: inspector passes, benchmark cases, sample and fuzz."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..ops.attention import attention, attention_bwd, attention_fwd
+from ..ops.attention import attention, attention_bwd, attention_fwd, attention_reference
 from . import BenchCase, InspectRequest, OpEntry
+from ._accuracy import Comparison, relative_error
+from ._fuzz import HALVES, FuzzCase, FuzzInputs, describe
 
 NAIVE_LIMIT_BYTES = 16 << 30  # naive eager runs only where B*H*Nq*Nk fp32 scores fit in this
 
@@ -240,6 +242,76 @@ def _sample(device: torch.device) -> tuple:
     return q, k, v, True, 32 ** -0.5, 20, -1, 30.0  # causal, scale, window (20, -1), softcap 30
 
 
+def _fuzz_inputs(inputs: FuzzInputs):
+    """q, k, v and an upstream gradient: GQA or not, Nq != Nk, each at its own layout."""
+    draw = inputs.draw
+    seq = (1, 2, 7, 16, 17, 31, 33, 64, 65) + ((127, 129, 1000) if inputs.on_gpu else ())
+    batch = draw.integer(1, 2)
+    kv_heads = draw.integer(1, 2)
+    heads = kv_heads * draw.choice((1, 2))
+    nq, nk = draw.choice(seq), draw.choice(seq)
+    head_dim = draw.choice((16, 24, 32, 40, 64) + ((128, 256) if inputs.on_gpu else ()))
+    dtype = draw.choice(HALVES)
+    causal = draw.boolean()
+    shapes = [(batch, heads, nq, head_dim), (batch, kv_heads, nk, head_dim), (batch, kv_heads, nk, head_dim),
+              (batch, heads, nq, head_dim)]
+    layouts = [inputs.layout(4) for _ in shapes]
+    # the head dim stays innermost more often than not, as in real projections
+    layouts = [layout if draw.boolean() else layout.innermost(3) for layout in layouts]
+    q, k, v, grad = (inputs.view(shape, dtype, layout) for shape, layout in zip(shapes, layouts))
+    return q, k, v, grad, causal
+
+
+def _note(q, k, v, causal) -> str:
+    return f"causal={causal} q {describe(q)} k {describe(k)} v {describe(v)}"
+
+
+def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
+    q, k, v, _, causal = _fuzz_inputs(inputs)
+    out = attention(q, k, v, causal=causal)
+    assert out.dtype == q.dtype and out.shape == q.shape, f"attention: {out.dtype} {tuple(out.shape)}"
+    return [Comparison(f"attention: {_note(q, k, v, causal)}", out, attention_reference(q, k, v, causal),
+                       attention_reference(q, k, v, causal, upcast=False))]
+
+
+def _flash_recipe_grads(q, k, v, o, grad, causal):
+    """float64 gradients computed the way a flash backward computes them: delta = rowsum(dO * O)
+    from the forward output O as stored (rounded to q's dtype). Their gap to the exact gradient is
+    the algorithm's own error in that dtype, which SDPA's unfused math does not share; on tiny,
+    nearly one-hot rows it can be several times torch's error (dP - delta cancels)."""
+    q, k, v, o, do = (t.detach().double() for t in (q, k, v, o, grad))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(), float("-inf"))
+    p = torch.softmax(s, -1)
+    ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
+    dq, dk, dv = ds @ k * scale, ds.transpose(-1, -2) @ q * scale, p.transpose(-1, -2) @ do
+
+    def fold(t):
+        return t.view(t.shape[0], -1, group, *t.shape[2:]).sum(2)
+    return dq, fold(dk), fold(dv)
+
+
+def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
+    q, k, v, grad, causal = _fuzz_inputs(inputs)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = attention(*leaves, causal=causal)
+    ours = torch.autograd.grad(out, leaves, grad)
+    recipe = _flash_recipe_grads(q, k, v, out, grad, causal)
+    same = [t.detach().requires_grad_() for t in (q, k, v)]
+    theirs = torch.autograd.grad(attention_reference(*same, causal, upcast=False), same, grad)
+    wide = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    reference = torch.autograd.grad(attention_reference(*wide, causal, upcast=False), wide, grad.double())
+    note = _note(q, k, v, causal)
+    # The yardstick is the larger of torch's error and the flash recipe's own error.
+    return [Comparison(f"attention {name}: {note}", a, ref,
+                       max((b, c), key=lambda t: relative_error(t, ref)), gradient=True)
+            for name, a, ref, b, c in zip(("dq", "dk", "dv"), ours, reference, theirs, recipe)]
+
+
 ENTRY = OpEntry(
     name="attention",
     summary=("fused scaled-dot-product attention (FlashAttention-2 style): causal, sliding window, softcap, "
@@ -249,4 +321,6 @@ ENTRY = OpEntry(
     peers=("naive eager", "SDPA FA2", "SDPA cuDNN", "FlexAttention"),
     op="attention",
     sample=_sample,
+    reference=attention_reference,
+    fuzz=(FuzzCase("forward", 40, _fuzz_forward), FuzzCase("backward", 25, _fuzz_backward)),
 )

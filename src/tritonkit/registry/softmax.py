@@ -1,11 +1,13 @@
-"""Catalogue entry for `tritonkit.softmax`: inspector passes and benchmark cases."""
+"""Catalogue entry for `tritonkit.softmax`: inspector passes, benchmark cases, sample and fuzz."""
 
 from __future__ import annotations
 
 import torch
 
-from ..ops.softmax import softmax, softmax_bwd, softmax_fwd
+from ..ops.softmax import MAX_FUSED_COLS, softmax, softmax_bwd, softmax_fwd, softmax_reference
 from . import BenchCase, InspectRequest, OpEntry
+from ._accuracy import Comparison
+from ._fuzz import FLOATS, FuzzCase, FuzzInputs, describe, numel
 from ._inputs import offset_view, peer_compile
 
 
@@ -62,6 +64,41 @@ def _sample(device: torch.device) -> tuple:
     return torch.randn(5, 3, 77, device=device)[:, 1:], 1
 
 
+LONG_ROW = MAX_FUSED_COLS + 1      # the first row length that takes the split path
+
+
+def _fuzz_shape(inputs: FuzzInputs) -> tuple[list[int], int, torch.dtype]:
+    shape = inputs.shape(3, last_sizes=inputs.edge + inputs.block_edge + (LONG_ROW,))
+    dim = inputs.draw.integer(-len(shape), len(shape) - 1)
+    if shape[dim] == LONG_ROW or numel(shape) > inputs.max_elements:
+        # keep the split path cheap: a long row, and at most a couple of them
+        shape = [min(s, 2) if i != dim % len(shape) else s for i, s in enumerate(shape)]
+    return shape, dim, inputs.draw.choice(FLOATS)
+
+
+def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
+    shape, dim, dtype = _fuzz_shape(inputs)
+    x = inputs.view(shape, dtype, scale=3.0)
+    out = softmax(x, dim)
+    assert out.dtype == dtype and out.shape == x.shape, f"softmax: {out.dtype} {tuple(out.shape)}"
+    return [Comparison(f"softmax dim={dim}: x {describe(x)}", out, softmax_reference(x, dim),
+                       softmax_reference(x, dim, upcast=False))]
+
+
+def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
+    shape, dim, dtype = _fuzz_shape(inputs)
+    # y = softmax(x) by torch, copied into a view with its own layout; so is the gradient.
+    x = inputs.randn(shape, dtype, scale=3.0)
+    y = inputs.view(shape, dtype).copy_(torch.softmax(x, dim))
+    grad = inputs.view(shape, dtype)
+    dx = softmax_bwd(grad, y, dim)
+    y64, g64 = y.double(), grad.double()
+    reference = y64 * (g64 - (y64 * g64).sum(dim, keepdim=True))
+    torch_same = torch._softmax_backward_data(grad.contiguous(), y.contiguous(), dim, dtype)
+    return [Comparison(f"softmax backward dim={dim}: y {describe(y)}, grad {describe(grad)}",
+                       dx, reference, torch_same, gradient=True)]
+
+
 ENTRY = OpEntry(
     name="softmax",
     summary="softmax along a dim, fused rows or split long rows; forward and backward",
@@ -70,4 +107,6 @@ ENTRY = OpEntry(
     peers=("naive eager", "torch native", "torch.compile"),
     op="softmax",
     sample=_sample,
+    reference=softmax_reference,
+    fuzz=(FuzzCase("forward", 100, _fuzz_forward), FuzzCase("backward", 100, _fuzz_backward)),
 )

@@ -25,6 +25,7 @@ from .configs import (DKDV_TUNED_ROWS, TileConfig, _attn_bwd_dkdv_tuned, _attn_b
                       _autotune_enabled, _interpreting, _row_keys, fixed_configs)
 from .descriptors import _descriptor, _use_tma
 from .forward import _attn_fwd_kernel
+from .paths import gluon_backward, gluon_forward
 
 LOG2E = 1.4426950408889634
 
@@ -47,7 +48,7 @@ def _qk_scale(scale: float, softcap: float) -> float:
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                   scale: float | None = None, window_left: int = -1, window_right: int = -1,
                   softcap: float = 0.0, *, config: TileConfig | None = None,
-                  tma: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  tma: bool | None = None, gluon: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Launcher of the forward pass. Returns (o, lse): o like q (B, H, Nq, D) in q's dtype,
     lse (B, H, Nq) float32, the natural-log sum of exp(scores) per query row (-inf for a row
     that sees no key, whose o is 0).
@@ -59,13 +60,15 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     tma: None reads q, k, v through tensor descriptors (TMA) wherever `_tma_ok` allows it and
     through pointers elsewhere; False always through pointers; True through descriptors, or a
     ValueError if the inputs do not allow them. (Benchmarks and tests compare the paths.)
+    gluon: None runs the Gluon kernel on Hopper where `paths.gluon_forward` chooses it; False
+    always the Triton kernels; True the Gluon kernel, or a ValueError where it cannot run.
     """
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
     q, k, v = (_head_dim_innermost(t) for t in (q, k, v))
     o = _empty_like_order(q, (B, H, Nq, D), q.dtype)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     flags = _mask_flags(causal, window_left, window_right, softcap, Nq, Nk)
-    _forward(q, k, v, o, lse, _resolve_scale(scale, D), flags, None, config, tma)
+    _forward(q, k, v, o, lse, _resolve_scale(scale, D), flags, None, config, tma, gluon)
     return o, lse
 
 
@@ -90,7 +93,7 @@ def attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_s
 
 
 def _forward(q, k, v, o, lse, scale: float, flags: tuple, varlen: tuple | None,
-             config: TileConfig | None, tma: bool | None) -> None:
+             config: TileConfig | None, tma: bool | None, gluon: bool | None = None) -> None:
     """Launch the forward on (B, H, N, D) q, k, v (packed: B = 1 and `varlen` = (cu_seqlens_q,
     cu_seqlens_k, number of sequences)), writing o and lse (B, H, Nq)."""
     B, H, Nq, D = q.shape
@@ -98,6 +101,10 @@ def _forward(q, k, v, o, lse, scale: float, flags: tuple, varlen: tuple | None,
     if B == 0 or Nq == 0:
         return
     causal, window_left, window_right, softcap = flags
+    if gluon_forward(q, k, v, scale, flags, varlen, config, tma, gluon):
+        from ...gluon.attention_fwd import attention_fwd_gluon
+        attention_fwd_gluon(q, k, v, o, lse, causal, scale)
+        return
     block_d = _block_d(D)
     use_tma = _use_tma(tma, q, k, v)
     row_keys = _row_keys(Nq, Nk, causal, window_left, window_right) if varlen is None else None
@@ -136,7 +143,7 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
                   window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                   dlse: torch.Tensor | None = None, *, dkdv_config: TileConfig | None = None,
                   dq_config: TileConfig | None = None, tma: bool | None = None,
-                  concurrent_dq: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  concurrent_dq: bool = True, gluon: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launcher of the backward pass: (dq, dk, dv) from the upstream gradient `do` of o (and
     `dlse` of lse, when lse was used) and the forward's `o` and `lse`. Deterministic: the same
     inputs give bitwise the same gradients.
@@ -147,12 +154,13 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     concurrent_dq: the dQ pass needs only the preprocess's delta, not dK and dV, so on a GPU
     it runs on a side stream beside the dK/dV pass, filling the SMs that pass's last, uneven
     programs leave idle (faster on the H200, same bits: notes/attention.md); False runs the
-    passes one after the other on the current stream."""
+    passes one after the other on the current stream.
+    gluon: as in `attention_fwd`, for the dK/dV and dQ passes (`paths.gluon_backward`)."""
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
     _check_saved(do, o, lse, dlse, q, (B, H, Nq))
     return _attention_bwd_checked(do, q, k, v, o, lse, causal, scale, window_left, window_right, softcap, dlse,
                                   dkdv_config=dkdv_config, dq_config=dq_config, tma=tma,
-                                  concurrent_dq=concurrent_dq)
+                                  concurrent_dq=concurrent_dq, gluon=gluon)
 
 
 def _check_saved(do, o, lse, dlse, q, lse_shape: tuple[int, ...]) -> None:
@@ -176,8 +184,8 @@ def _attention_bwd_checked(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
                            scale: float | None = None, window_left: int = -1, window_right: int = -1,
                            softcap: float = 0.0, dlse: torch.Tensor | None = None, *,
                            dkdv_config: TileConfig | None = None, dq_config: TileConfig | None = None,
-                           tma: bool | None = None,
-                           concurrent_dq: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           tma: bool | None = None, concurrent_dq: bool = True,
+                           gluon: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`attention_bwd` after its checks, for callers whose arguments are known good: the
     eager autograd road, whose q, k, v, o, lse are what the checked forward saved and whose
     do autograd has already matched to o's shape, dtype and device."""
@@ -189,7 +197,7 @@ def _attention_bwd_checked(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
     dv = _empty_like_order(v, (B, Hkv, Nk, D), v.dtype)
     flags = _mask_flags(causal, window_left, window_right, softcap, Nq, Nk)
     _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, _resolve_scale(scale, D), flags, None,
-              dkdv_config, dq_config, tma, concurrent_dq)
+              dkdv_config, dq_config, tma, concurrent_dq, gluon)
     return dq, dk, dv
 
 
@@ -219,7 +227,7 @@ def attention_varlen_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
 
 def _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, scale: float, flags: tuple, varlen: tuple | None,
               dkdv_config: TileConfig | None, dq_config: TileConfig | None, tma: bool | None,
-              concurrent_dq: bool) -> None:
+              concurrent_dq: bool, gluon: bool | None = None) -> None:
     """Launch the three backward passes on (B, H, N, D) tensors (packed: B = 1 and `varlen`
     as in `_forward`), writing dq, dk, dv."""
     B, H, Nq, D = q.shape
@@ -244,6 +252,10 @@ def _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, scale: float, flags: tuple,
     Launch("attention_bwd_preprocess", _attn_bwd_preprocess_kernel, (cdiv(Nq, pre_block), H, B),
            (o, do, delta, dlse, Nq, D, *o.stride(), *do.stride()),
            dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)()
+    if gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon):
+        from ...gluon.attention_bwd import attention_bwd_gluon
+        attention_bwd_gluon(do, q, k, v, lse, delta, dq, dk, dv, causal, scale)
+        return
 
     common = dict(CAUSAL=causal, WINDOW_LEFT=window_left, WINDOW_RIGHT=window_right, SOFTCAP=softcap,
                   BLOCK_D=block_d, PAD_D=pad_d)

@@ -1,6 +1,6 @@
 """Time every attention tile config on the GPU beside SDPA's FA2 and cuDNN, in one process.
 
-    PYTHONPATH=src python3 scripts/attention_tune.py [--shapes 4,32,32,4096,128,2 ...]
+    PYTHONPATH=src python3 benchmarks/attention_tune.py [--shapes 4,32,32,4096,128,2 ...]
         [--extra] [--autotune]
 
 Compiles all configs first in parallel worker processes (they fill Triton's on-disk cache),
@@ -13,7 +13,7 @@ other keeps its fixed config). --extra times the fixed configs on the other benc
 descriptors (TMA), over a few configs each, on the bench shapes (D=64, D=128 at
 N=4096 and 16384 full and causal, D=256 with 16 heads, GQA 32 over 8 heads, and packed qkv),
 each config checked against SDPA, beside SDPA's FA2 and cuDNN; ends with a table.
-    PYTHONPATH=src python3 scripts/attention_tune.py --tma
+    PYTHONPATH=src python3 benchmarks/attention_tune.py --tma
 
 --bwd-paths: the whole backward (fixed configs) with its streamed tiles through pointers and
 through tensor descriptors, on the backward's bench shapes, beside SDPA's FA2 and cuDNN.
@@ -21,7 +21,7 @@ through tensor descriptors, on the backward's bench shapes, beside SDPA's FA2 an
 with the dQ pass on a side stream (concurrent with dK/dV, the default) and after it.
 --bwd-kernels: each backward kernel timed alone (preprocess, dK/dV, dQ), with the block
 products each performs counted as its flops, to tell which pass a shortfall sits in.
-    PYTHONPATH=src python3 scripts/attention_tune.py --bwd-paths --kinds dkdv,dq
+    PYTHONPATH=src python3 benchmarks/attention_tune.py --bwd-paths --kinds dkdv,dq
 """
 
 from __future__ import annotations

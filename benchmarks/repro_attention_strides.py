@@ -1,7 +1,7 @@
 """Reproduce a fuzz failure on the GPU: attention forward with non-unit head-dim strides.
 
 Runs each variant in a subprocess (a faulting kernel poisons its CUDA context) and prints
-the relative error against float64. PYTHONPATH=src python3 scripts/repro_attention_strides.py
+the relative error against float64. PYTHONPATH=src python3 benchmarks/repro_attention_strides.py
 """
 
 import os

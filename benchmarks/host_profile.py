@@ -1,5 +1,5 @@
 """Host time per call of tritonkit's ops on a GPU, with a cProfile of each (developer tool):
-    PYTHONPATH=src python3 scripts/host_profile.py [add softmax attention autotuned]
+    PYTHONPATH=src python3 benchmarks/host_profile.py [add softmax attention autotuned]
 Host time here is the time Python takes to issue a call, with the GPU left to run behind it
 (the figures print before any synchronisation), so it is what bounds small inputs."""
 import cProfile

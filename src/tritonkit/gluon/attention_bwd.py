@@ -1,0 +1,519 @@
+"""Attention backward for Hopper (sm_90) in Gluon, FlashAttention-3 style, deterministic.
+
+Same contract as the Triton launcher `tritonkit.ops.attention.attention_bwd`:
+(dq, dk, dv) from the upstream gradient do, the inputs q, k, v and the forward's o and lse
+(B, H, Nq) float32 in natural-log units, as both forwards store it. With
+P = exp(scale * Q K^T - lse) (causal: zero above the top-left diagonal), delta = rowsum(dO * O):
+  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - delta),  dK = scale * dS^T Q,  dQ = scale * dS K,
+dK and dV summed over the query heads of each kv head (GQA) in a fixed order.
+
+Three launches, none with atomics, so the same inputs give bitwise the same gradients:
+1. delta: the Triton path's preprocess kernel.
+2. dK/dV (`_dkdv_kernel`): one program per 128-key block of one (batch, kv head). K and V stay
+   in shared memory; a producer warp streams the (Q, dO) blocks of every query head of the
+   group through a ring by TMA; two consumer warpgroups each own 64 of the keys (their dK and
+   dV accumulators in registers, 240 registers each through setmaxnreg) and per query block
+   issue S^T = K Q^T and dP^T = V dO^T together, form P^T while dP^T is still running,
+   issue dV += P^T dO, form dS^T while dV's product runs, then dK += dS^T Q (P^T and dS^T go
+   to the tensor cores through shared memory). The two warpgroups share the tensor cores:
+   one's exponentials run under the other's products.
+3. dQ (`_dq_kernel`): one program per 128 query rows of one (batch, head), the forward's
+   structure: Q and dO in shared memory, K and V streamed through a ring, two 64-row consumer
+   warpgroups passing a turn so one's elementwise work runs under the other's products, and
+   within a warpgroup S(j) and dP(j) issued beside dQ += dS(j-1) K(j-1).
+
+Why a separate dQ pass rather than dQ partials per key block reduced afterwards: a partial per
+key block is Nq x D float32 per (key block, head), Nk / 128 times the size of dQ (128 GiB at
+B=4, H=32, N=16384, D=128), and an ordered in-place accumulation across programs serialises
+them; the dQ pass recomputes S and dP (7 products instead of 5) but reads only Q, dO, K, V.
+
+Masks only where needed: the causal band. Query rows past Nq load as zeros with lse = delta
+= 0, which adds exactly nothing to dK and dV; keys past Nk produce rows of dK and dV that the
+TMA store drops, and are masked (P = 0) in the dQ pass, where they would multiply zeros of K.
+
+Only for what `supported` accepts (D = 64 or 128; D = 256's dK and dV accumulators do not fit
+the registers of a 64-key warpgroup); everything else takes the Triton path.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
+
+from .._launch import Launch
+from .._layout import cdiv
+from .attention_fwd import (
+    _GL_DTYPES, CONSUMER_REGS, LOG2E, PRODUCER_REGS, ROWS_PER_WARPGROUP, _descriptor, _tile, _tma_ready,
+    _tma_view, _wgmma_layout)
+
+HEAD_DIMS = (64, 128)
+KEYS_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP      # dK/dV pass: 64 keys per consumer warpgroup
+QUERIES_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP   # dQ pass: 64 query rows per consumer warpgroup
+
+
+@functools.lru_cache(maxsize=None)
+def tile_config(head_dim: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, STAGES) of the dK/dV pass, (BLOCK_N, STAGES) of the dQ pass.
+
+    dK/dV: a warpgroup holds dK and dV (64 x D float32 each: 64 registers a thread at D=128)
+    and S^T, dP^T (64 x BLOCK_M: 32 each at BLOCK_M = 64), so 64-row query blocks; shared
+    memory: K, V (128 x D), STAGES x (Q, dO) blocks, P^T and dS^T (64 x 64 per warpgroup).
+    dQ: dQ (64 x D), S, dP (64 x BLOCK_N) and dS's operand per warpgroup, so 64-key blocks;
+    shared memory Q and dO (128 x D) + STAGES x (K, V) blocks.
+    D=128: 64 + 3 x 32 + 32 = 192 KB and 64 + 4 x 32 = 192 KB."""
+    return {64: (64, 4, 64, 4), 128: (64, 3, 64, 4)}[head_dim]
+
+
+# ---------------------------------------------------------------------------------------
+# dK/dV pass
+# ---------------------------------------------------------------------------------------
+
+@gluon.jit
+def _key_tile(t, n_kb, Hkv, Nq, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    # Program t -> (b, hk, first key n0, query blocks [lo, n_mb), of which [lo, band) straddle
+    # the causal diagonal). Key blocks of one head are consecutive programs (they share Q and
+    # dO in L2), the longest (first) key blocks first.
+    hb = t // n_kb
+    n0 = (t % n_kb) * BLOCK_N
+    n_mb = gl.cdiv(Nq, BLOCK_M)
+    if CAUSAL:
+        lo = n0 // BLOCK_M            # query rows before n0 see none of these keys
+        band = gl.minimum(gl.cdiv(n0 + BLOCK_N, BLOCK_M), n_mb)
+    else:
+        lo = 0
+        band = 0
+    return hb // Hkv, hb % Hkv, n0, lo, band, n_mb
+
+
+@gluon.jit
+def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
+                   n_kb, Hkv, GROUP, Nq, CAUSAL: gl.constexpr):
+    STAGES: gl.constexpr = q_bufs.shape[0]
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    HALF: gl.constexpr = k_smem.shape[1]
+    b, hk, n0, lo, band, n_mb = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, BLOCK_M, 2 * HALF)
+    mbarrier.expect(kv_ready, 4 * k_desc.block_type.nbytes)
+    for w in gl.static_range(2):
+        tma.async_copy_global_to_shared(k_desc, [b, hk, n0 + w * HALF, 0], kv_ready, _tma_view(k_smem.index(w), k_desc))
+        tma.async_copy_global_to_shared(v_desc, [b, hk, n0 + w * HALF, 0], kv_ready, _tma_view(v_smem.index(w), v_desc))
+    c = 0
+    for g in range(GROUP):
+        h = hk * GROUP + g
+        for i in range(lo, n_mb):
+            s = c % STAGES
+            # A fresh mbarrier is in phase 0: waiting for parity 1 passes, the first lap is free.
+            mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(s), 2 * q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [b, h, i * BLOCK_M, 0], ready.index(s),
+                                            _tma_view(q_bufs.index(s), q_desc))
+            tma.async_copy_global_to_shared(do_desc, [b, h, i * BLOCK_M, 0], ready.index(s),
+                                            _tma_view(do_bufs.index(s), do_desc))
+            c += 1
+
+
+@gluon.jit
+def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs, ready, empty,
+               LSE, DELTA, Nq, qk_scale, key0, MASKED: gl.constexpr):
+    # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
+    # product, dS^T under dV's; everything retires before the slot (and p_buf, ds_buf) is
+    # released, the other warpgroup's products covering this one's last wait.
+    STAGES: gl.constexpr = q_bufs.shape[0]
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    KEYS: gl.constexpr = k_half.shape[0]
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_M)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    # lse and delta are loaded before the wait on the ring, so they land while the barrier
+    # and the products run, one value a thread: in the products' column layout every thread
+    # would hold 16 of each, registers the accumulators need. Converted where they are used.
+    flat: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
+    rows = m0 + gl.arange(0, BLOCK_M, layout=flat)
+    lse2 = gl.load(LSE + row_base + rows, mask=rows < Nq, other=0.0) * 1.4426950408889634
+    delta = gl.load(DELTA + row_base + rows, mask=rows < Nq, other=0.0)
+    s = c % STAGES
+    mbarrier.wait(ready.index(s), (c // STAGES) & 1)
+    q = q_bufs.index(s)
+    do = do_bufs.index(s)
+    st = warpgroup_mma(k_half, q.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+                       use_acc=False, is_async=True)
+    dpt = warpgroup_mma(v_half, do.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+                        use_acc=False, is_async=True)
+    st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
+    pt = gl.exp2(st * qk_scale - gl.expand_dims(gl.convert_layout(lse2, col_layout), 0))
+    if MASKED:
+        cols = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
+        keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
+        pt = gl.where(gl.expand_dims(cols, 0) >= gl.expand_dims(keys, 1), pt, 0.0)
+    # P^T and dS^T reach the tensor cores through shared memory: as register operands they
+    # would stay live beside dK, dV, P^T and dP^T while their products run (past 240 registers
+    # at D=128).
+    p_buf.store(pt.to(p_buf.dtype))
+    fence_async_shared()
+    dv = warpgroup_mma(p_buf, do, dv, is_async=True)
+    dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))
+    ds_buf.store((pt * (dpt - gl.expand_dims(gl.convert_layout(delta, col_layout), 0))).to(ds_buf.dtype))
+    fence_async_shared()
+    dk = warpgroup_mma(ds_buf, q, dk, is_async=True)
+    dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+    mbarrier.arrive(empty.index(s), count=1)
+    return dk, dv
+
+
+@gluon.jit
+def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty,
+                   dk_desc, dv_desc, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    HEAD_DIM: gl.constexpr = q_bufs.shape[2]
+    KEYS: gl.constexpr = k_smem.shape[1]
+    NW: gl.constexpr = gl.num_warps()
+    acc_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
+    dtype: gl.constexpr = q_bufs.dtype
+    b, hk, n0, lo, band, n_mb = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, BLOCK_M, 2 * KEYS)
+    key0 = n0 + WG * KEYS
+    k_half = k_smem.index(WG)
+    v_half = v_smem.index(WG)
+    p_buf = p_smem.index(WG)
+    ds_buf = ds_smem.index(WG)
+    # Accumulators loop-carried while their products run (initialised as such).
+    dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
+    dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
+    mbarrier.wait(kv_ready, 0)
+    c = 0
+    # The group's query heads in a fixed order, each over its query blocks: deterministic.
+    for g in range(GROUP):
+        row_base = (b.to(gl.int64) * H + hk * GROUP + g) * Nq
+        for i in range(lo, band):
+            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs,
+                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, True)
+            c += 1
+        for i in range(band, n_mb):
+            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs,
+                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, False)
+            c += 1
+    dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+    # dK, dV through this warpgroup's own halves of K and V (no product reads them any more)
+    # and TMA stores, which drop rows past Nk.
+    k_half.store((dk * sm_scale).to(dtype))
+    v_half.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [b, hk, key0, 0], _tma_view(k_half, dk_desc))
+    tma.async_copy_shared_to_global(dv_desc, [b, hk, key0, 0], _tma_view(v_half, dv_desc))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _dkdv_consumer0(k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+    _dkdv_consumer(0, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL)
+
+
+@gluon.jit
+def _dkdv_consumer1(k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+    _dkdv_consumer(1, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL)
+
+
+@gluon.jit
+def _dkdv_kernel(
+    # descriptors of the whole (B, H, Nq, D) q, do and (B, Hkv, Nk, D) k, v, dk, dv; LSE, DELTA:
+    # (B, H, Nq) float32
+    q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA,
+    # shapes and scales (qk_scale = scale * log2 e); n_kb: key blocks of 128 per kv head
+    Nq, H, Hkv, GROUP, qk_scale, sm_scale, n_kb,
+    CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    KEYS: gl.constexpr = k_desc.block_type.shape[2]
+    dtype: gl.constexpr = q_desc.dtype
+    gl.static_assert(gl.num_warps() == 4)
+    q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
+    k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, HEAD_DIM], dtype)
+    k_smem = gl.allocate_shared_memory(dtype, [2, KEYS, HEAD_DIM], k_2d)
+    v_smem = gl.allocate_shared_memory(dtype, [2, KEYS, HEAD_DIM], k_2d)
+    p_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], dtype)
+    p_smem = gl.allocate_shared_memory(dtype, [2, KEYS, BLOCK_M], p_2d)
+    ds_smem = gl.allocate_shared_memory(dtype, [2, KEYS, BLOCK_M], p_2d)
+    q_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_2d)
+    do_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_2d)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_ready, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
+    gl.warp_specialize([
+        (_dkdv_consumer0, (k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL)),
+        (_dkdv_consumer1, (k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL)),
+        (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
+                          n_kb, Hkv, GROUP, Nq, CAUSAL)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# ---------------------------------------------------------------------------------------
+# dQ pass
+# ---------------------------------------------------------------------------------------
+
+@gluon.jit
+def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty,
+                 n_m, H, GROUP, Nk, CAUSAL: gl.constexpr):
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    BLOCK_M: gl.constexpr = q_smem.shape[1]
+    b, h, m0, n_kv, n_full = _tile(gl.program_id(0), n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+    hk = h // GROUP
+    for w in gl.static_range(2):
+        mbarrier.expect(q_ready.index(w), 2 * q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
+                                        _tma_view(q_smem.index(w), q_desc))
+        tma.async_copy_global_to_shared(do_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
+                                        _tma_view(do_smem.index(w), do_desc))
+    for j in range(n_kv):
+        s = j % STAGES
+        mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(s), 2 * k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [b, hk, j * BLOCK_N, 0], ready.index(s),
+                                        _tma_view(k_bufs.index(s), k_desc))
+        tma.async_copy_global_to_shared(v_desc, [b, hk, j * BLOCK_N, 0], ready.index(s),
+                                        _tma_view(v_bufs.index(s), v_desc))
+
+
+@gluon.jit
+def _dq_scores(j, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG: gl.constexpr, dq, dsb,
+               PREV: gl.constexpr):
+    # Issue S(j) = Q K(j)^T and dP(j) = dO V(j)^T on this warpgroup's turn, and with PREV
+    # (j >= 1) dQ += dS(j-1) K(j-1) behind them.
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    BLOCK_M: gl.constexpr = q.shape[0]
+    s_layout: gl.constexpr = _wgmma_layout(gl.num_warps(), BLOCK_N)
+    s = j % STAGES
+    mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+    # The turn alternates strictly, so its parity is the issue count's: warpgroup 0 finds its
+    # first turn free, warpgroup 1 waits for it.
+    mbarrier.wait(my_turn, (j & 1) ^ (1 - WG))
+    zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    st = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), zero, use_acc=False, is_async=True)
+    dp = warpgroup_mma(do, v_bufs.index(s).permute((1, 0)), zero, use_acc=False, is_async=True)
+    if PREV:
+        dq = warpgroup_mma(dsb, k_bufs.index((j - 1) % STAGES), dq, is_async=True)
+    mbarrier.arrive(other_turn, count=1)
+    return st, dp, dq
+
+
+@gluon.jit
+def _dq_ds(st, dp, lse2, delta, row0, col0, Nk, qk_scale, a_layout: gl.constexpr, dtype: gl.constexpr,
+           MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    # dS = P * (dP - delta) with P = 2^(S qk_scale - lse2); masked blocks zero P for keys past
+    # Nk (their K rows are zeros, but 2^(-lse2) could overflow) and, causal, after the query.
+    s_layout: gl.constexpr = st.type.layout
+    p = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 1))
+    if MASKED:
+        cols = col0 + gl.arange(0, st.shape[1], layout=gl.SliceLayout(0, s_layout))
+        keep = gl.expand_dims(cols < Nk, 0)
+        if CAUSAL:
+            rows = row0 + gl.arange(0, st.shape[0], layout=gl.SliceLayout(1, s_layout))
+            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+        p = gl.where(keep, p, 0.0)
+    ds = p * (dp - gl.expand_dims(delta, 1))
+    return gl.convert_layout(ds.to(dtype), a_layout)
+
+
+@gluon.jit
+def _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn, WG: gl.constexpr,
+              row0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    # Block j >= 1: S(j), dP(j) and dS(j-1) K(j-1) in flight together; dS(j) formed under the
+    # last of them.
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    a_layout: gl.constexpr = dsb.type.layout
+    st, dp, dq = _dq_scores(j, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG, dq, dsb, True)
+    st, dp = warpgroup_mma_wait(num_outstanding=1, deps=(st, dp))
+    dsb_next = _dq_ds(st, dp, lse2, delta, row0, j * BLOCK_N, Nk, qk_scale, a_layout, q.dtype,
+                      MASKED, CAUSAL)
+    # dsb is the register operand of the product in flight: a dependency of the wait that
+    # retires it, so its registers are not reused before the tensor cores have read them.
+    dq, dsb = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dsb))
+    mbarrier.arrive(empty.index((j - 1) % STAGES), count=1)
+    return dq, dsb_next
+
+
+@gluon.jit
+def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE,
+                 DELTA, n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_smem.shape[1]
+    HEAD_DIM: gl.constexpr = q_smem.shape[2]
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
+    acc_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    b, h, m0, n_kv, n_full = _tile(gl.program_id(0), n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+    row0 = m0 + WG * BLOCK_M
+    q = q_smem.index(WG)
+    do = do_smem.index(WG)
+    my_turn = turn.index(WG)
+    other_turn = turn.index(1 - WG)
+    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    row_base = (b.to(gl.int64) * H + h) * Nq
+    lse2 = gl.load(LSE + row_base + rows, mask=rows < Nq, other=0.0) * 1.4426950408889634
+    delta = gl.load(DELTA + row_base + rows, mask=rows < Nq, other=0.0)
+    mbarrier.wait(q_ready.index(WG), 0)
+
+    # Block 0 alone (masked when it is the diagonal or ragged block).
+    dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout)
+    st, dp, dq = _dq_scores(0, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG, dq, dq, False)
+    st, dp = warpgroup_mma_wait(num_outstanding=0, deps=(st, dp))
+    if n_full > 0:
+        dsb = _dq_ds(st, dp, lse2, delta, row0, 0, Nk, qk_scale, a_layout, q.dtype, False, CAUSAL)
+    else:
+        dsb = _dq_ds(st, dp, lse2, delta, row0, 0, Nk, qk_scale, a_layout, q.dtype, True, CAUSAL)
+    # Blocks 1 .. n_full-1 need no mask; n_full .. n_kv-1 are the diagonal band and ragged tail.
+    for j in range(1, n_full):
+        dq, dsb = _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn, WG,
+                            row0, Nk, qk_scale, False, CAUSAL)
+    for j in range(gl.maximum(n_full, 1), n_kv):
+        dq, dsb = _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn, WG,
+                            row0, Nk, qk_scale, True, CAUSAL)
+    last = (n_kv - 1) % STAGES
+    dq = warpgroup_mma(dsb, k_bufs.index(last), dq, is_async=True)
+    dq, dsb = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dsb))
+    mbarrier.arrive(empty.index(last), count=1)
+    # dQ through Q's buffer (every product that read it has retired) and a TMA store that
+    # drops rows past Nq.
+    q.store((dq * sm_scale).to(q.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dq_desc, [b, h, row0, 0], _tma_view(q, dq_desc))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _dq_consumer0(q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
+                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+    _dq_consumer(0, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
+                 Nk, qk_scale, sm_scale, CAUSAL)
+
+
+@gluon.jit
+def _dq_consumer1(q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
+                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+    _dq_consumer(1, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
+                 Nk, qk_scale, sm_scale, CAUSAL)
+
+
+@gluon.jit
+def _dq_kernel(
+    # descriptors of the whole (B, H, Nq, D) q, do, dq and (B, Hkv, Nk, D) k, v; LSE, DELTA:
+    # (B, H, Nq) float32
+    q_desc, do_desc, k_desc, v_desc, dq_desc, LSE, DELTA,
+    # shapes and scales (qk_scale = scale * log2 e); n_m: row blocks of 128 per head
+    Nq, Nk, H, GROUP, qk_scale, sm_scale, n_m,
+    CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    dtype: gl.constexpr = q_desc.dtype
+    gl.static_assert(gl.num_warps() == 4)
+    q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
+    k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], q_2d)
+    do_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], q_2d)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_2d)
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_2d)
+    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(turn.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
+    gl.warp_specialize([
+        (_dq_consumer0, (q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H,
+                         Nq, Nk, qk_scale, sm_scale, CAUSAL)),
+        (_dq_consumer1, (q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H,
+                         Nq, Nk, qk_scale, sm_scale, CAUSAL)),
+        (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty,
+                        n_m, H, GROUP, Nk, CAUSAL)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# ---------------------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------------------
+
+def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dk: torch.Tensor,
+                     dv: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, causal: bool,
+                     scale: float) -> tuple[tuple, tuple, dict]:
+    """(grid, positional args, keyword args) of the dK/dV launch (also what `compile_sm90` takes)."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    block_m, stages, _, _ = tile_config(D)
+    n_kb = cdiv(Nk, KEYS_PER_PROGRAM)
+    args = (_descriptor(q, block_m), _descriptor(do, block_m), _descriptor(k, ROWS_PER_WARPGROUP),
+            _descriptor(v, ROWS_PER_WARPGROUP), _descriptor(dk, ROWS_PER_WARPGROUP),
+            _descriptor(dv, ROWS_PER_WARPGROUP), lse, delta, Nq, H, Hkv, H // Hkv, scale * LOG2E, scale, n_kb)
+    kwargs = dict(CAUSAL=bool(causal), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+                  num_warps=4)
+    return (n_kb * Hkv * B, ), args, kwargs
+
+
+def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dq: torch.Tensor,
+                   lse: torch.Tensor, delta: torch.Tensor, causal: bool, scale: float) -> tuple[tuple, tuple, dict]:
+    """(grid, positional args, keyword args) of the dQ launch (also what `compile_sm90` takes)."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    _, _, block_n, stages = tile_config(D)
+    n_m = cdiv(Nq, QUERIES_PER_PROGRAM)
+    args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(do, ROWS_PER_WARPGROUP), _descriptor(k, block_n),
+            _descriptor(v, block_n), _descriptor(dq, ROWS_PER_WARPGROUP), lse, delta, Nq, Nk, H, H // Hkv,
+            scale * LOG2E, scale, n_m)
+    kwargs = dict(CAUSAL=bool(causal), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+                  num_warps=4)
+    return (n_m * H * B, ), args, kwargs
+
+
+def supported(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+              lse: torch.Tensor, causal: bool = False, scale: float | None = None) -> bool:
+    """Whether `attention_bwd_gluon` takes these inputs (already validated by the Triton
+    launcher's checks): the forward's conditions (a Hopper GPU, float16/bfloat16, q, k, v that
+    TMA can read in place) with head dim 64 or 128, and do that TMA can read too (o is read
+    by the pointer-path preprocess; lse is made contiguous). Nothing here launches or
+    synchronises."""
+    from .attention_fwd import supported as forward_supported
+
+    if not isinstance(do, torch.Tensor) or not isinstance(q, torch.Tensor) or q.dim() != 4:
+        return False
+    if q.shape[-1] not in HEAD_DIMS or do.shape != q.shape or do.dtype != q.dtype:
+        return False
+    return forward_supported(q, k, v, causal, scale) and _tma_ready(do)
+
+
+def attention_bwd_gluon(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
+                        delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool,
+                        scale: float) -> None:
+    """The dK/dV and dQ passes on Hopper, writing dq, dk, dv (allocated like q, k, v by the
+    Triton launcher), deterministic, from the Triton preprocess's delta (B, H, Nq) float32
+    (rowsum(dO * O), less lse's upstream gradient) and the forward's lse. Called by the
+    attention dispatch (`tritonkit.ops.attention.paths`) only where `supported(...)` is true;
+    inputs are not validated again here."""
+    for name, kernel, (grid, args, kwargs) in (
+            ("attention_bwd_dkdv_gluon", _dkdv_kernel, dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale)),
+            ("attention_bwd_dq_gluon", _dq_kernel, dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale))):
+        num_warps = kwargs.pop("num_warps")
+        Launch(name, kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()

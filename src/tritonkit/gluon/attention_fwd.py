@@ -1,0 +1,447 @@
+"""Attention forward for Hopper (sm_90) in Gluon, FlashAttention-3 style.
+
+Same contract as the Triton launcher `tritonkit.ops.attention.attention_fwd`:
+o[b, h, i] = sum_j softmax_j(scale * q[b, h, i] . k[b, hk, j]) v[b, hk, j],  hk = h // (H // Hkv),
+causal top-left aligned (query i sees keys j <= i, as SDPA's is_causal), and
+lse[b, h, i] = log sum_j exp(scale * s_ij) in natural-log units, float32, which the Triton
+backward reads.
+
+A tile is 128 query rows of one (batch, head). Full attention runs a persistent grid (one
+program per SM, taking tiles round-robin); causal, one tile per program, longest first. Each
+program runs three partitions:
+- a producer warp (24 registers) that loads each tile's two 64-row Q tiles and streams its K
+  and V blocks through a ring of STAGES shared-memory buffers by TMA, each buffer guarded by a
+  "ready" mbarrier (TMA bytes landed) and an "empty" one (both consumers done with it);
+- two consumer warpgroups of 64 rows each (the default partition and a worker, 240 registers
+  each through setmaxnreg), each running the online softmax over all key blocks.
+Two overlaps keep the tensor cores busy:
+- inter-warpgroup ping-pong: a pair of mbarriers passes a turn between the consumers, and a
+  warpgroup issues its products for a block only on its turn, so one warpgroup's products run
+  while the other does its softmax (exp2 and row reductions on the multi-function units);
+- intra-warpgroup: in iteration j a warpgroup issues S(j) = Q K(j)^T and then O += P(j-1) V(j-1),
+  waits for S(j) alone (wgmma wait with one group still pending), and computes block j's
+  softmax while P(j-1) V(j-1) still runs.
+K and V have separate barriers: a K buffer is released as soon as S(j) is done, a V buffer
+after P(j) V(j), so the producer refills K one softmax earlier.
+
+Masks are applied only on key blocks that need them: the blocks crossing the causal diagonal
+and the ragged last block (keys past Nk). TMA reads of rows past N come back as zeros and never
+from the next head (descriptors span the whole (B, H, N, D) tensor), and the TMA store of O
+drops rows past Nq. Every query row sees key 0 (top-left causal, Nk >= 1), so a row's running
+maximum is finite after block 0 and a fully masked later block adds exactly zero.
+
+Only for what `supported` accepts; everything else takes the Triton path.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .._launch import Launch
+from .._layout import cdiv
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+ROWS_PER_WARPGROUP = 64      # wgmma's M per warpgroup: 4 warps x 16 rows
+ROWS_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP
+HEAD_DIMS = (64, 128, 256)
+# Registers per thread: 64K per SM over (4 + 4 + 4) warps' threads, the producer's warp
+# padded to a warpgroup by setmaxnreg: (240 + 240 + 24) * 128 = 64,512 <= 65,536.
+CONSUMER_REGS = 240
+PRODUCER_REGS = 24
+
+
+@functools.lru_cache(maxsize=None)
+def tile_config(head_dim: int) -> tuple[int, int]:
+    """(BLOCK_N, STAGES) for a head dim. Shared memory holds Q (128 x D, reused for O) and
+    STAGES buffers of K and V (BLOCK_N x D each), within Hopper's 227 KB:
+    D=64: 16 KB + 2 x 32 KB (a third buffer measured slower); D=128: 32 KB + 2 x 64 KB; D=256: 64 KB + 2 x 64 KB (64-key blocks,
+    so that S (32 registers) beside O (128) and P fit the 240-register budget)."""
+    return {64: (128, 2), 128: (128, 2), 256: (64, 2)}[head_dim]
+
+
+# ---------------------------------------------------------------------------------------
+# Kernel
+# ---------------------------------------------------------------------------------------
+
+@gluon.constexpr_function
+def _wgmma_layout(num_warps, n):
+    # one warpgroup, 16 rows per warp; instr N = the tile's width; K = 16 for 16-bit inputs
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 16])
+
+
+@gluon.jit
+def _tma_view(buf, desc):
+    # A 2-d (rows, D) shared buffer seen as the (1, 1, rows, D) box of a 4-d descriptor: the
+    # same bytes and swizzle, the two leading dims of extent one.
+    return buf._reinterpret(buf.dtype, desc.block_type.shape, desc.layout)
+
+
+@gluon.jit
+def _tile(t, n_m, H, Nk, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    # Tile t -> (b, h, first row m0, key blocks n_kv, unmasked key blocks n_full). Row blocks
+    # of one head are consecutive tiles, so programs running together share K and V in L2;
+    # causal tiles go longest first within a head.
+    hb = t // n_m
+    pid_m = t % n_m
+    if CAUSAL:
+        pid_m = n_m - 1 - pid_m
+    m0 = pid_m * (2 * BLOCK_M)
+    # Key blocks [0, n_full) are visible to every row of the tile; [n_full, n_kv) need masks.
+    if CAUSAL:
+        n_kv = gl.cdiv(gl.minimum(Nk, m0 + 2 * BLOCK_M), BLOCK_N)
+        n_full = gl.minimum(m0 + 1, Nk) // BLOCK_N
+    else:
+        n_kv = gl.cdiv(Nk, BLOCK_N)
+        n_full = Nk // BLOCK_N
+    return hb // H, hb % H, m0, n_kv, n_full
+
+
+@gluon.jit
+def _load_kv(desc, bufs, ready, empty, c, b, hk, j):
+    # Block j of a tile into ring slot c % STAGES (c counts blocks over the program's tiles).
+    # A fresh mbarrier is in phase 0, so waiting for parity 1 passes: the first lap is free.
+    STAGES: gl.constexpr = bufs.shape[0]
+    BLOCK_N: gl.constexpr = bufs.shape[1]
+    s = c % STAGES
+    mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+    mbarrier.expect(ready.index(s), desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(desc, [b, hk, j * BLOCK_N, 0], ready.index(s), _tma_view(bufs.index(s), desc))
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
+              v_empty, n_tiles, n_m, H, GROUP, Nk, CAUSAL: gl.constexpr):
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    BLOCK_M: gl.constexpr = q_smem.shape[1]
+    c = 0
+    ti = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+        hk = h // GROUP
+        # The tile's first K/V blocks go before its Q, whose buffer holds the previous tile's
+        # O until that store is done: they load while the consumers finish that tile.
+        n_pre = gl.minimum(n_kv, STAGES)
+        for j in range(n_pre):
+            _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, j)
+            _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, j)
+        for w in gl.static_range(2):
+            mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
+            mbarrier.expect(q_ready.index(w), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
+                                            _tma_view(q_smem.index(w), q_desc))
+        for j in range(n_pre, n_kv):
+            _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, j)
+            _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, j)
+        c += n_kv
+        ti += 1
+
+
+@gluon.jit
+def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale,
+                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+    # Online softmax of one key block in base 2 (qk_scale = scale * log2 e):
+    #   m' = max(m, max_j s_j * qk_scale),  p_j = 2^(s_j * qk_scale - m'),
+    #   alpha = 2^(m - m'),  l' = alpha * l + sum_j p_j.
+    # With a positive scale the row maximum is taken on the raw scores and scaled once, and
+    # s * qk_scale - m' is one fused multiply-add per score.
+    BLOCK_M: gl.constexpr = qk.shape[0]
+    BLOCK_N: gl.constexpr = qk.shape[1]
+    s_layout: gl.constexpr = qk.type.layout
+    if not SCALE_POS:
+        qk = qk * qk_scale
+    if MASKED:
+        cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        keep = gl.expand_dims(cols < Nk, 0)
+        if CAUSAL:
+            rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+        qk = gl.where(keep, qk, float("-inf"))
+    if SCALE_POS:
+        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * qk_scale)
+        p = gl.exp2(qk * qk_scale - gl.expand_dims(m_new, 1))
+    else:
+        m_new = gl.maximum(m_i, gl.max(qk, axis=1))
+        p = gl.exp2(qk - gl.expand_dims(m_new, 1))
+    alpha = gl.exp2(m_i - m_new)
+    l_new = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_new
+
+
+@gluon.jit
+def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
+                    my_turn, other_turn, WG: gl.constexpr, row0, Nk, qk_scale,
+                    MASKED: gl.constexpr, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+    # Block j >= 1 of a tile (c: the same block counted over the program's tiles): S(j) and
+    # P(j-1) V(j-1) in flight together, softmax(j) under the latter.
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    BLOCK_M: gl.constexpr = q.shape[0]
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
+    o_layout: gl.constexpr = acc.type.layout
+    p_layout: gl.constexpr = pb.type.layout
+    s = c % STAGES
+    sp = (c - 1) % STAGES
+    mbarrier.wait(k_ready.index(s), (c // STAGES) & 1)
+    mbarrier.wait(v_ready.index(sp), ((c - 1) // STAGES) & 1)
+    # The turn alternates strictly (each wait needs the other warpgroup's arrive), so its
+    # parity is the issue count's: warpgroup 0 finds its first turn free, warpgroup 1 waits.
+    mbarrier.wait(my_turn, (c & 1) ^ (1 - WG))
+    qk = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+                       use_acc=False, is_async=True)
+    acc = warpgroup_mma(pb, v_bufs.index(sp), acc, is_async=True)
+    mbarrier.arrive(other_turn, count=1)
+    qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk, ))
+    mbarrier.arrive(k_empty.index(s), count=1)
+    p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS)
+    pb_next = gl.convert_layout(p.to(q.dtype), p_layout)
+    # pb is the register operand of the product in flight: a dependency of the wait that
+    # retires it, so its registers are not reused before the tensor cores have read them.
+    acc, pb = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pb))
+    mbarrier.arrive(v_empty.index(sp), count=1)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    return acc, pb_next, m_i, l_i
+
+
+@gluon.jit
+def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
+                   v_empty, my_turn, other_turn, o_desc, LSE, H, Nq, Nk, qk_scale,
+                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+    BLOCK_M: gl.constexpr = q.shape[0]
+    HEAD_DIM: gl.constexpr = q.shape[1]
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
+    o_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row0 = m0 + WG * BLOCK_M
+
+    # Block 0: S(0) alone, then its softmax (masked when it is the diagonal or ragged block).
+    s0 = c % STAGES
+    mbarrier.wait(k_ready.index(s0), (c // STAGES) & 1)
+    mbarrier.wait(my_turn, (c & 1) ^ (1 - WG))
+    qk = warpgroup_mma(q, k_bufs.index(s0).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+                       use_acc=False, is_async=True)
+    mbarrier.arrive(other_turn, count=1)
+    qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
+    mbarrier.arrive(k_empty.index(s0), count=1)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
+    if n_full > 0:
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, 0, Nk, qk_scale, False, CAUSAL, SCALE_POS)
+    else:
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, 0, Nk, qk_scale, True, CAUSAL, SCALE_POS)
+    pb = gl.convert_layout(p.to(q.dtype), p_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+
+    # Blocks 1 .. n_full-1 need no mask; n_full .. n_kv-1 are the diagonal band and ragged tail.
+    for j in range(1, n_full):
+        acc, pb, m_i, l_i = _consumer_block(c + j, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
+                                            k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
+                                            False, CAUSAL, SCALE_POS)
+    for j in range(gl.maximum(n_full, 1), n_kv):
+        acc, pb, m_i, l_i = _consumer_block(c + j, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
+                                            k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
+                                            True, CAUSAL, SCALE_POS)
+
+    # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
+    # every S product has retired) and a TMA store that drops rows past Nq.
+    c_last = c + n_kv - 1
+    s_last = c_last % STAGES
+    mbarrier.wait(v_ready.index(s_last), (c_last // STAGES) & 1)
+    acc = warpgroup_mma(pb, v_bufs.index(s_last), acc, is_async=True)
+    acc, pb = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pb))
+    mbarrier.arrive(v_empty.index(s_last), count=1)
+    acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
+    q.store(acc.to(q.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], _tma_view(q, o_desc))
+
+    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453          # natural-log units
+    gl.store(LSE + (b.to(gl.int64) * H + h) * Nq + rows, lse, mask=rows < Nq)
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+              turn, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale,
+              CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_smem.shape[1]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    q = q_smem.index(WG)
+    c = 0
+    ti = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+        mbarrier.wait(q_ready.index(WG), ti & 1)
+        _consumer_tile(WG, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
+                       turn.index(WG), turn.index(1 - WG), o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)
+        tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
+        mbarrier.arrive(q_empty.index(WG), count=1)
+        c += n_kv
+        ti += 1
+
+
+@gluon.jit
+def _consumer0(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
+               n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+    _consumer(0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
+              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)
+
+
+@gluon.jit
+def _consumer1(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
+               n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+    _consumer(1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
+              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)
+
+
+@gluon.jit
+def _attn_fwd_kernel(
+    # tensor descriptors of the whole (B, H, N, D) q, k, v, o; LSE: (B, H, Nq) float32
+    q_desc, k_desc, v_desc, o_desc, LSE,
+    # shapes and scale (GROUP = query heads per kv head; qk_scale = scale * log2 e); tiles:
+    # n_m row blocks of 128 per head, n_tiles = n_m * H * B, taken round-robin by the programs
+    Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles,
+    # meta
+    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    dtype: gl.constexpr = q_desc.dtype
+    gl.static_assert(gl.num_warps() == 4)
+
+    smem_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
+    kv_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], smem_2d)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
+    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=1)
+        mbarrier.init(turn.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)   # released by both consumer warpgroups
+        mbarrier.init(v_empty.index(i), count=2)
+
+    gl.warp_specialize([
+        (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
+                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)),
+        (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
+                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)),
+        (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
+                     v_empty, n_tiles, n_m, H, GROUP, Nk, CAUSAL)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# ---------------------------------------------------------------------------------------
+# Launcher
+# ---------------------------------------------------------------------------------------
+
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+
+
+def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    """A descriptor of the whole (B, H, N, D) tensor read (or written) as (1, 1, rows, D) boxes."""
+    block = [1, 1, rows, t.shape[-1]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+
+def _tma_ready(t: torch.Tensor) -> bool:
+    """TMA's rules: 16-byte aligned base, unit innermost stride, other strides positive multiples
+    of 16 bytes below 2^40, dims below 2^32."""
+    if t.data_ptr() % 16 or t.stride(-1) != 1 or any(n >= 2**32 for n in t.shape):
+        return False
+    size = t.element_size()
+    return all(0 < s and s * size % 16 == 0 and s * size < 2**40 for s in t.stride()[:-1])
+
+
+def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              scale: float | None = None) -> bool:
+    """Whether `attention_fwd_gluon` takes these inputs (already validated by the Triton
+    launcher's checks): CUDA tensors on a compute-capability 9.0 GPU (Hopper; the kernel uses
+    wgmma and setmaxnreg, which sm_100 does not have), float16/bfloat16, head dim 64, 128 or
+    256, and q, k, v that TMA can read in place (see `_tma_ready`) with a positive-length key
+    sequence and fewer than 2^31 tiles of 128 rows. Nothing here launches or synchronises."""
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        return False
+    if q.device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return False
+    if q.dtype not in _GL_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        return False
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return False
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    if D not in HEAD_DIMS or k.shape[3] != D or v.shape[3] != D:
+        return False
+    if Hkv < 1 or H % Hkv or Nk < 1 or B < 1 or Nq < 1 or cdiv(Nq, ROWS_PER_PROGRAM) * H * B >= 2**31:
+        return False
+    if scale is not None and not math.isfinite(scale):
+        return False
+    return all(_tma_ready(t) for t in (q, k, v))
+
+
+def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                causal: bool, scale: float) -> tuple[tuple, tuple, dict]:
+    """(grid, positional args, keyword args) of one forward launch: the launcher's, and what
+    `tritonkit.gluon.compile` compiles for sm_90 without a GPU."""
+    B, H, Nq, D = q.shape
+    block_n, stages = tile_config(D)
+    n_m = cdiv(Nq, ROWS_PER_PROGRAM)
+    n_tiles = n_m * H * B
+    args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(k, block_n), _descriptor(v, block_n),
+            _descriptor(o, ROWS_PER_WARPGROUP), lse, Nq, k.shape[2], H, H // k.shape[1], scale * LOG2E,
+            n_m, n_tiles)
+    kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
+                  PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+    # Full attention: persistent, one program per SM (one fits: 240+240+24 registers x 128
+    # threads) taking tiles round-robin, so a program's next K/V blocks load under its last
+    # tile's epilogue. Causal: one tile per program, longest first, which the hardware's block
+    # scheduler balances better than the static round-robin over tiles of unequal length
+    # (notes/gluon_attention.md has both measured).
+    grid = (n_tiles if causal else min(n_tiles, _num_sms(q.device)),)
+    return grid, args, kwargs
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 132                      # compiling for sm_90 without a GPU: an H100/H200
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def attention_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                        causal: bool, scale: float) -> None:
+    """The forward on Hopper, writing o (like q, as the Triton launcher allocates it) and lse
+    (B, H, Nq) float32, natural log, exactly as `tritonkit.ops.attention.attention_fwd` defines
+    them. Called by the attention dispatch (`tritonkit.ops.attention.paths`) only where
+    `supported(q, k, v, causal, scale)` is true; inputs are not validated again here."""
+    grid, args, kwargs = launch_args(q, k, v, o, lse, causal, scale)
+    num_warps = kwargs.pop("num_warps")
+    Launch("attention_fwd_gluon", _attn_fwd_kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()

@@ -1,0 +1,101 @@
+"""Benchmark cases and inspector passes shared by the RMSNorm and LayerNorm entries.
+
+GB/s count each tensor read or written once: forward x and y (plus residual and h with a
+residual); backward h, dy and dx (plus dh); the (hidden,) weight and bias are negligible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from . import BenchCase, InspectRequest, OpEntry
+from ._inputs import offset_view, peer_compile
+
+# A provider: f(x, weight, residual) -> y, or (y, h) with a residual.
+Provider = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], object]
+
+
+def unfused(norm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Provider:
+    """A peer without a fused residual: h = x + residual in eager torch, then the norm."""
+    def run(x, w, r):
+        if r is None:
+            return norm(x, w)
+        h = x + r
+        return norm(h, w), h
+    return run
+
+
+def liger(import_function: Callable[[], Callable]) -> Provider | None:
+    """Liger Kernel's norm when it imports (None otherwise: the provider is left out)."""
+    try:
+        function = import_function()
+    except ImportError:
+        return None
+    return unfused(function)
+
+
+def inspect_inputs(request: InspectRequest, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = request.shape or (8192, 4096)
+    dtype = request.dtype or torch.bfloat16
+    return offset_view(shape, dtype, device, request.offset), torch.empty(shape[-1], dtype=dtype, device=device)
+
+
+def norm_case(op: str, shape: tuple[int, ...], dtype: torch.dtype, backward: bool, residual: bool,
+              providers: Callable[[], dict[str, Provider | None]]) -> BenchCase:
+    numel = math.prod(shape)
+    tensors = (4 if residual else 2) + ((4 if residual else 3) if backward else 0)
+    name = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    pass_name = "fwd+bwd" if backward else "fwd"
+    label = f"{pass_name} {'x'.join(map(str, shape))} {name}{' +res' if residual else ''}"
+
+    def setup(device: torch.device):
+        x = torch.randn(shape, dtype=dtype, device=device)
+        w = torch.randn(shape[-1], dtype=dtype, device=device)
+        r = torch.randn(shape, dtype=dtype, device=device) if residual else None
+        found = {k: f for k, f in providers().items() if f is not None}
+        if not backward:
+            return {k: (lambda f=f: f(x, w, r)) for k, f in found.items()}
+        # Forward and backward together: every input requires a gradient; random upstream
+        # gradients for y (and h).
+        leaves = [t.detach().requires_grad_() for t in (x, w, r) if t is not None]
+        ups = [torch.randn_like(x) for _ in range(2 if residual else 1)]
+
+        def step(f):
+            outs = f(*leaves, None) if not residual else f(*leaves)
+            return torch.autograd.grad(outs, leaves, ups[0] if not residual else ups)
+        return {k: (lambda f=f: step(f)) for k, f in found.items()}
+
+    return BenchCase(label=label, group=f"{op} {pass_name}", unit="GB/s",
+                     work=tensors * numel * dtype.itemsize, size=numel, setup=setup,
+                     bytes_in_flight=(tensors + 2) * numel * dtype.itemsize)
+
+
+def bench_cases(op: str, on_gpu: bool, providers: Callable[[], dict[str, Provider | None]]) -> list[BenchCase]:
+    """The headline 8192 x 4096 bf16 (Llama-3-8B widths), a wider row, the pre-norm block's
+    fused residual, and fp32; forward, and forward + backward."""
+    if on_gpu:
+        sizes = [((8192, 4096), torch.bfloat16, False), ((8192, 8192), torch.bfloat16, False),
+                 ((4, 2048, 4096), torch.bfloat16, True), ((8192, 4096), torch.float32, False),
+                 ((32768, 1024), torch.bfloat16, False)]
+    else:
+        sizes = [((64, 256), torch.float32, False), ((2, 16, 96), torch.float32, True)]
+    return [norm_case(op, shape, dtype, backward, residual, providers)
+            for backward in (False, True) for shape, dtype, residual in sizes]
+
+
+def compiled(fn: Provider) -> Provider:
+    """torch.compile of an eager composition, taking residual as an argument."""
+    with_residual, without = peer_compile(fn), peer_compile(lambda x, w: fn(x, w, None))
+    return lambda x, w, r: with_residual(x, w, r) if r is not None else without(x, w)
+
+
+def norm_entry(name: str, summary: str, inspect_fwd: Callable, inspect_bwd: Callable,
+               providers: Callable[[], dict[str, Provider | None]], sample: Callable,
+               reference: Callable | None = None) -> OpEntry:
+    return OpEntry(name=name, summary=summary, passes={"fwd": inspect_fwd, "bwd": inspect_bwd},
+                   bench_cases=lambda on_gpu: bench_cases(name, on_gpu, providers),
+                   peers=("eager", "torch native", "torch.compile", "Liger"), op=name, sample=sample,
+                   reference=reference)

@@ -1,0 +1,140 @@
+"""The replacement forwards: RMSNorm, gated MLP, rotary application, and the causal-LM loss.
+
+Each is a plain function of the module (bound to one instance by `patch`, or set on the class by
+`patch_classes`) that computes what transformers' own forward computes, through tritonkit's ops.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+import tritonkit
+
+# transformers' activation names -> (tritonkit op, its extra arguments)
+_GATED = {
+    "silu": ("swiglu", {}),
+    "swish": ("swiglu", {}),
+    "gelu_pytorch_tanh": ("geglu", {"approximate": "tanh"}),
+    "gelu_new": ("geglu", {"approximate": "tanh"}),
+    "gelu": ("geglu", {"approximate": "none"}),
+}
+
+
+def activation_name(config) -> str | None:
+    return getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
+
+
+def gated_op(config):
+    """(op, kwargs) for the family's gated activation, or (None, reason)."""
+    name = activation_name(config)
+    if name not in _GATED:
+        return None, f"activation {name!r} has no tritonkit gated op"
+    op, extra = _GATED[name]
+    if not hasattr(tritonkit, op):
+        return None, f"tritonkit.{op} is not available"
+    return functools.partial(getattr(tritonkit, op), **extra), None
+
+
+# ---------------------------------------------------------------- RMSNorm
+
+def _eps(norm: torch.nn.Module) -> float:
+    eps = getattr(norm, "variance_epsilon", None)
+    return norm.eps if eps is None else eps
+
+
+def make_rms_norm_forward(original, weight_offset: float):
+    """RMSNorm through tritonkit.rms_norm: x / rms(x) * (weight_offset + w).
+
+    weight_offset 0 is Llama's form (Llama, Mistral, Qwen2/3, Phi-3), 1 is Gemma's (1 + w), which
+    transformers computes in float32 and casts once, as tritonkit does. A weight whose dtype
+    differs from the input's (transformers then returns the promoted dtype) takes the original.
+    """
+    @functools.wraps(original)
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if hidden_states.dtype != self.weight.dtype:
+            return original(self, hidden_states)
+        return tritonkit.rms_norm(hidden_states, self.weight, _eps(self), weight_offset=weight_offset)
+    forward._tritonkit_original = original
+    return forward
+
+
+# ---------------------------------------------------------------- gated MLP
+
+def make_mlp_forward(original, gated, packed: bool):
+    """down(act(gate(x)) * up(x)) with the activation and product in one tritonkit op.
+
+    packed: one gate_up projection with [gate, up] along the last dim (Phi-3), given whole to the op.
+    gated: the op (from `gated_op`), or None to choose it from the module's config at each call
+    (class-level patching, where no config is known yet; an activation without an op runs the original).
+    """
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        op = gated if gated is not None else gated_op(self.config)[0]
+        if op is None:
+            return original(self, x)
+        if packed:
+            return self.down_proj(op(self.gate_up_proj(x)))  # the op splits [gate, up] into views
+        return self.down_proj(op(self.gate_proj(x), self.up_proj(x)))
+    functools.update_wrapper(forward, original)
+    forward._tritonkit_original = original
+    return forward
+
+
+# ---------------------------------------------------------------- rotary application
+
+def make_rope(original):
+    """transformers' `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)` through tritonkit.rope."""
+    @functools.wraps(original)
+    def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
+        unsqueeze_dim = args[0] if args else kwargs.get("unsqueeze_dim", 1)
+        if unsqueeze_dim != 1 or len(args) > 1 or set(kwargs) - {"unsqueeze_dim"}:
+            return original(q, k, cos, sin, *args, **kwargs)
+        return tritonkit.rope(q, k, cos.unsqueeze(1), sin.unsqueeze(1))
+    apply_rotary_pos_emb._tritonkit_original = original
+    return apply_rotary_pos_emb
+
+
+# ---------------------------------------------------------------- causal-LM loss
+
+def make_causal_lm_forward(original, final_softcap_attr: str | None):
+    """The CausalLM forward: with labels and gradients on, hidden states -> linear_cross_entropy.
+
+    The (tokens x vocabulary) logits are never built: the output's `logits` is None. Without
+    labels, or under no_grad (evaluation, where the logits are often wanted and cost no saved
+    activations), the original forward runs unchanged. `num_items_in_batch` (transformers'
+    gradient-accumulation count) turns the mean into sum / num_items_in_batch, as transformers does.
+    """
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+    from transformers.utils import can_return_tuple
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
+                inputs_embeds=None, labels=None, use_cache=None, logits_to_keep=0, **kwargs):
+        shift_labels = kwargs.get("shift_labels")
+        if (labels is None and shift_labels is None) or not torch.is_grad_enabled():
+            return original(self, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels,
+                            use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache,
+                             **kwargs)
+        hidden = outputs.last_hidden_state
+        ignore_index = kwargs.get("ignore_index", -100)
+        if shift_labels is None:  # tokens < n predict token n; the last one predicts nothing
+            shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+        num_items = kwargs.get("num_items_in_batch")
+        softcap = getattr(self.config, final_softcap_attr, None) if final_softcap_attr else None
+        loss = tritonkit.linear_cross_entropy(
+            hidden.reshape(-1, hidden.shape[-1]), self.lm_head.weight, shift_labels.reshape(-1).to(hidden.device),
+            bias=self.lm_head.bias, ignore_index=ignore_index,
+            reduction="mean" if num_items is None else "sum", softcap=softcap)
+        if num_items is not None:
+            loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
+        return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values,
+                                      hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+
+    functools.update_wrapper(forward, original)  # the signature generate() and Trainer inspect
+    forward._tritonkit_original = original
+    return forward

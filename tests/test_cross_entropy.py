@@ -1,0 +1,391 @@
+"""tritonkit.cross_entropy and tritonkit.linear_cross_entropy against float64 references, with
+torch's own error in the same dtype as the yardstick."""
+
+import pytest
+import torch
+
+import tritonkit
+from tritonkit.ops.cross_entropy import (cross_entropy_bwd, cross_entropy_fwd, cross_entropy_reference,
+                                         linear_cross_entropy_fwd, linear_cross_entropy_reference)
+from tritonkit.ops.cross_entropy import linear
+from tritonkit.ops.cross_entropy.linear import _LINEAR_CROSS_ENTROPY, chunk_tokens_for
+from _tolerance import assert_close_to_reference, eps_for
+from conftest import ON_GPU
+
+REDUCTIONS = ["mean", "sum", "none"]
+IGNORE = -100
+
+
+def make_target(rows, n_classes, ignored, device, dtype=torch.int64):
+    """Class indices with no, some (every third, the first included) or all rows ignored."""
+    target = torch.randint(0, n_classes, (rows,), device=device, dtype=dtype)
+    if ignored == "some":
+        target[::3] = IGNORE
+    elif ignored == "all":
+        target[:] = IGNORE
+    return target
+
+
+def upstream_like(loss):
+    return torch.randn_like(loss)
+
+
+def grads_of(loss, inputs, up):
+    return torch.autograd.grad(loss, inputs, up)
+
+
+def leaf(t):
+    return t.detach().requires_grad_()
+
+
+# --------------------------------------------------------------------------------------------
+# cross_entropy on logits
+
+# (rows, classes, label_smoothing, softcap, ignored): each a reason
+CE_CASES = [
+    (1, 1, 0.0, None, "none"),          # one class: loss 0, gradient 0
+    (7, 1000, 0.0, None, "some"),       # classes not a multiple of any block
+    (5, 997, 0.1, None, "some"),        # prime classes, label smoothing with ignored rows
+    (4, 300, 0.2, 5.0, "none"),         # softcap and smoothing together
+    (6, 50, 0.1, 2.0, "all"),           # every row ignored: mean is 0/0 = NaN, gradient 0
+    (3, 9000, 0.0, 30.0, "some"),       # more classes than one block (several steps a row)
+] + ([(4096, 128256, 0.1, 30.0, "some"), (8192, 32000, 0.0, None, "none")] if ON_GPU else [])
+
+
+def check_cross_entropy(logits, target, reduction, ls, softcap, **kwargs):
+    opts = dict(ignore_index=IGNORE, label_smoothing=ls, reduction=reduction, softcap=softcap)
+    x = leaf(logits)
+    loss = tritonkit.cross_entropy(x, target, **opts, **kwargs)
+    assert loss.dtype == logits.dtype
+    x_torch, x64 = leaf(logits), leaf(logits.double())
+    theirs = cross_entropy_reference(x_torch, target, **opts, upcast=False)
+    ref = cross_entropy_reference(x64, target, **opts)
+    assert_close_to_reference(loss, ref, theirs)
+    up = upstream_like(loss)
+    (ours_grad,) = grads_of(loss, x, up)
+    (theirs_grad,) = grads_of(theirs, x_torch, up)
+    (ref_grad,) = grads_of(ref, x64, up.double())
+    assert_close_to_reference(ours_grad, ref_grad, theirs_grad, eps=eps_for(logits.dtype, True), what="grad")
+    return loss, ours_grad
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows,classes,ls,softcap,ignored", CE_CASES)
+def test_cross_entropy(rows, classes, ls, softcap, ignored, dtype, reduction, device):
+    logits = torch.randn(rows, classes, device=device, dtype=dtype) * 4
+    target = make_target(rows, classes, ignored, device)
+    loss, grad = check_cross_entropy(logits, target, reduction, ls, softcap)
+    if ignored == "all":
+        assert grad.eq(0).all()
+        if reduction == "mean":
+            assert loss.isnan()
+
+
+def test_cross_entropy_layouts(device):
+    # Views at odd element offsets, transposed and sliced logits, int32 targets, 1-D logits.
+    for offset in (1, 3):
+        buf = torch.randn(5 * 301 + offset, device=device)
+        target = make_target(5, 301, "some", device, torch.int32)
+        check_cross_entropy(buf[offset:].view(5, 301), target, "mean", 0.1, None)
+    base = torch.randn(301, 12, device=device)
+    check_cross_entropy(base.t(), make_target(12, 301, "some", device), "none", 0.0, 3.0)
+    check_cross_entropy(base[::2, 1::3].t(), make_target(4, 151, "none", device), "sum", 0.0, None)
+    x = leaf(torch.randn(40, device=device))
+    ours = tritonkit.cross_entropy(x, torch.tensor(7, device=device), label_smoothing=0.1)
+    ref = torch.nn.functional.cross_entropy(x.double(), torch.tensor(7, device=device), label_smoothing=0.1)
+    torch.testing.assert_close(ours.double(), ref)
+    assert tritonkit.cross_entropy(x, torch.tensor(3, device=device), reduction="none").shape == ()
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_cross_entropy_inplace_backward(reduction, device):
+    logits = torch.randn(9, 700, device=device, dtype=torch.bfloat16)
+    target = make_target(9, 700, "some", device)
+    opts = dict(reduction=reduction, label_smoothing=0.05, softcap=4.0)
+    x = leaf(logits)
+    loss = tritonkit.cross_entropy(x, target, **opts)
+    up = upstream_like(loss)
+    (want,) = grads_of(loss, x, up)
+    producer = leaf(logits)
+    x = producer * 1.0  # a non-leaf buffer, as a model's head output is
+    loss = tritonkit.cross_entropy(x, target, inplace_backward=True, **opts)
+    loss.backward(up, retain_graph=True)
+    assert torch.equal(producer.grad, want)
+    assert torch.equal(x.detach(), want)  # the gradient was written over the logits
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward(up)
+
+
+def test_cross_entropy_launchers(device):
+    # The passes on their own: the backward kernel fed the forward's lse, scalar upstream.
+    logits = torch.randn(6, 333, device=device)
+    target = make_target(6, 333, "some", device)
+    loss, lse = cross_entropy_fwd(logits, target, IGNORE, 0.0, "sum", None, False)
+    torch.testing.assert_close(lse, torch.logsumexp(logits, -1))
+    grad = cross_entropy_bwd(torch.tensor(2.0, device=device), logits, target, lse, IGNORE, 0.0, "sum", None)
+    x = leaf(logits)
+    (want,) = torch.autograd.grad(2.0 * torch.nn.functional.cross_entropy(x, target, reduction="sum"), x)
+    torch.testing.assert_close(grad, want)
+
+
+# --------------------------------------------------------------------------------------------
+# linear_cross_entropy
+
+# (tokens, hidden, vocabulary, chunk_tokens, bias, label_smoothing, softcap, ignored)
+LCE_CASES = [
+    (1, 1, 1, None, False, 0.0, None, "none"),      # one of everything
+    (7, 13, 1000, None, True, 0.0, None, "some"),   # odd hidden, one chunk
+    (7, 13, 1000, 3, True, 0.1, None, "some"),      # chunk boundaries: 3 + 3 + 1 tokens
+    (9, 32, 997, 4, False, 0.1, 3.0, "some"),       # prime vocabulary, smoothing and softcap
+    (5, 16, 300, 2, True, 0.0, 10.0, "all"),        # every token ignored
+    (6, 8, 9000, 5, False, 0.0, None, "none"),      # vocabulary over one block
+] + ([(8192, 4096, 32000, None, True, 0.1, 30.0, "some"), (3000, 1024, 128256, None, False, 0.0, None, "some")]
+     if ON_GPU else [])
+
+
+def lce_inputs(tokens, hidden, vocab, bias, dtype, device):
+    h = torch.randn(tokens, hidden, device=device, dtype=dtype)
+    w = torch.randn(vocab, hidden, device=device, dtype=dtype) / hidden ** 0.5 * 3
+    b = torch.randn(vocab, device=device, dtype=dtype) if bias else None
+    return h, w, b
+
+
+def check_lce(h, w, target, b, reduction, ls, softcap, chunk_tokens=None):
+    opts = dict(ignore_index=IGNORE, label_smoothing=ls, reduction=reduction, softcap=softcap)
+    inputs = [leaf(h), leaf(w)] + ([leaf(b)] if b is not None else [])
+    loss = tritonkit.linear_cross_entropy(inputs[0], inputs[1], target, bias=inputs[2] if b is not None else None,
+                                          chunk_tokens=chunk_tokens, **opts)
+    assert loss.dtype == torch.float32
+    theirs_in = [leaf(t) for t in inputs]
+    ref_in = [leaf(t.double()) for t in inputs]
+    theirs = linear_cross_entropy_reference(*theirs_in[:2], target, bias=theirs_in[2] if b is not None else None,
+                                            **opts, upcast=False)
+    ref = linear_cross_entropy_reference(*ref_in[:2], target, bias=ref_in[2] if b is not None else None, **opts)
+    assert_close_to_reference(loss, ref, theirs, eps=eps_for(torch.float32))
+    up = upstream_like(loss)
+    ours_g = grads_of(loss, inputs, up)
+    theirs_g = grads_of(theirs, theirs_in, up)
+    ref_g = grads_of(ref, ref_in, up.double())
+    for name, o, t, r in zip(("hidden", "weight", "bias"), ours_g, theirs_g, ref_g):
+        assert o.dtype == h.dtype and o.shape == r.shape
+        assert_close_to_reference(o, r, t, eps=eps_for(h.dtype, True), what=f"grad {name}")
+    return loss, ours_g
+
+
+# sum takes mean's path with another scale: fp32 alone is enough for it
+@pytest.mark.parametrize("dtype,reduction", [(torch.float32, "mean"), (torch.float32, "sum"), (torch.float32, "none"),
+                                             (torch.bfloat16, "mean"), (torch.bfloat16, "none")])
+@pytest.mark.parametrize("tokens,hidden,vocab,chunk,bias,ls,softcap,ignored", LCE_CASES)
+def test_linear_cross_entropy(tokens, hidden, vocab, chunk, bias, ls, softcap, ignored, dtype, reduction, device):
+    h, w, b = lce_inputs(tokens, hidden, vocab, bias, dtype, device)
+    target = make_target(tokens, vocab, ignored, device)
+    loss, grads = check_lce(h, w, target, b, reduction, ls, softcap, chunk)
+    if ignored == "all":
+        assert all(g.eq(0).all() for g in grads)
+        if reduction == "mean":
+            assert loss.isnan()
+
+
+def test_linear_cross_entropy_layouts(device):
+    # hidden at odd element offsets, a transposed (column-major) weight, a strided bias, int32
+    # targets, leading dims on hidden and target.
+    for offset in (1, 5):
+        buf = torch.randn(2 * 5 * 24 + offset, device=device)
+        h = buf[offset:].view(2, 5, 24)
+        w = torch.randn(24, 301, device=device).t()
+        b = torch.randn(2 * 301, device=device)[::2]
+        target = make_target(10, 301, "some", device, torch.int32).view(2, 5)
+        check_lce(h, w, target, b, "none", 0.1, None)
+        check_lce(h, w, target, b, "mean", 0.0, 2.0, chunk_tokens=3)
+
+
+def test_chunk_sizes_agree(device):
+    # Every chunk size gives the same loss and nearly the same gradients (only the order of the
+    # grad_weight accumulation differs).
+    h, w, b = lce_inputs(11, 32, 500, True, torch.float32, device)
+    target = make_target(11, 500, "some", device)
+    results = [linear_cross_entropy_fwd(h, w, target, b, IGNORE, 0.1, "mean", 5.0, True, True, True, chunk)
+               for chunk in (None, 1, 4, 11, 64)]
+    for other in results[1:]:
+        for a, c in zip(results[0], other):
+            torch.testing.assert_close(a, c)
+
+
+def test_default_chunk_follows_the_memory_target():
+    assert chunk_tokens_for(8192, 128256, 2) == 512    # 128 MiB of bf16 logits
+    assert chunk_tokens_for(8192, 32000, 2) == 2048
+    assert chunk_tokens_for(8192, 1_000_000, 4) == 128  # never below one GEMM tile
+    assert chunk_tokens_for(7, 1000, 4) == 7
+
+
+def test_partial_requires_grad(device):
+    # A frozen head (weight without grad) and no-grad calls compute only what is asked.
+    h, w, _ = lce_inputs(6, 16, 200, False, torch.float32, device)
+    target = make_target(6, 200, "some", device)
+    x = leaf(h)
+    loss = tritonkit.linear_cross_entropy(x, w, target)
+    (gh,) = torch.autograd.grad(loss, x)
+    x64 = leaf(h.double())
+    (want,) = torch.autograd.grad(linear_cross_entropy_reference(x64, w, target), x64)
+    torch.testing.assert_close(gh.double(), want, rtol=1e-4, atol=1e-6)
+    with torch.no_grad():
+        assert tritonkit.linear_cross_entropy(leaf(h), leaf(w), target).grad_fn is None
+    _, _, grad_h, grad_w, grad_b = linear_cross_entropy_fwd(h, w, target, None, IGNORE, 0.0, "mean", None,
+                                                           True, False, False)
+    assert grad_h.shape == h.shape and grad_w.numel() == 0 and grad_b.numel() == 0
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_roads_agree_for_saved_gradients(reduction, device):
+    # Mean and sum scale the forward's saved gradients: in place on the eager road, into new
+    # tensors through the custom op (as under torch.compile). The same bits either way.
+    h, w, b = lce_inputs(7, 12, 400, True, torch.bfloat16, device)
+    target = make_target(7, 400, "some", device)
+    results = []
+    for call in (_LINEAR_CROSS_ENTROPY, _LINEAR_CROSS_ENTROPY.forward_op):
+        inputs = [leaf(h), leaf(w), leaf(b)]
+        loss = call(inputs[0], inputs[1], target, inputs[2], IGNORE, 0.1, reduction, 3.0, True, True, True, 3)[0]
+        results.append((loss, *torch.autograd.grad(loss, inputs, torch.tensor(1.7, device=device))))
+    for a, c in zip(*results):
+        assert torch.equal(a, c)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_upstream_one_returns_the_saved_gradients(reduction, device, monkeypatch):
+    # loss.backward()'s upstream 1: the eager backward hands back the very tensors the forward
+    # made (no copy, no pass over grad_weight, no second weight-sized buffer), into .grad too.
+    made = []
+    chunked = linear._chunked
+
+    def spy(*args, **kwargs):
+        out = chunked(*args, **kwargs)
+        made.append([g.data_ptr() for g in out])
+        return out
+
+    monkeypatch.setattr(linear, "_chunked", spy)
+    h, w, b = lce_inputs(7, 12, 400, True, torch.bfloat16, device)
+    target = make_target(7, 400, "some", device)
+    inputs = [leaf(h), leaf(w), leaf(b)]
+    grads = torch.autograd.grad(tritonkit.linear_cross_entropy(*inputs[:2], target, bias=inputs[2],
+                                                               reduction=reduction, chunk_tokens=3), inputs)
+    assert [g.data_ptr() for g in grads] == made[-1]
+    tritonkit.linear_cross_entropy(*inputs[:2], target, bias=inputs[2], reduction=reduction,
+                                   chunk_tokens=3).backward()
+    assert [t.grad.data_ptr() for t in inputs] == made[-1]
+    for ours, again in zip(grads, (t.grad for t in inputs)):
+        assert torch.equal(ours, again)
+
+
+@pytest.mark.parametrize("scale", [0.37, -2.0, 0.0])
+def test_upstream_scale_is_exact(scale, device):
+    # Any other upstream gradient: the gradients for 1, multiplied in float32 and rounded once
+    # (what torch's own multiply by the fp32 scale gives), still in the forward's tensors.
+    h, w, b = lce_inputs(7, 12, 400, True, torch.bfloat16, device)
+    target = make_target(7, 400, "some", device)
+    inputs = [leaf(h), leaf(w), leaf(b)]
+    ones = torch.autograd.grad(tritonkit.linear_cross_entropy(*inputs[:2], target, bias=inputs[2]), inputs)
+    up = torch.tensor(scale, device=device)
+    scaled = torch.autograd.grad(tritonkit.linear_cross_entropy(*inputs[:2], target, bias=inputs[2]), inputs, up)
+    for one, ours in zip(ones, scaled):
+        assert torch.equal(ours, (one.float() * up).to(one.dtype))
+
+
+def test_second_backward(device):
+    # After an upstream of 1 the saved gradients are untouched and a second backward through
+    # the same graph is right; after another upstream they were scaled in place: refused.
+    h, w, _ = lce_inputs(4, 8, 100, False, torch.float32, device)
+    x = leaf(h)
+    loss = tritonkit.linear_cross_entropy(x, w, make_target(4, 100, "none", device))
+    (first,) = torch.autograd.grad(loss, x, retain_graph=True)
+    first = first.clone()
+    (second,) = torch.autograd.grad(loss, x, retain_graph=True)
+    assert torch.equal(first, second)
+    torch.autograd.grad(loss, x, torch.tensor(2.0, device=device), retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(loss, x)
+
+
+def test_module(device):
+    h, w, b = lce_inputs(2 * 7, 16, 300, True, torch.float32, device)
+    h = h.view(2, 7, 16)
+    target = make_target(14, 300, "some", device).view(2, 7)
+    loss_fn = tritonkit.nn.LinearCrossEntropyLoss(ignore_index=IGNORE, label_smoothing=0.1, reduction="none",
+                                                   softcap=20, chunk_tokens=4)  # an int softcap is a float option too
+    assert loss_fn.state_dict() == {} and list(loss_fn.parameters()) == []
+    assert loss_fn.state_dict().keys() == torch.nn.CrossEntropyLoss().state_dict().keys()
+    ours = loss_fn(h, w, target, b)
+    want = linear_cross_entropy_reference(h, w, target, bias=b, ignore_index=IGNORE, label_smoothing=0.1,
+                                          reduction="none", softcap=20.0)
+    assert ours.shape == (2, 7)
+    torch.testing.assert_close(ours.double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_torch_compile_fullgraph(reduction, device):
+    h, w, b = lce_inputs(6, 16, 300, True, torch.float32, device)
+    target = make_target(6, 300, "some", device)
+    logits = torch.randn(6, 300, device=device)
+
+    def step(h, w, b, logits):
+        lce = tritonkit.linear_cross_entropy(h, w, target, bias=b, label_smoothing=0.1, reduction=reduction,
+                                             softcap=5.0)
+        ce = tritonkit.cross_entropy(logits, target, reduction=reduction, softcap=5.0, inplace_backward=True)
+        return (lce.sum() + ce.sum()) * 1.5
+
+    backend = "aot_eager" if device.type == "cpu" else "inductor"
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    results = []
+    for fn in (step, compiled):
+        inputs = [leaf(t) for t in (h, w, b)] + [leaf(logits.clone())]  # the eager call overwrites it
+        out = fn(*inputs)
+        results.append((out, *torch.autograd.grad(out, inputs)))
+    for a, c in zip(*results):
+        torch.testing.assert_close(a, c)
+
+
+def test_bad_input(device):
+    h, w, b = lce_inputs(4, 8, 50, True, torch.float32, device)
+    target = make_target(4, 50, "none", device)
+    lce = tritonkit.linear_cross_entropy
+    with pytest.raises(ValueError, match="weight"):
+        lce(h, w[:, :7], target)
+    with pytest.raises(TypeError, match="weight"):
+        lce(h, w.double(), target)
+    with pytest.raises(TypeError, match="target"):
+        lce(h, w, target.float())
+    with pytest.raises(ValueError, match="target"):
+        lce(h, w, target[:3])
+    with pytest.raises(ValueError, match="bias"):
+        lce(h, w, target, bias=b[:10])
+    with pytest.raises(ValueError, match="reduction"):
+        lce(h, w, target, reduction="max")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        lce(h, w, target, label_smoothing=1.5)
+    with pytest.raises(ValueError, match="softcap"):
+        lce(h, w, target, softcap=0.0)
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        lce(h, w, target, chunk_tokens=0)
+    with pytest.raises(TypeError, match="chunk_tokens"):
+        lce(h, w, target, chunk_tokens=2.0)
+    logits = torch.randn(4, 50, device=device)
+    with pytest.raises(TypeError, match="target"):
+        tritonkit.cross_entropy(logits, target.to(torch.int16))
+    with pytest.raises(ValueError, match="target"):
+        tritonkit.cross_entropy(logits, target[:2])
+    with pytest.raises(ValueError, match="logits"):
+        tritonkit.cross_entropy(logits.view(2, 2, 50), target.view(2, 2))
+    with pytest.raises(ValueError, match="logits"):
+        tritonkit.cross_entropy(logits[:1].expand(4, 50), target, inplace_backward=True)
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU out-of-range targets raise a device-side assert, which ends the process")
+def test_target_out_of_range(device):
+    h, w, _ = lce_inputs(4, 8, 50, False, torch.float32, device)
+    for bad in (50, -1):
+        target = make_target(4, 50, "some", device)
+        target[1] = bad
+        with pytest.raises(ValueError, match="target"):
+            tritonkit.linear_cross_entropy(h, w, target)
+        with pytest.raises(ValueError, match="target"):
+            tritonkit.cross_entropy(torch.randn(4, 50, device=device), target)

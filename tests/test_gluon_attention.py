@@ -1,0 +1,145 @@
+"""The Gluon (Hopper) attention forward.
+
+Gluon kernels do not run under Triton's interpreter. On any machine the kernels are compiled
+for sm_90 and their structure is pinned (warp partitions and their setmaxnreg budgets, wgmma
+waits that leave a product in flight, no spills, shared memory within Hopper's 227 KB).
+Correctness is checked on a Hopper GPU (gpu-marked): against the float64 reference and
+against the Triton path, whose backward consumes the same lse.
+"""
+
+import math
+import re
+
+import pytest
+import torch
+
+from tritonkit.gluon import attention_fwd as gluon_fwd
+from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT, compile_sm90
+from tritonkit.ops.attention import attention_fwd, attention_reference
+
+from _tolerance import assert_close_to_reference
+
+
+def _compiled(D: int, causal: bool, Nq: int = 333, Nk: int = 517):
+    q = torch.empty(2, 4, Nq, D, dtype=torch.bfloat16)
+    k = torch.empty(2, 2, Nk, D, dtype=torch.bfloat16)
+    v = torch.empty_like(k)
+    o, lse = torch.empty_like(q), torch.empty(2, 4, Nq)
+    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, D ** -0.5)
+    return compile_sm90(gluon_fwd._attn_fwd_kernel, args, kwargs)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_structure_for_sm90(D, causal):
+    kernel = _compiled(D, causal)
+    ttgir = kernel.asm["ttgir"]
+    # Three partitions: the default (consumer warpgroup 0) and two workers, a 4-warp consumer
+    # and the 1-warp producer, with the register budgets that sum within 64K per SM.
+    assert "ttg.warp_specialize" in ttgir
+    assert re.findall(r"num_warps\((\d+)\)", ttgir) == ["4", "1"]
+    assert "requestedRegisters = array<i32: 240, 24>" in ttgir
+    budgets = {n for _, n in kernel.setmaxnreg()}
+    assert {gluon_fwd.CONSUMER_REGS, gluon_fwd.PRODUCER_REGS} <= budgets
+    assert (gluon_fwd.CONSUMER_REGS * 2 + gluon_fwd.PRODUCER_REGS) * 128 <= 65536
+    # S(j) is retired while P(j-1) V(j-1) stays in flight: a wait with one group pending.
+    waits = kernel.wgmma_waits()
+    assert 1 in waits and 0 in waits
+    assert kernel.ptx.count("wgmma.mma_async") > 0
+    # TMA loads and the TMA store of O.
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global" in kernel.ptx
+    assert "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group" in kernel.ptx
+    usage = kernel.spills()
+    assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0 and usage["stack"] == 0
+    block_n, stages = gluon_fwd.tile_config(D)
+    ring = 2 * stages * block_n * D * 2
+    assert ring + 2 * 64 * D * 2 <= kernel.shared <= HOPPER_SHARED_LIMIT
+
+
+def test_not_supported_off_hopper():
+    q = torch.randn(1, 2, 64, 64, dtype=torch.bfloat16)
+    assert not gluon_fwd.supported(q, q, q, False)
+
+
+# ---------------------------------------------------------------------------------------
+# On a Hopper GPU
+# ---------------------------------------------------------------------------------------
+
+def _hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+needs_hopper = pytest.mark.skipif(not _hopper(), reason="needs a Hopper (sm_90) GPU")
+
+
+def _lse_reference(q, k, causal, scale):
+    group = q.shape[1] // k.shape[1]
+    s = (q.double() @ k.double().repeat_interleave(group, dim=1).transpose(-1, -2)) * scale
+    if causal:
+        seen = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~seen, float("-inf"))
+    return torch.logsumexp(s, dim=-1)
+
+
+def _check(q, k, v, causal, scale=None):
+    assert gluon_fwd.supported(q, k, v, causal, scale)
+    o, lse = attention_fwd(q, k, v, causal, scale, gluon=True)
+    s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    ref = attention_reference(q, k, v, causal, s)
+    assert_close_to_reference(o, ref, attention_reference(q, k, v, causal, s, upcast=False))
+    assert lse.dtype == torch.float32 and lse.shape == q.shape[:3]
+    torch.testing.assert_close(lse.double(), _lse_reference(q, k, causal, s), atol=2e-3, rtol=0)
+    # The Triton path: same contract, same layout; its backward reads this lse.
+    o_t, lse_t = attention_fwd(q, k, v, causal, scale, gluon=False)
+    assert o.stride() == o_t.stride()
+    torch.testing.assert_close(lse, lse_t, atol=2e-3, rtol=0)
+    torch.testing.assert_close(o.float(), o_t.float(), atol=2e-2, rtol=2e-2)
+
+
+def _qkv(B, H, Hkv, Nq, Nk, D, dtype=torch.bfloat16):
+    q = torch.randn(B, H, Nq, D, dtype=dtype, device="cuda")
+    k = torch.randn(B, Hkv, Nk, D, dtype=dtype, device="cuda")
+    v = torch.randn(B, Hkv, Nk, D, dtype=dtype, device="cuda")
+    return q, k, v
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("B, H, Hkv, Nq, Nk", [
+    (2, 4, 2, 333, 333),       # ragged (not a multiple of any block), GQA
+    (1, 2, 2, 200, 515),       # Nq < Nk
+    (3, 4, 1, 515, 200),       # Nq > Nk (causal rows past Nk see every key), MQA
+    (4, 2, 2, 128, 128),       # exact blocks, B=4
+    (1, 2, 1, 1, 77),          # one query row
+    (1, 2, 2, 2111, 2111),     # many laps of the K/V ring
+    (4, 16, 8, 777, 777),      # 448 tiles: each persistent program takes several
+])
+def test_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal):
+    _check(*_qkv(B, H, Hkv, Nq, Nk, D), causal)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("D", [64, 128])
+def test_float16_negative_scale_and_packed_layout(D):
+    q, k, v = _qkv(2, 4, 2, 300, 300, D, torch.float16)
+    _check(q, k, v, True, scale=-0.3)
+    # (B, N, H, D) in memory, as projections produce: heads interleaved along the sequence.
+    qkv = torch.randn(2, 300, 3, 4, D, dtype=torch.bfloat16, device="cuda")
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    _check(q, k, v, False)
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_deterministic_and_refuses_what_tma_cannot_read():
+    q, k, v = _qkv(2, 4, 2, 700, 700, 128)
+    first = attention_fwd(q, k, v, True, gluon=True)
+    second = attention_fwd(q, k, v, True, gluon=True)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    buffer = torch.randn(1 + 2 * 4 * 64 * 128, dtype=torch.bfloat16, device="cuda")
+    odd = buffer[1:].view(2, 4, 64, 128)                 # 2-byte offset: not 16-byte aligned
+    assert not gluon_fwd.supported(odd, k, v, False)
+    assert not gluon_fwd.supported(q[..., :96], k[..., :96], v[..., :96], False)   # D=96

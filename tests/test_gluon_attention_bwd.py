@@ -1,0 +1,152 @@
+"""The Gluon (Hopper) attention backward: the dK/dV and dQ kernels.
+
+On any machine both kernels are compiled for sm_90 and their structure is pinned (warp
+partitions and setmaxnreg budgets, wgmma waits that leave products in flight, spills, shared
+memory within Hopper's 227 KB). Correctness on a Hopper GPU (gpu-marked): against the float64
+reference gradients, against the Triton backward, and bitwise run to run.
+"""
+
+import re
+
+import pytest
+import torch
+
+from tritonkit.gluon import attention_bwd as gluon_bwd
+from tritonkit.gluon import attention_fwd as gluon_fwd
+from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT, compile_sm90
+from tritonkit.ops.attention import attention_bwd, attention_fwd
+
+from _tolerance import assert_close_to_reference, eps_for
+from test_attention import sdpa
+from test_attention_backward import grads, reference_grads
+from test_gluon_attention import _qkv, needs_hopper
+
+# ptxas spills a few loop-invariant shared-memory descriptors of the dK/dV kernel at D=128 (the
+# dK and dV accumulators take 128 of the 240 registers): reloaded from L1 each query block.
+# Pinned so that it cannot grow unnoticed.
+DKDV_SPILL_BOUND = {64: 0, 128: 512}
+
+
+def _compiled(kernel: str, D: int, causal: bool, Nq: int = 333, Nk: int = 517):
+    q = torch.empty(2, 4, Nq, D, dtype=torch.bfloat16)
+    k = torch.empty(2, 2, Nk, D, dtype=torch.bfloat16)
+    lse = torch.empty(2, 4, Nq)
+    if kernel == "dkdv":
+        grid, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, D ** -0.5)
+        return compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
+    grid, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, lse, lse, causal, D ** -0.5)
+    return compile_sm90(gluon_bwd._dq_kernel, args, kwargs)
+
+
+@pytest.mark.parametrize("kernel", ["dkdv", "dq"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 128])
+def test_structure_for_sm90(kernel, D, causal):
+    compiled = _compiled(kernel, D, causal)
+    ttgir = compiled.asm["ttgir"]
+    # The default partition (consumer warpgroup 0), a 4-warp consumer and the 1-warp producer,
+    # with register budgets that sum within 64K per SM.
+    assert "ttg.warp_specialize" in ttgir
+    assert re.findall(r"num_warps\((\d+)\)", ttgir) == ["4", "1"]
+    assert "requestedRegisters = array<i32: 240, 24>" in ttgir
+    assert {gluon_fwd.CONSUMER_REGS, gluon_fwd.PRODUCER_REGS} <= {n for _, n in compiled.setmaxnreg()}
+    # A wait with one group pending: dK/dV retires S^T while dP^T runs (then dP^T while dV's
+    # product runs); dQ retires S(j), dP(j) while dS(j-1) K(j-1) runs.
+    waits = compiled.wgmma_waits()
+    assert 1 in waits and 0 in waits
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global" in compiled.ptx          # TMA loads
+    assert "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group" in compiled.ptx   # TMA stores
+    usage = compiled.spills()
+    bound = DKDV_SPILL_BOUND[D] if kernel == "dkdv" else 0
+    assert usage["spill_stores"] <= bound and usage["spill_loads"] <= bound
+    block_m, stages_kv, block_n, stages_q = gluon_bwd.tile_config(D)
+    if kernel == "dkdv":   # K, V (128 keys), the ring of Q and dO, P^T and dS^T of both warpgroups
+        least = (2 * 128 * D + 2 * stages_kv * block_m * D + 4 * 64 * block_m) * 2
+    else:                  # Q, dO (128 rows), the ring of K and V
+        least = (2 * 128 * D + 2 * stages_q * block_n * D) * 2
+    assert least <= compiled.shared <= HOPPER_SHARED_LIMIT
+
+
+def test_not_supported_off_hopper_or_at_other_head_dims():
+    q = torch.randn(1, 2, 64, 64, dtype=torch.bfloat16)
+    lse = torch.zeros(1, 2, 64)
+    assert not gluon_bwd.supported(q, q, q, q, q, lse, False)
+    assert 256 not in gluon_bwd.HEAD_DIMS   # dK, dV (64 x 256 float32 each) exceed the registers
+
+
+# ---------------------------------------------------------------------------------------
+# On a Hopper GPU
+# ---------------------------------------------------------------------------------------
+
+def _check(q, k, v, causal, scale=None):
+    do = torch.randn_like(q)
+    o, lse = attention_fwd(q, k, v, causal, scale, gluon=False)
+    assert gluon_bwd.supported(do, q, k, v, o, lse, causal, scale)
+    dq, dk, dv = attention_bwd(do, q, k, v, o, lse, causal, scale, gluon=True)
+    wide, theirs = reference_grads(q, k, v, causal, do, scale)
+    if scale is not None and scale < 0:
+        # SDPA's fused GPU kernels return non-finite values for a negative scale (their fp16
+        # gradients were all NaN here on the H200): the math backend is the yardstick.
+        theirs = grads(lambda *t: sdpa(*t, causal, scale, math_backend=True), (q, k, v), do)
+    for name, ours, ref, sdpa_grad, like in zip(("dq", "dk", "dv"), (dq, dk, dv), wide, theirs, (q, k, v)):
+        assert ours.dtype == like.dtype and ours.shape == like.shape, name
+        assert_close_to_reference(ours, ref, sdpa_grad, eps=eps_for(q.dtype, gradient=True), what=name)
+    # The Triton backward: same contract, same layouts, close values.
+    triton_grads = attention_bwd(do, q, k, v, o, lse, causal, scale, gluon=False)
+    for name, ours, theirs_t in zip(("dq", "dk", "dv"), (dq, dk, dv), triton_grads):
+        assert ours.stride() == theirs_t.stride(), name
+        torch.testing.assert_close(ours.float(), theirs_t.float(), atol=3e-2, rtol=3e-2, msg=name)
+    return do, o, lse, (dq, dk, dv)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("B, H, Hkv, Nq, Nk", [
+    (2, 4, 2, 333, 333),       # ragged (not a multiple of any block), GQA
+    (1, 2, 2, 200, 515),       # Nq < Nk (causal: key blocks no query sees get zero gradients)
+    (3, 4, 1, 515, 200),       # Nq > Nk, MQA (the group's four heads summed in one program)
+    (2, 2, 2, 256, 256),       # exact blocks
+    (1, 2, 1, 1, 77),          # one query row
+    (1, 2, 2, 1100, 1100),     # several laps of both rings
+])
+def test_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal):
+    _check(*_qkv(B, H, Hkv, Nq, Nk, D), causal)
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_float16_negative_scale_and_packed_layout():
+    q, k, v = _qkv(2, 4, 2, 300, 300, 128, torch.float16)
+    _check(q, k, v, True, scale=-0.3)
+    # (B, N, H, D) in memory, as projections produce: the gradients come back in that layout.
+    qkv = torch.randn(2, 300, 3, 4, 64, dtype=torch.bfloat16, device="cuda")
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    _check(q, k, v, False)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True])
+def test_deterministic(causal):
+    q, k, v = _qkv(2, 8, 2, 777, 777, 128)
+    do = torch.randn_like(q)
+    o, lse = attention_fwd(q, k, v, causal)
+    first = attention_bwd(do, q, k, v, o, lse, causal, gluon=True)
+    second = attention_bwd(do, q, k, v, o, lse, causal, gluon=True)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_refuses_what_tma_cannot_read():
+    q, k, v = _qkv(2, 4, 2, 64, 64, 128)
+    o, lse = attention_fwd(q, k, v)
+    buffer = torch.randn(1 + q.numel(), dtype=q.dtype, device="cuda")
+    odd = buffer[1:].view(q.shape)                    # 2-byte offset: not 16-byte aligned
+    assert not gluon_bwd.supported(odd, q, k, v, o, lse)
+    q2, k2, v2 = _qkv(1, 2, 2, 64, 64, 256)
+    o2, lse2 = attention_fwd(q2, k2, v2)
+    assert not gluon_bwd.supported(torch.randn_like(q2), q2, k2, v2, o2, lse2)   # D=256

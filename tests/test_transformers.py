@@ -1,0 +1,297 @@
+"""tritonkit.transformers: patched Hugging Face models against the unpatched ones.
+
+Every comparison takes the unpatched model in float64 as the reference and asks the patched
+model to be within twice the unpatched model's own error in the same dtype (tests/_tolerance.py),
+for logits, loss and every parameter's gradient. float32 models exercise the norms, rotary, MLP
+and loss ops (attention then runs SDPA: the kernels take float16/bfloat16); float16 models
+exercise the attention kernels. A part whose op is not in this tritonkit is skipped, naming it.
+The rotary replacement is family-wide, so each test takes its references before patching and
+the `_restore` fixture undoes the class-level changes after.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tritonkit
+
+transformers = pytest.importorskip("transformers")
+
+import tritonkit.transformers as tkt  # noqa: E402
+from tritonkit.transformers import _attention  # noqa: E402
+
+from _tolerance import assert_close_to_reference, eps_for  # noqa: E402
+
+SMALL = dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _config(family: str):
+    t = transformers
+    return {
+        "llama": lambda: t.LlamaConfig(**SMALL),
+        "mistral": lambda: t.MistralConfig(**SMALL, sliding_window=8),  # shorter than the rows: the window acts
+        "qwen2": lambda: t.Qwen2Config(**SMALL),
+        "qwen3": lambda: t.Qwen3Config(**SMALL, head_dim=16),
+        "gemma2": lambda: t.Gemma2Config(**SMALL, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
+                                         attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+        "gemma3": lambda: t.Gemma3TextConfig(**SMALL, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
+                                             final_logit_softcapping=30.0),
+        "phi3": lambda: t.Phi3Config(**SMALL, partial_rotary_factor=0.5),  # rotary on half of each head
+    }[family]()
+
+
+FAMILIES = sorted(tkt.FAMILIES)
+DEVICE = tritonkit.default_device()  # CPU under the interpreter; the GPU suite runs the same on CUDA
+PART_OPS = {"norms": "rms_norm", "rope": "rope", "loss": "linear_cross_entropy"}
+
+
+def _part_op(family: str, part: str) -> str | None:
+    if part == "mlp":
+        return "geglu" if family.startswith("gemma") else "swiglu"
+    return PART_OPS.get(part)
+
+
+def _skip_missing(*ops: str) -> None:
+    missing = [op for op in ops if op and not hasattr(tritonkit, op)]
+    if missing:
+        pytest.skip("not in this tritonkit yet: " + ", ".join(f"tritonkit.{op}" for op in missing))
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    yield
+    tkt.unpatch_classes()
+
+
+def _model(family: str, dtype=torch.float32):
+    torch.manual_seed(0)
+    cls = transformers.AutoModelForCausalLM
+    model = cls.from_config(_config(family), attn_implementation="sdpa").to(DEVICE, dtype)
+    return model.train()
+
+
+def _labels(ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    labels = ids.clone()
+    labels[:, 3] = -100  # some ignored tokens
+    if mask is not None:
+        labels[mask == 0] = -100
+    return labels
+
+
+def _run(model, ids, labels, **kwargs):
+    """(logits, loss, gradients by name): logits from a forward without labels, the rest with."""
+    with torch.no_grad():
+        logits = model(input_ids=ids, **kwargs).logits
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids=ids, labels=labels, **kwargs).loss
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logits, loss.detach(), grads
+
+
+def _compare(family, parts, ids, labels, dtype=torch.float32, valid=None, **kwargs):
+    """Patched (with `parts`) against unpatched, both against the unpatched model in float64."""
+    base = _model(family, dtype)
+    ref = _run(copy.deepcopy(base).double(), ids, labels, **kwargs)
+    theirs = _run(base, ids, labels, **kwargs)
+    model = tkt.patch(copy.deepcopy(base), **parts)
+    ours = _run(model, ids, labels, **kwargs)
+    sel = (lambda t: t[valid.bool()]) if valid is not None else (lambda t: t)
+    assert_close_to_reference(sel(ours[0]), sel(ref[0]), sel(theirs[0]), what="logits")
+    assert_close_to_reference(ours[1], ref[1], theirs[1], what="loss")
+    assert set(ours[2]) == set(ref[2])
+    for name in ref[2]:
+        assert_close_to_reference(ours[2][name], ref[2][name], theirs[2][name],
+                                  eps=eps_for(dtype, gradient=True), what=f"grad {name}")
+    return model
+
+
+def _only(part: str) -> dict:
+    return {p: p == part for p in tkt.PARTS}
+
+
+# Each part alone where its form differs: Llama's plain forms, Gemma's (1 + w) norm, tanh GeGLU and
+# logit softcap, Phi-3's packed gate_up and half-width rotary, Qwen3's per-head q/k norms. The other
+# families meet every part in the padding, packing and generate tests below.
+PART_CASES = [("llama", "norms"), ("llama", "rope"), ("llama", "mlp"), ("llama", "loss"), ("gemma2", "norms"),
+              ("gemma2", "mlp"), ("gemma2", "loss"), ("phi3", "rope"), ("phi3", "mlp"), ("qwen3", "norms")]
+
+
+@pytest.mark.parametrize("family,part", PART_CASES)
+def test_part_matches_unpatched(family, part):
+    _skip_missing(_part_op(family, part))
+    ids = torch.randint(3, 1000, (2, 16), device=DEVICE)
+    model = _compare(family, _only(part), ids, _labels(ids))
+    assert part in model.tritonkit_report.replaced, model.tritonkit_report
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_all_parts_with_left_padding(family):
+    ids = torch.randint(3, 1000, (2, 16), device=DEVICE)
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0  # left padding, as generate pads a batch
+    ids[mask == 0] = 0
+    model = _compare(family, {}, ids, _labels(ids, mask), valid=mask, attention_mask=mask)
+    report = model.tritonkit_report
+    for part in tkt.PARTS:
+        assert part in report.replaced or part in report.left
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_packed_sequences(family):
+    # DataCollatorWithFlattening's form: one row, position ids restarting at each sequence.
+    lengths = [5, 11, 3, 7]
+    ids = torch.randint(3, 1000, (1, sum(lengths)), device=DEVICE)
+    position_ids = torch.cat([torch.arange(n, device=DEVICE) for n in lengths])[None]
+    labels = ids.clone()
+    labels[0, torch.cumsum(torch.tensor(lengths), 0)[:-1].to(DEVICE)] = -100  # no token predicts across a boundary
+    _compare(family, {}, ids, labels, position_ids=position_ids)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_gradient_accumulation_num_items_in_batch(family):
+    _skip_missing("linear_cross_entropy")
+    base = _model(family)
+    micro = [torch.randint(3, 1000, (2, 12), device=DEVICE) for _ in range(2)]
+    labels = [_labels(ids) for ids in micro]
+    labels[1][:, 5:9] = -100  # micro-batches with different token counts: a mean per batch would be wrong
+    count = sum(int((lab[:, 1:] != -100).sum()) for lab in labels)
+
+    def accumulate(model):
+        model.zero_grad(set_to_none=True)
+        total = 0.0
+        for ids, lab in zip(micro, labels):
+            loss = model(input_ids=ids, labels=lab, num_items_in_batch=torch.tensor(count, device=DEVICE)).loss
+            loss.backward()
+            total += loss.detach()
+        return total, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    ref = accumulate(copy.deepcopy(base).double())
+    theirs = accumulate(base)
+    ours = accumulate(tkt.patch(copy.deepcopy(base)))
+    assert_close_to_reference(ours[0], ref[0], theirs[0], what="accumulated loss")
+    for name in ref[1]:
+        assert_close_to_reference(ours[1][name], ref[1][name], theirs[1][name],
+                                  eps=eps_for(torch.float32, gradient=True), what=f"grad {name}")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generate_same_tokens(family):
+    base = _model(family).eval()
+    ids = torch.randint(3, 1000, (2, 7), device=DEVICE)
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0  # left padding
+    ids[mask == 0] = 0
+    kwargs = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    expected = base.generate(ids, **kwargs)
+    tkt.patch(base)
+    assert torch.equal(base.generate(ids, **kwargs), expected)
+
+
+# ---------------------------------------------------------------- the attention kernels (float16)
+
+class _Layer(torch.nn.Module):
+    is_causal = True
+
+
+def _attend(q, k, v, mask=None, sliding_window=None, softcap=None):
+    return _attention.tritonkit_attention_forward(_Layer().eval(), q, k, v, mask, scaling=0.3,
+                                                  sliding_window=sliding_window, softcap=softcap)[0]
+
+
+def _fallback(q, k, v, mask=None, sliding_window=None, softcap=None):
+    return _attention.sdpa_fallback(q, k, v, mask, True, 0.3, sliding_window, softcap, 0.0)
+
+
+def _qkv(B, Nq, Nk, dtype=torch.float16):
+    def draw(heads, n):
+        return torch.randn(B, heads, n, 16, dtype=dtype, device=DEVICE)
+    return draw(4, Nq), draw(2, Nk), draw(2, Nk)
+
+
+def _check_attention(q, k, v, valid_rows=None, **kwargs):
+    ours = _attend(q, k, v, **kwargs)
+    ref = _fallback(q.double(), k.double(), v.double(), **kwargs)
+    theirs = _fallback(q, k, v, **kwargs)
+    if valid_rows is not None:
+        ours, ref, theirs = ours[valid_rows], ref[valid_rows], theirs[valid_rows]
+    assert_close_to_reference(ours, ref, theirs, what="attention")
+
+
+@pytest.mark.parametrize("Nq,Nk,window", [(16, 16, None), (1, 19, None), (1, 19, 8), (16, 16, 8), (5, 21, None)])
+def test_attention_alignment_against_the_end_of_the_keys(Nq, Nk, window):
+    # Decoding (one query against a cache) and chunked prefill: transformers aligns queries to the
+    # last keys; tritonkit's causal mask is top-left. Inexpressible shapes must still be right (SDPA).
+    _check_attention(*_qkv(2, Nq, Nk), sliding_window=window)
+
+
+@pytest.mark.parametrize("Nq", [16, 1])
+def test_attention_padding_mask(Nq):
+    q, k, v = _qkv(3, Nq, 16)
+    mask = torch.ones(3, 16, dtype=torch.bool, device=DEVICE)
+    mask[0, :4] = False  # left padding
+    mask[2, 11:] = False  # right padding
+    # Padding query rows: transformers leaves them undefined, tritonkit writes zeros; compare the rest.
+    _check_attention(q, k, v, valid_rows=mask[:, -Nq:], mask=mask)
+
+
+def test_attention_packed_rows():
+    seg = torch.tensor([[0] * 5 + [1] * 8 + [2] * 3], device=DEVICE)
+    _check_attention(*_qkv(1, 16, 16), mask=_attention.Packed.from_segment_ids(seg))
+
+
+def test_attention_softcap_and_4d_mask():
+    q, k, v = _qkv(2, 16, 16)
+    _check_attention(q, k, v, softcap=5.0)
+    mask4 = torch.rand(2, 1, 16, 16, device=DEVICE) > 0.3
+    mask4[..., 0] = True
+    _check_attention(q, k, v, mask=mask4)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_float16_model_through_the_attention_kernels(family):
+    ids = torch.randint(3, 1000, (2, 16), device=DEVICE)
+    _compare(family, _only("attention"), ids, _labels(ids), dtype=torch.float16)
+
+
+# ---------------------------------------------------------------- API
+
+def test_report_names_what_was_left(monkeypatch):
+    monkeypatch.delattr(tritonkit, "rms_norm", raising=False)
+    model = tkt.patch(_model("llama"), loss=False)
+    report = model.tritonkit_report
+    assert report.left["loss"] == "not requested"
+    assert "tritonkit.rms_norm" in report.left["norms"]
+    assert "loss: not requested" in str(report)
+    if not _attention.CAPS.softcap:
+        gemma = tkt.patch(_model("gemma2"))
+        assert "softcap" in gemma.tritonkit_report.left["attention"]
+    with pytest.raises(ValueError, match="family"):
+        tkt.patch_classes("gpt2")
+    with pytest.raises(TypeError, match="norms"):
+        tkt.patch(_model("llama"), norms="yes")
+
+
+def test_attn_implementation_and_patch_classes():
+    config = _config("llama")
+    model = transformers.LlamaForCausalLM._from_config(config, attn_implementation="tritonkit")
+    assert model.config._attn_implementation == "tritonkit"
+    report = tkt.patch_classes("llama")
+    assert "attention" in report.replaced
+    built = transformers.AutoModelForCausalLM.from_config(_config("llama")).to(DEVICE)
+    assert built.config._attn_implementation == "tritonkit"
+    ids = torch.randint(3, 1000, (1, 8), device=DEVICE)
+    assert built(input_ids=ids).logits.shape == (1, 8, 1000)
+    tkt.unpatch_classes("llama")
+    assert transformers.AutoModelForCausalLM.from_config(_config("llama")).config._attn_implementation == "sdpa"
+
+
+def test_import_tritonkit_does_not_import_transformers():
+    code = "import sys, tritonkit; assert 'transformers' not in sys.modules, 'transformers imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
