@@ -224,3 +224,8 @@ def test_bad_window_or_softcap_names_the_argument(kwargs, error, words, device):
     q, k, v = make_qkv(1, 2, 2, 8, 8, 16, torch.float16, device)
     with pytest.raises(error, match=words):
         tritonkit.attention(q, k, v, **kwargs)
+
+
+def test_custom_op_registrations_with_window_and_softcap(device):
+    q, k, v = make_qkv(1, 2, 1, 24, 18, 16, torch.float16, device, requires_grad=True)
+    torch.library.opcheck(torch.ops.tritonkit.attention_fwd.default, (q, k, v, True, 0.25, 5, -1, 3.0))

@@ -166,3 +166,9 @@ def test_bad_input_names_the_argument(change, error, words):
     a = change(dict(q=q, k=k, v=v, cq=cq, ck=ck, mq=mq, mk=mk, window=None))
     with pytest.raises(error, match=words):
         tritonkit.attention_varlen(a["q"], a["k"], a["v"], a["cq"], a["ck"], a["mq"], a["mk"], window=a["window"])
+
+
+def test_custom_op_registrations(device):
+    q, k, v, cq, ck, _, _ = packed((5, 0, 11), None, 2, 1, 16, torch.float16, device)
+    leaves = [t.requires_grad_() for t in (q, k, v)]
+    torch.library.opcheck(torch.ops.tritonkit.attention_varlen_fwd.default, (*leaves, cq, ck, True, 0.25, 3, -1, 0.0))

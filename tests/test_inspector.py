@@ -189,7 +189,7 @@ def test_attention_uses_wgmma_on_hopper():
         assert r.spill_stores <= 64 and r.occupancy.blocks_per_sm >= 1, (r.kernel, r.spill_stores)
     # Aligned q, k, v: the forward reads them through tensor descriptors (TMA), whose tile is
     # the config's (the kernel's pre-run hook sets it, the inspector runs the hook too).
-    fwd = only(reports, "attention_fwd")
+    fwd = only([r for r in reports if r.pass_name == "fwd"], "attention_fwd")  # the plain mask's
     assert fwd.tma and not fwd.cp_async and fwd.constexprs["USE_TMA"] == "True"
     block_m, block_n, block_d = (fwd.constexprs[n] for n in ("BLOCK_M", "BLOCK_N", "BLOCK_D"))
     for name, rows in (("Q", block_m), ("K", block_n), ("V", block_n)):

@@ -246,6 +246,12 @@ def _sample(device: torch.device) -> tuple:
     return q, k, v, True, 32 ** -0.5, 20, -1, 30.0  # causal, scale, window (20, -1), softcap 30
 
 
+def _reference(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0, upcast=True):
+    """`attention_reference` taking the Op's positional arguments; (out, lse) as the Op returns."""
+    return attention_reference(q, k, v, causal, scale, upcast, window=(window_left, window_right),
+                               softcap=softcap or None, return_lse=True)
+
+
 def _fuzz_inputs(inputs: FuzzInputs):
     """q, k, v and an upstream gradient: GQA or not, Nq != Nk, each at its own layout."""
     draw = inputs.draw
@@ -325,7 +331,7 @@ ENTRY = OpEntry(
     peers=("naive eager", "SDPA FA2", "SDPA cuDNN", "FlexAttention"),
     op="attention",
     sample=_sample,
-    reference=attention_reference,
+    reference=_reference,
     fuzz=(FuzzCase("forward", 40, _fuzz_forward), FuzzCase("backward", 25, _fuzz_backward)),
     paths=("gluon", "triton"),
 )

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..ops.attention import attention_varlen, attention_varlen_bwd, attention_varlen_fwd
+from ..ops.attention import attention_varlen, attention_varlen_bwd, attention_varlen_fwd, attention_varlen_reference
 from . import BenchCase, InspectRequest, OpEntry
 from .attention import _timed, flex_peer
 
@@ -96,6 +96,13 @@ def _bench_cases(on_gpu: bool) -> list[BenchCase]:
     return [_case(16, 1024, 32, 8, 128, backward) for backward in (False, True)]
 
 
+def _reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1, softcap=0.0,
+               upcast=True):
+    """`attention_varlen_reference` taking the Op's positional arguments; (out, lse) as the Op."""
+    return attention_varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, upcast,
+                                      window=(window_left, window_right), softcap=softcap or None, return_lse=True)
+
+
 def _sample(device: torch.device) -> tuple:
     # GQA (4 query heads over 2), lengths 5, 0, 17, 1 (an empty sequence), causal, a left
     # window and a softcap; q, k, v views into one packed projection.
@@ -113,4 +120,5 @@ ENTRY = OpEntry(
     peers=("FlexAttention",),
     op="attention_varlen",
     sample=_sample,
+    reference=_reference,
 )

@@ -65,23 +65,24 @@ def _backward(bwd, ctx, do, dlse):
     return (*grads, *(None for _ in inputs[3:]), *(None for _ in ctx.flags))
 
 
-def _attention_fwd_fake(q, k, v, causal, scale, window_left, window_right, softcap):
+def _attention_fwd_fake(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0):
     B, H, Nq, D = q.shape
     return _empty_like_order(q, (B, H, Nq, D), q.dtype), q.new_empty((B, H, Nq), dtype=torch.float32)
 
 
-def _attention_bwd_fake(do, q, k, v, o, lse, causal, scale, window_left, window_right, softcap, dlse):
+def _attention_bwd_fake(do, q, k, v, o, lse, causal, scale, window_left=-1, window_right=-1, softcap=0.0,
+                        dlse=None):
     return (_empty_like_order(q, tuple(q.shape), q.dtype), _empty_like_order(k, tuple(k.shape), k.dtype),
             _empty_like_order(v, tuple(v.shape), v.dtype))
 
 
-def _attention_check(q, k, v, causal, scale, window_left, window_right, softcap):
+def _attention_check(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0):
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
     _mask_flags(causal, window_left, window_right, softcap, Nq, Nk)  # validates
     return q, k, v, bool(causal), _resolve_scale(scale, D), window_left, window_right, float(softcap)
 
 
-_FLAGS_SCHEMA = "bool causal, float scale, int window_left, int window_right, float softcap"
+_FLAGS_SCHEMA = "bool causal, float scale, int window_left=-1, int window_right=-1, float softcap=0.0"
 
 _ATTENTION = Op(
     "attention", forward=attention_fwd,
@@ -89,21 +90,23 @@ _ATTENTION = Op(
     forward_fake=_attention_fwd_fake, setup_context=_setup_context, backward=_backward,
     backward_launcher=attention_bwd,
     backward_schema=(f"(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, {_FLAGS_SCHEMA}, "
-                     "Tensor? dlse) -> (Tensor, Tensor, Tensor)"),
+                     "Tensor? dlse=None) -> (Tensor, Tensor, Tensor)"),
     backward_fake=_attention_bwd_fake, eager_backward_launcher=_attention_bwd_checked, check=_attention_check)
 
 
-def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left, window_right, softcap):
+def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1,
+                     softcap=0.0):
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((q.shape[1], q.shape[0]),
                                                                                    dtype=torch.float32)
 
 
-def _varlen_bwd_fake(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left, window_right,
-                     softcap, dlse):
+def _varlen_bwd_fake(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1,
+                     window_right=-1, softcap=0.0, dlse=None):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
-def _varlen_check(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left, window_right, softcap):
+def _varlen_check(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1,
+                  softcap=0.0):
     Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
     _mask_flags(causal, window_left, window_right, softcap, Tq, Tk)  # validates
     return (q, k, v, cu_seqlens_q, cu_seqlens_k, bool(causal), _resolve_scale(scale, D), window_left,
@@ -117,7 +120,7 @@ _ATTENTION_VARLEN = Op(
     forward_fake=_varlen_fwd_fake, setup_context=_setup_context, backward=_backward,
     backward_launcher=attention_varlen_bwd,
     backward_schema=("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor cu_seqlens_q, "
-                     f"Tensor cu_seqlens_k, {_FLAGS_SCHEMA}, Tensor? dlse) -> (Tensor, Tensor, Tensor)"),
+                     f"Tensor cu_seqlens_k, {_FLAGS_SCHEMA}, Tensor? dlse=None) -> (Tensor, Tensor, Tensor)"),
     backward_fake=_varlen_bwd_fake, check=_varlen_check)
 
 

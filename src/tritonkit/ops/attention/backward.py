@@ -70,7 +70,7 @@ def _attn_bwd_dkdv_tiles(
     # For query blocks [lo, hi) of each of the group's query heads, with the key block's K, V
     # loaded once by the caller:
     #   P^T = 2^(s^T - lse2),  dV += P^T dO,
-    #   dP^T = V dO^T,  dS^T = P^T * (dP^T - delta) [* (1 - tanh^2)],  dK += dS^T Q
+    #   dP^T = V dO^T,  dS^T = P^T [(1 - tanh^2)] * (dP^T - delta),  dK += dS^T Q
     # (times scale at the end). In a dense batch rows past Nq load as zeros with lse = delta
     # = 0, so they add exactly nothing; keys past Nk give rows of dK, dV that are never
     # stored. MASKED blocks apply `_visible` (with packed sequences, also to rows of the next
@@ -121,11 +121,12 @@ def _attn_bwd_dkdv_tiles(
             ok = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT,
                           VARLEN or WINDOW_LEFT >= 0, VARLEN)
             pT = tl.where(ok, pT, 0.0)
-        dv = tl.dot(pT.to(do.dtype), do, dv)
+        pT_in = pT.to(do.dtype)
+        if SOFTCAP > 0:
+            pT = pT * (1.0 - thT * thT)  # folded in now, so that tanh's tile is not live across two dots
+        dv = tl.dot(pT_in, do, dv)
         dpT = tl.dot(v, tl.trans(do))
         dsT = pT * (dpT - delta[None, :])
-        if SOFTCAP > 0:
-            dsT = dsT * (1.0 - thT * thT)
         dk = tl.dot(dsT.to(q.dtype), q, dk)
         g += 1
         next_block = g == GROUP  # selects, not an if: an if in the body stops the pipelining
@@ -227,7 +228,7 @@ def _attn_bwd_dq_tiles(
     PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # For key blocks [lo, hi):  P = 2^(s - lse2),  dP = dO V^T,
-    #   dS = P * (dP - delta) [* (1 - tanh^2)],  dQ += dS K  (times scale at the end).
+    #   dS = P [(1 - tanh^2)] * (dP - delta),  dQ += dS K  (times scale at the end).
     # MASKED blocks zero P where `_visible` hides a key (past Nk K loads as 0, but 2^(-lse2)
     # could overflow, and a row that sees no key has lse2 = -inf). k_src, v_src: the kv
     # head's base pointers, or (USE_TMA) descriptors of all of K and V, read at
@@ -247,10 +248,10 @@ def _attn_bwd_dq_tiles(
         if MASKED:
             ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, True, False)
             p = tl.where(ok, p, 0.0)
+        if SOFTCAP > 0:
+            p = p * (1.0 - th * th)
         dp = tl.dot(do, vT)
         ds = p * (dp - delta[:, None])
-        if SOFTCAP > 0:
-            ds = ds * (1.0 - th * th)
         dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq)
     return dq
 

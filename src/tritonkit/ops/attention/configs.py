@@ -41,13 +41,16 @@ def _interpreting() -> bool:
     return INTERPRETED and _launch.launches_execute()
 
 
-def fixed_configs(block_d: int, row_keys: int | None = None) -> dict[str, TileConfig]:
+def fixed_configs(block_d: int, row_keys: int | None = None, busy_dkdv: bool = False) -> dict[str, TileConfig]:
     """The one config per pass used under the interpreter, under tests and when autotuning is
     off (TRITONKIT_AUTOTUNE=0). Interpreter blocks are small, so that test shapes of ~100 rows
     still cross several blocks and the causal band spans more than one key block. row_keys
     (about how many keys a query row sees: `_row_keys`; None: many) picks the forward's tile
-    where the best one depends on it. The dict is shared between calls: read it, do not change it."""
-    return _fixed_configs(block_d, _interpreting(), row_keys is not None and row_keys <= SHORT_ROWS)
+    where the best one depends on it. busy_dkdv: a softcap (tanh's tile) or packed sequences
+    (their bounds in every masked tile) add to the dK/dV pass's live registers, and at D=128 its
+    one-warpgroup tile then spills (ptxas, sm_90: 52-64 B); it takes two warpgroups there (none).
+    The dict is shared between calls: read it, do not change it."""
+    return _fixed_configs(block_d, _interpreting(), row_keys is not None and row_keys <= SHORT_ROWS, busy_dkdv)
 
 
 # At D=128 the TMA forward's 64-row tiles of one warpgroup (two CTAs an SM) beat the 128-row,
@@ -67,7 +70,10 @@ def _row_keys(Nq: int, Nk: int, causal: bool, window_left: int = -1, window_righ
 
 
 @functools.lru_cache(maxsize=None)
-def _fixed_configs(block_d: int, interpreting: bool, short: bool = False) -> dict[str, TileConfig]:
+def _fixed_configs(block_d: int, interpreting: bool, short: bool = False, busy_dkdv: bool = False) -> dict[str, TileConfig]:
+    if busy_dkdv and not interpreting and 64 < block_d <= 128:
+        return {**_fixed_configs(block_d, False, short), "dkdv": TileConfig(64, 64, 8, 2),
+                "dkdv_tma": TileConfig(64, 64, 8, 2)}
     if interpreting:
         return {"fwd": TileConfig(32, 16), "fwd_tma": TileConfig(32, 16), "dkdv": TileConfig(16, 32),
                 "dkdv_tma": TileConfig(16, 32), "dq": TileConfig(32, 16), "dq_tma": TileConfig(32, 16)}
@@ -101,9 +107,10 @@ def _fp32_regs(c: triton.Config, *tiles: int) -> float:
     return sum(tiles) / (32 * c.num_warps)
 
 
-def _fixed_first(configs: list, kind: str, block_d: int, row_keys: int | None = None) -> list:
+def _fixed_first(configs: list, kind: str, block_d: int, row_keys: int | None = None,
+                 busy_dkdv: bool = False) -> list:
     """The fixed config first: it is what `tritonkit inspect` shows for an untuned run."""
-    fixed = fixed_configs(block_d, row_keys)[kind].triton_config()
+    fixed = fixed_configs(block_d, row_keys, busy_dkdv)[kind].triton_config()
     same = [c for c in configs if c.kwargs == fixed.kwargs and
             (c.num_warps, c.num_stages) == (fixed.num_warps, fixed.num_stages)]
     return same + [c for c in configs if c not in same]
@@ -127,7 +134,9 @@ def _pruner(kind: str):
     def prune(configs, named_args, **kwargs):
         block_d = kwargs["BLOCK_D"]
         fixed_kind = kind + "_tma" if kwargs.get("USE_TMA") else kind
-        return _fixed_first([c for c in configs if _fits(kind, c, block_d)], fixed_kind, block_d) or configs[:1]
+        busy = bool(kwargs.get("SOFTCAP")) or named_args.get("CU_Q") is not None
+        return _fixed_first([c for c in configs if _fits(kind, c, block_d)], fixed_kind, block_d,
+                            busy_dkdv=busy) or configs[:1]
     return prune
 
 

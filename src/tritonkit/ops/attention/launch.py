@@ -107,7 +107,11 @@ def _forward(q, k, v, o, lse, scale: float, flags: tuple, varlen: tuple | None,
         return
     block_d = _block_d(D)
     use_tma = _use_tma(tma, q, k, v)
-    row_keys = _row_keys(Nq, Nk, causal, window_left, window_right) if varlen is None else None
+    if varlen is None:
+        row_keys = _row_keys(Nq, Nk, causal, window_left, window_right)
+    else:  # packed: the mean length stands for a row's
+        mean = max(Nq, Nk) // max(varlen[2], 1)
+        row_keys = _row_keys(mean, mean, causal, window_left, window_right)
     fixed = fixed_configs(block_d, row_keys)["fwd_tma" if use_tma else "fwd"]
     tile = config or fixed
     q_in, k_in, v_in = q, k, v
@@ -244,7 +248,7 @@ def _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, scale: float, flags: tuple,
     pad_d = block_d != D
     group = H // Hkv
     tuned = _autotune_enabled()
-    fixed = fixed_configs(block_d)
+    fixed = fixed_configs(block_d, busy_dkdv=softcap > 0 or varlen is not None)
     cu_q, cu_k, seqs = varlen or (None, None, None)
 
     delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
