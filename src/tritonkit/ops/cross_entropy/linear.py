@@ -143,11 +143,11 @@ def _chunked(hidden, weight, target, bias, ignore_index, label_smoothing, softca
 def linear_cross_entropy_fwd(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                              bias: torch.Tensor | None = None, ignore_index: int = -100,
                              label_smoothing: float = 0.0, reduction: str = "mean", softcap: float | None = None,
-                             grad_hidden: bool = False, grad_weight: bool = False, grad_bias: bool = False,
+                             want_hidden: bool = False, want_weight: bool = False, want_bias: bool = False,
                              chunk_tokens: int | None = None):
     """Launcher for the forward pass. hidden (T, H), weight (V, H), target (T,), bias (V,).
     Returns (loss (fp32; () or (T,)), lse, grad_hidden, grad_weight, grad_bias). For mean and
-    sum the gradients asked for by the three flags are those for an upstream gradient of 1;
+    sum the gradients asked for by the three want_ flags are those for an upstream gradient of 1;
     for none the gradients wait for the backward and lse holds each row's log-sum-exp. Outputs
     not computed are empty. chunk_tokens: tokens per chunk (default: CHUNK_BYTES of logits)."""
     _check(hidden, weight, target, bias, chunk_tokens)
@@ -158,7 +158,7 @@ def linear_cross_entropy_fwd(hidden: torch.Tensor, weight: torch.Tensor, target:
     count = valid_count(target, ignore_index) if reduction == "mean" else None
     none = reduction == "none"
     lse = torch.empty(n_tokens, dtype=torch.float32, device=hidden.device) if none else None
-    want = (False, False, False) if none else (grad_hidden, grad_weight, grad_bias and bias is not None)
+    want = (False, False, False) if none else (want_hidden, want_weight, want_bias and bias is not None)
     grads = _chunked(hidden, weight, target, bias, ignore_index, label_smoothing, softcap, chunk_tokens, want,
                      loss=loss_rows, lse=lse, count=count)
     loss = reduce_rows(loss_rows, count, reduction)
@@ -228,13 +228,13 @@ def _grad_fakes(hidden, weight, bias, wants):
 
 
 def _fake_fwd(hidden, weight, target, bias, ignore_index, label_smoothing, reduction, softcap,
-              grad_hidden, grad_weight, grad_bias, chunk_tokens):
+              want_hidden, want_weight, want_bias, chunk_tokens):
     n = hidden.shape[0]
     f32 = dict(dtype=torch.float32, device=hidden.device)
     if reduction == "none":
         return (torch.empty(n, **f32), torch.empty(n, **f32), *_grad_fakes(hidden, weight, bias, (False,) * 3))
     return (torch.empty((), **f32), torch.empty(0, **f32),
-            *_grad_fakes(hidden, weight, bias, (grad_hidden, grad_weight, grad_bias)))
+            *_grad_fakes(hidden, weight, bias, (want_hidden, want_weight, want_bias)))
 
 
 def _fake_bwd(grad_loss, hidden, weight, target, bias, lse, grad_hidden, grad_weight, grad_bias,
@@ -250,8 +250,10 @@ def _op_check(hidden, weight, target, bias, ignore_index, label_smoothing, reduc
     return (hidden, weight, target, bias, ignore_index, label_smoothing, reduction, softcap, *rest)
 
 
-_OPTIONS_SCHEMA = ("int ignore_index, float label_smoothing, str reduction, float? softcap, bool grad_hidden, "
-                   "bool grad_weight, bool grad_bias, int? chunk_tokens")
+# The want_ flags: which gradients autograd will ask for (named apart from the backward's
+# grad_ tensors: one schema may not name two arguments alike).
+_OPTIONS_SCHEMA = ("int ignore_index, float label_smoothing, str reduction, float? softcap, bool want_hidden, "
+                   "bool want_weight, bool want_bias, int? chunk_tokens")
 _LINEAR_CROSS_ENTROPY = Op(
     "linear_cross_entropy", forward=linear_cross_entropy_fwd,
     forward_schema=(f"(Tensor hidden, Tensor weight, Tensor target, Tensor? bias, {_OPTIONS_SCHEMA}) "
