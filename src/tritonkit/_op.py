@@ -134,7 +134,12 @@ class Op:
 
 
 def _custom_op(name: str, launcher: Callable, schema: str, fake: Callable):
-    # The one place tritonkit creates custom ops.
+    # The one place tritonkit creates custom ops. Inductor builds a Python signature from each
+    # schema when it lowers the op, which fails on two arguments of one name: refuse it here.
+    names = [a.name for a in torch._C.parse_schema(f"tritonkit::{name}{schema}").arguments]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"op {name}: its schema names {', '.join(repeated)} more than once")
     op = torch.library.custom_op(f"tritonkit::{name}", launcher, mutates_args=(), schema=schema)
     op.register_fake(fake)
     return op
