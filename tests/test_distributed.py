@@ -261,6 +261,13 @@ def _dtensor_worker(rank: int, world: int) -> None:
         out, = check(lambda *a: tritonkit.attention(*a, causal=True), [q, k, v], [Shard(d)] * 3,
                      what=f"attention Shard({d})")
         assert out.placements == (Shard(d),)
+    # packed sequences: heads sharded, the tokens and cu_seqlens whole on each rank
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    packed = [t.transpose(1, 2).reshape(-1, t.shape[1], 16)[:12].contiguous() for t in (q, k, v)]
+    out, = check(lambda q, k, v, c: tritonkit.attention_varlen(q, k, v, c, c, 7, 7, causal=True),
+                 [*packed, cu], [Shard(1), Shard(1), Shard(1), Replicate()], what="attention_varlen Shard(1)")
+    assert out.placements == (Shard(1),)
+    refused_varlen = [distribute_tensor(t, mesh, [Shard(0)]) for t in packed]
     cos, sin = torch.randn(12, 16), torch.randn(12, 16)
     outs = check(lambda q, k, c, s: tritonkit.rope(q, k, c, s), [q.float(), k.float(), cos, sin],
                  [Shard(1), Shard(1), Replicate(), Replicate()], grad=(0, 1), what="rope")
@@ -292,6 +299,9 @@ def _dtensor_worker(rank: int, world: int) -> None:
     refused(lambda: tritonkit.linear_cross_entropy(*(distribute_tensor(t, mesh, [p]) for t, p in zip(
         (hidden, weight, target), (Shard(0), Replicate(), Shard(0))))), "reduction='mean'")
     refused(lambda: tritonkit.swiglu(distribute_tensor(torch.randn(2, 6, 32), mesh, [Shard(2)])), "packed gate")
+    refused(lambda: tritonkit.attention_varlen(*refused_varlen, distribute_tensor(cu, mesh, [Replicate()]),
+                                               distribute_tensor(cu, mesh, [Replicate()]), 7, 7),
+            "packed tokens and cu_seqlens stay whole")
     mqa = torch.randn(2, 1, 12, 16, dtype=torch.float16)
     refused(lambda: tritonkit.attention(*(distribute_tensor(t, mesh, [Shard(1)]) for t in (q, mqa, mqa))),
             "k has 1 heads, sharded over 2 ranks")

@@ -173,7 +173,9 @@ def _attention_entry_present() -> bool:
 
 @pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")
 def test_attention_uses_wgmma_on_hopper():
-    reports = compile_report("attention", dtype="bf16", shape=(2, 8, 1024, 128), arch="sm_90")
+    # The Triton kernels (at D=128 the forward's dispatch picks the Gluon kernel on sm_90:
+    # tests/test_inspector_gluon.py).
+    reports = compile_report("attention", dtype="bf16", shape=(2, 8, 1024, 128), arch="sm_90", path="triton")
     mma_kernels = [r for r in reports if r.launch in ("attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq")]
     assert {r.launch for r in mma_kernels} == {"attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq"}
     for r in mma_kernels:
@@ -196,7 +198,8 @@ def test_attention_uses_wgmma_on_hopper():
         assert arg.type == f"tensordesc<bf16[1, 1, {rows}, {block_d}]>", arg.type
         assert {m.kind for m in fwd.loads(name)} == {"tma load"}, instructions(fwd, name)
     # The pointer path (--no-tma) stages the same tiles with 16-byte cp.async.
-    pointer = only(compile_report("attention", pass_="fwd", dtype="bf16", shape=(2, 8, 1024, 128), tma=False))
+    pointer = only(compile_report("attention", pass_="fwd", dtype="bf16", shape=(2, 8, 1024, 128), tma=False,
+                                  path="triton"))
     assert not pointer.tma and pointer.constexprs["USE_TMA"] == "False"
     for name in ("Q", "K", "V"):
         assert pointer.load_widths(name) == {128}, (name, instructions(pointer, name))
@@ -246,8 +249,10 @@ $L__BB0_4:
     ret;
 """
     # The inner loop only (the outer one holds it; a forward branch closes no loop).
-    (loop,) = _loop_sync(ptx)
+    (loop,) = _loop_sync(ptx, block_threads=256)
     assert loop.label == "$L__BB0_2" and loop.cta_barriers == 2 and loop.wgmma == 1
+    # In a 384-thread (warp-specialized) block, barrier.sync 1, 256 is not CTA-wide.
+    assert _loop_sync(ptx, block_threads=384)[0].cta_barriers == 1
     assert loop.wgmma_waits == (1, 0) and loop.mbarrier_waits == 1
 
 
@@ -257,8 +262,10 @@ def test_attention_forward_loop_sync_is_reported_and_explained(seq, warpgroups, 
     # The fixed D=128 forward tiles (TRITONKIT_AUTOTUNE=0): the 128-row tile's two warpgroups
     # meet at CTA-wide barriers every key block; the 64-row tile has one warpgroup a block.
     monkeypatch.setenv("TRITONKIT_AUTOTUNE", "0")
-    report = only(compile_report("attention", pass_="fwd", dtype="bf16", shape=(2, 8, seq, 128)), "attention_fwd")
-    assert main(["attention", "--pass", "fwd", "--dtype", "bf16", "--shape", f"2,8,{seq},128", "--explain"]) == 0
+    report = only(compile_report("attention", pass_="fwd", dtype="bf16", shape=(2, 8, seq, 128), path="triton"),
+                  "attention_fwd")
+    assert main(["attention", "--pass", "fwd", "--dtype", "bf16", "--shape", f"2,8,{seq},128", "--explain",
+                 "--path", "triton"]) == 0
     assert report.num_warps == 4 * warpgroups and report.loops
     for loop in report.loops:  # the unmasked key blocks, then the masked band
         assert loop.wgmma > 0 and loop.cta_barriers >= 1 and 0 in loop.wgmma_waits, loop

@@ -41,7 +41,7 @@ try:
 except ImportError:  # a Triton without knobs is outside the verified range: no fast path there
     knobs = None
 
-_recorders: list[tuple[list["Launch"], bool]] = []
+_recorders: list[tuple["Recording", bool, int | None]] = []
 MAX_CACHED_LAUNCHES = 4096  # per kernel; keys hold exact shapes, so start afresh past this many
 _PLAIN = (int, float, bool, type(None))  # arguments a key may hold by value
 
@@ -58,7 +58,7 @@ class Launch:
 
     def __call__(self) -> None:
         execute = True
-        for launches, run in _recorders:
+        for launches, run, _ in _recorders:
             launches.append(self)
             execute = execute and run
         if not execute:
@@ -293,14 +293,56 @@ def _launch_hooks_set() -> bool:
 def launches_execute() -> bool:
     """False inside record_launches(execute=False), where launches are only recorded (the
     inspector compiles them for a GPU, so launchers should pick their GPU configs)."""
-    return all(run for _, run in _recorders)
+    return all(run for _, run, _ in _recorders)
+
+
+def target_capability(device: torch.device) -> int | None:
+    """The compute capability (major * 10 + minor, 90 for Hopper) that launches on `device`
+    would run on, for launchers whose dispatch depends on the GPU generation; None where no
+    compiled GPU code runs (a CPU tensor, or Triton's interpreter).
+
+    Inside record_launches(execute=False, capability=...) it is that capability whatever the
+    device: the inspector records, on CPU tensors, the launches an input would make on that
+    GPU, and compiles them for it. Nothing is launched there, so the stated target can only
+    change what is recorded, never what runs; outside such a recording this is the device's
+    own capability."""
+    if not launches_execute():
+        stated = next((cap for _, _, cap in reversed(_recorders) if cap is not None), None)
+        if stated is not None:
+            return stated
+    if device.type != "cuda" or INTERPRETED or not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
+
+
+@dataclass(frozen=True)
+class PathChoice:
+    """A launcher's choice between kernel families for one pass, and why (for the inspector)."""
+    what: str       # the pass it chose for, e.g. "attention forward"
+    path: str       # "gluon" or "triton"
+    reason: str
+
+
+class Recording(list):
+    """The launches made inside record_launches(), in order; `choices` holds (number of
+    launches recorded before it, PathChoice) for each path choice made meanwhile."""
+    choices: list[tuple[int, PathChoice]]
+
+
+def record_choice(choice: PathChoice) -> None:
+    """Tell the recordings open now (if any) which path a launcher chose, and why."""
+    for launches, _, _ in _recorders:
+        launches.choices.append((len(launches), choice))
 
 
 @contextlib.contextmanager
-def record_launches(execute: bool = True) -> Iterator[list[Launch]]:
-    """Collect every Launch made in this block; with execute=False the kernels do not run."""
-    launches: list[Launch] = []
-    _recorders.append((launches, execute))
+def record_launches(execute: bool = True, capability: int | None = None) -> Iterator[Recording]:
+    """Collect every Launch made in this block; with execute=False the kernels do not run,
+    and `capability` (e.g. 90) is the GPU that `target_capability` answers for meanwhile."""
+    launches = Recording()
+    launches.choices = []
+    _recorders.append((launches, execute, capability))
     try:
         yield launches
     finally:

@@ -224,6 +224,40 @@ def _attention_bwd_sharding(do, q, k, v, o, lse, *options):
     return _attention_strategies("attention backward", ("do", "q", "k", "v", "o"), (do, q, k, v, o, lse, *options), 3)
 
 
+_VARLEN_WHY = ("packed-sequence attention runs locally on shards of the heads (dim 1 of q, k, v; dim 0 of "
+               "the log-sum-exp); the packed tokens and cu_seqlens stay whole on each rank")
+
+
+def _varlen_strategies(op: str, args: tuple, outputs: Sequence[int]):
+    """Strategies for a packed-sequence attention op: (total, heads, D) tensors shard their heads
+    (dim 1), (H, total) log-sum-exps their dim 0, cu_seqlens stay replicated; `outputs` gives
+    each output's head dim."""
+    heads_dim = {3: 1, 2: 0}
+    for i, spec in enumerate(args):
+        if isinstance(spec, DTensorSpec):
+            allowed = (heads_dim[spec.ndim],) if spec.ndim in heads_dim else ()
+            _only_shard(op, f"argument {i}", spec, allowed, _VARLEN_WHY)
+            if spec.ndim == 3:
+                _even(op, f"argument {i}", spec, 1, "heads")
+
+    def placements(shard: bool):
+        return [None if not isinstance(a, DTensorSpec)
+                else Shard(heads_dim[a.ndim]) if shard and a.ndim in heads_dim else Replicate() for a in args]
+
+    return [([Replicate()] * len(outputs), placements(False)),
+            ([Shard(d) for d in outputs], placements(True))]
+
+
+@_rule("attention_varlen_fwd")
+def _attention_varlen_fwd_sharding(*args):
+    return _varlen_strategies("attention_varlen", args, (1, 0))
+
+
+@_rule("attention_varlen_bwd")
+def _attention_varlen_bwd_sharding(*args):
+    return _varlen_strategies("attention_varlen backward", args, (1, 1, 1))
+
+
 # Norms: rows are independent, so any dim but the normalised last one may be sharded (the
 # token dim under sequence parallelism); weight and bias stay replicated, and their
 # gradients, summed over each rank's rows, come out Partial (DTensor reduces them).

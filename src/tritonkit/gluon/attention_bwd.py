@@ -49,8 +49,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .._launch import Launch
 from .._layout import cdiv
 from .attention_fwd import (
-    _GL_DTYPES, CONSUMER_REGS, LOG2E, PRODUCER_REGS, ROWS_PER_WARPGROUP, _descriptor, _tile, _tma_ready,
-    _tma_view, _wgmma_layout)
+    _GL_DTYPES, CONSUMER_REGS, LOG2E, PRODUCER_REGS, ROWS_PER_WARPGROUP, _descriptor, _tile, _tma_view,
+    _wgmma_layout, tma_refusal)
 
 HEAD_DIMS = (64, 128)
 KEYS_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP      # dK/dV pass: 64 keys per consumer warpgroup
@@ -488,20 +488,28 @@ def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     return (n_m * H * B, ), args, kwargs
 
 
-def supported(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-              lse: torch.Tensor, causal: bool = False, scale: float | None = None) -> bool:
-    """Whether `attention_bwd_gluon` takes these inputs (already validated by the Triton
-    launcher's checks): the forward's conditions (a Hopper GPU, float16/bfloat16, q, k, v that
-    TMA can read in place) with head dim 64 or 128, and do that TMA can read too (o is read
-    by the pointer-path preprocess; lse is made contiguous). Nothing here launches or
-    synchronises."""
-    from .attention_fwd import supported as forward_supported
+def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+            lse: torch.Tensor, causal: bool = False, scale: float | None = None) -> str | None:
+    """Why `attention_bwd_gluon` cannot take these inputs (already validated by the Triton
+    launcher's checks), or None where it can: the forward's conditions (`attention_fwd.refusal`:
+    a Hopper GPU, float16/bfloat16, q, k, v that TMA can read in place) with head dim 64 or
+    128, and do that TMA can read too (o is read by the pointer-path preprocess; lse is made
+    contiguous). Nothing here launches or synchronises."""
+    from .attention_fwd import refusal as forward_refusal
 
     if not isinstance(do, torch.Tensor) or not isinstance(q, torch.Tensor) or q.dim() != 4:
-        return False
-    if q.shape[-1] not in HEAD_DIMS or do.shape != q.shape or do.dtype != q.dtype:
-        return False
-    return forward_supported(q, k, v, causal, scale) and _tma_ready(do)
+        return "do and q must be 4-d tensors"
+    if q.shape[-1] not in HEAD_DIMS:
+        return f"head dim {q.shape[-1]}: the Gluon backward has kernels for {', '.join(map(str, HEAD_DIMS))}"
+    if do.shape != q.shape or do.dtype != q.dtype:
+        return "do must have q's shape and dtype"
+    return forward_refusal(q, k, v, causal, scale) or tma_refusal(do=do)
+
+
+def supported(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+              lse: torch.Tensor, causal: bool = False, scale: float | None = None) -> bool:
+    """Whether `attention_bwd_gluon` takes these inputs (see `refusal`)."""
+    return refusal(do, q, k, v, o, lse, causal, scale) is None
 
 
 def attention_bwd_gluon(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,

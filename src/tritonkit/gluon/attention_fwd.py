@@ -45,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .._launch import Launch
+from .._launch import Launch, target_capability
 from .._layout import cdiv
 
 LOG2E = 1.4426950408889634
@@ -379,32 +379,51 @@ def _tma_ready(t: torch.Tensor) -> bool:
     return all(0 < s and s * size % 16 == 0 and s * size < 2**40 for s in t.stride()[:-1])
 
 
-def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-              scale: float | None = None) -> bool:
-    """Whether `attention_fwd_gluon` takes these inputs (already validated by the Triton
-    launcher's checks): CUDA tensors on a compute-capability 9.0 GPU (Hopper; the kernel uses
-    wgmma and setmaxnreg, which sm_100 does not have), float16/bfloat16, head dim 64, 128 or
-    256, and q, k, v that TMA can read in place (see `_tma_ready`) with a positive-length key
-    sequence and fewer than 2^31 tiles of 128 rows. Nothing here launches or synchronises."""
+def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+            scale: float | None = None) -> str | None:
+    """Why `attention_fwd_gluon` cannot take these inputs (already validated by the Triton
+    launcher's checks), or None where it can: the GPU that launches on q's device would run on
+    must be Hopper (compute capability 9.0: the kernel uses wgmma and setmaxnreg, which sm_100
+    does not have), the tensors float16/bfloat16 with head dim 64, 128 or 256, readable by TMA
+    in place (see `_tma_ready`), with a positive-length key sequence and fewer than 2^31 tiles
+    of 128 rows. The GPU is `_launch.target_capability`'s: the device's own, or the target the
+    inspector records for (so it can show which path an input takes on an H100 from a CPU).
+    Nothing here launches or synchronises."""
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
-        return False
-    if q.device.type != "cuda" or not torch.cuda.is_available():
-        return False
-    if torch.cuda.get_device_capability(q.device) != (9, 0):
-        return False
+        return "q, k and v must be tensors"
+    capability = target_capability(q.device)
+    if capability != 90:
+        return (f"{q.device.type} tensors run no compiled GPU kernel" if capability is None
+                else f"the GPU is sm_{capability}, not Hopper (sm_90)")
     if q.dtype not in _GL_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        return False
+        return f"dtype {str(q.dtype).removeprefix('torch.')}: the Gluon kernels take float16 and bfloat16"
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        return False
+        return "q, k, v must be 4-d (B, H, N, D)"
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     if D not in HEAD_DIMS or k.shape[3] != D or v.shape[3] != D:
-        return False
+        return f"head dim {D}: the Gluon forward has kernels for {', '.join(map(str, HEAD_DIMS))}"
     if Hkv < 1 or H % Hkv or Nk < 1 or B < 1 or Nq < 1 or cdiv(Nq, ROWS_PER_PROGRAM) * H * B >= 2**31:
-        return False
+        return "empty sequences, a head count not a multiple of the kv heads', or 2^31 tiles or more"
     if scale is not None and not math.isfinite(scale):
-        return False
-    return all(_tma_ready(t) for t in (q, k, v))
+        return f"scale {scale} is not finite"
+    return tma_refusal(q=q, k=k, v=v)
+
+
+def tma_refusal(**tensors: torch.Tensor) -> str | None:
+    """Why TMA cannot read one of these tensors in place (naming it), or None."""
+    for name, t in tensors.items():
+        if not _tma_ready(t):
+            where = (f"its data starts {t.data_ptr() % 16} bytes past a 16-byte boundary" if t.data_ptr() % 16
+                     else f"strides {tuple(t.stride())} are not TMA's (unit innermost, 16-byte multiples)")
+            return f"{name} cannot be read by TMA in place: {where}"
+    return None
+
+
+def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              scale: float | None = None) -> bool:
+    """Whether `attention_fwd_gluon` takes these inputs (see `refusal`)."""
+    return refusal(q, k, v, causal, scale) is None
 
 
 def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from .. import _runtime, _triton_version
-from .._launch import Launch, record_launches
+from .._launch import Launch, PathChoice, Recording, record_launches
 from .arguments import _describe_args
 from .compiling import _compile, _resolve, _specialise, parse_arch
 from .hopper import occupancy
@@ -38,13 +38,25 @@ def available_ops() -> dict[str, Any]:
         return found
 
 
-def record(op: str, pass_name: str, request: Any, device: torch.device | None = None) -> list[Launch]:
-    """The launches one pass of an op makes for this request, recorded without running."""
+def record(op: str, pass_name: str, request: Any, device: torch.device | None = None,
+           arch: int | None = None) -> Recording:
+    """The launches one pass of an op makes for this request on an sm_`arch` GPU (the
+    inspector's target; default: this GPU's, else sm_90), recorded without running, with the
+    path choices its launchers made (`.choices`). The inputs live on this machine's device
+    (the CPU without a GPU); launchers that choose kernels by GPU generation ask
+    `_launch.target_capability`, which answers `arch` while this records."""
     entry = _entry(op)
     device = device or _runtime.default_device()
-    with record_launches(execute=False) as launches:
+    with record_launches(execute=False, capability=parse_arch(arch)) as launches:
         entry.passes[pass_name](request, device)
     return launches
+
+
+def _choice_for(launches: Recording, index: int) -> PathChoice | None:
+    """The path choice launch `index` was made under: the last made before it, else (a
+    launch both paths share, made before the choice) the first made after it."""
+    before = [c for at, c in launches.choices if at <= index]
+    return before[-1] if before else next((c for _, c in launches.choices), None)
 
 
 def _entry(op: str):
@@ -64,13 +76,16 @@ def _dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
 
 def compile_report(op: str, pass_: str = "all", shape: tuple[int, ...] | None = None,
                    dtype: str | torch.dtype | None = None, offset: int = 0, causal: bool = False,
-                   arch: str | int | None = None, tma: bool | None = None) -> list[KernelReport]:
+                   arch: str | int | None = None, tma: bool | None = None,
+                   path: str | None = None) -> list[KernelReport]:
     """Compile every kernel the op's pass(es) would launch for this input; one report each.
 
     pass_: a pass name from the op's catalogue entry ("fwd", "bwd") or "all".
     shape, dtype: the input; None gives the entry's default. offset: the input is a view
     that many elements into its buffer. arch: "sm_90" by default (the local GPU's if any).
     tma: False asks ops that have a tensor-descriptor path for their pointer path instead.
+    path: one of the entry's kernel families ("gluon", "triton" for attention) to force; None
+    compiles what the op's dispatch chooses for this input on the target.
     """
     from ..registry import InspectRequest
 
@@ -79,21 +94,27 @@ def compile_report(op: str, pass_: str = "all", shape: tuple[int, ...] | None = 
     for name in passes:
         if name not in entry.passes:
             raise ValueError(f"{op} has no pass {name!r}; it has: {', '.join(entry.passes)}")
+    if path is not None and path not in entry.paths:
+        raise ValueError(f"--path {path!r}: {op} has " + (f"the paths {', '.join(entry.paths)}" if entry.paths
+                                                           else "one family of kernels, no paths to choose"))
     target = parse_arch(arch)
     request = InspectRequest(shape=tuple(shape) if shape else None, dtype=_dtype(dtype),
-                             offset=offset, causal=causal, tma=tma)
+                             offset=offset, causal=causal, tma=tma, path=path)
     asked = {"shape": list(shape) if shape else None, "dtype": _dtype_name(request.dtype),
-             "offset": offset, "causal": causal, "tma": tma}
+             "offset": offset, "causal": causal, "tma": tma, "path": path}
     reports = []
     for name in passes:
-        for launch in record(op, name, request):
-            reports.append(kernel_report(launch, target, op=op, pass_name=name, asked=asked))
+        launches = record(op, name, request, arch=target)
+        for i, launch in enumerate(launches):
+            reports.append(kernel_report(launch, target, op=op, pass_name=name, asked=asked,
+                                         choice=_choice_for(launches, i)))
     return reports
 
 
 def kernel_report(launch: Launch, arch: int = 90, op: str = "", pass_name: str = "",
-                  asked: dict[str, Any] | None = None) -> KernelReport:
-    """Specialise and compile one recorded launch for `arch`, and read the result."""
+                  asked: dict[str, Any] | None = None, choice: PathChoice | None = None) -> KernelReport:
+    """Specialise and compile one recorded launch for `arch`, and read the result; `choice`:
+    the dispatch's path choice the launch was made under, if any."""
     verified = _triton_version.supported()
     if not verified:
         _triton_version.warn_once("inspector", "it calls Triton internals and may fail or misread "
@@ -127,6 +148,10 @@ def kernel_report(launch: Launch, arch: int = 90, op: str = "", pass_name: str =
         spill_loads=usage["spill_loads"], stack_bytes=usage["stack"], shared_bytes=meta.shared,
         occupancy=occupancy(usage["registers"], meta.shared, meta.num_warps),
         compile_seconds=compiled.seconds, asm=compiled.asm, loops=compiled.loops,
+        language="gluon" if compiled.gluon else "triton",
+        path=choice and choice.path, path_reason=choice and choice.reason, path_of=choice and choice.what,
+        partitions=compiled.partitions, setmaxnreg=compiled.setmaxnreg, wgmma_waits=compiled.wgmma_waits,
+        mbarrier_waits=compiled.mbarrier_waits,
     )
 
 

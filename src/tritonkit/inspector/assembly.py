@@ -9,7 +9,7 @@ import tempfile
 from collections import Counter
 from typing import Any
 
-from .report import LoopSync, MemOp
+from .report import LoopSync, MemOp, Partition
 
 
 def _ttgir_arg_names(ttgir: str) -> list[tuple[str, str]]:
@@ -205,15 +205,20 @@ def _ptxas_usage(ptx: str, arch: int, options: Any) -> dict[str, int]:
             "spill_loads": number(r"(\d+) bytes spill loads")}
 
 
+# bar.sync / barrier.sync, with its thread count if it has one. Without one, or with the
+# block's thread count, every warp of the block meets there; with fewer (bar.sync 0, 128) only
+# those threads do: a warp-specialized kernel's barrier inside one warpgroup.
+_BARRIER = re.compile(r"\b(?:bar|barrier)\.sync(?:\.aligned)?\s+\w+\s*(?:,\s*(\d+))?\s*;")
 _LABEL = re.compile(r"^(\$L__BB\d+_\d+):")
 _BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+);")
 
 
-def _loop_sync(ptx: str) -> list[LoopSync]:
+def _loop_sync(ptx: str, block_threads: int | None = None) -> list[LoopSync]:
     """The innermost loops of a PTX listing (a branch back to a label above it closes one)
     and how each synchronises. Labels of inline-asm wait loops (`waitLoop:`) are not PTX
     basic blocks and do not count as loops; their try_wait instructions count as mbarrier
-    waits of the loop around them."""
+    waits of the loop around them. A barrier with a thread count short of `block_threads` is
+    not CTA-wide."""
     lines = ptx.splitlines()
     labels = {}
     loops = []
@@ -231,9 +236,67 @@ def _loop_sync(ptx: str) -> list[LoopSync]:
         body = "\n".join(lines[a:b + 1])
         out.append(LoopSync(
             label=name, lines=b - a + 1,
-            cta_barriers=len(re.findall(r"\b(?:bar|barrier)\.sync\b", body)),
+            cta_barriers=sum(1 for count in _BARRIER.findall(body)
+                             if not count or (block_threads is not None and int(count) >= block_threads)),
             wgmma=len(re.findall(r"\bwgmma\.mma_async", body)),
             wgmma_waits=tuple(int(n) for n in re.findall(r"\bwgmma\.wait_group\.sync\.aligned\s+(\d+)", body)),
             mbarrier_waits=len(re.findall(r"\bmbarrier\.try_wait", body)),
         ))
     return out
+
+
+_SETMAXNREG = re.compile(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)")
+_WGMMA_WAIT = re.compile(r"\bwgmma\.wait_group\.sync\.aligned\s+(\d+)")
+
+
+def _setmaxnreg(ptx: str) -> list[tuple[str, int]]:
+    """('inc' or 'dec', registers) of each setmaxnreg in the PTX, in order."""
+    return [(d, int(n)) for d, n in _SETMAXNREG.findall(ptx)]
+
+
+def _wgmma_waits(ptx: str) -> dict[int, int]:
+    """wgmma.wait_group N -> how many there are in the PTX: N of a warpgroup's products may
+    stay in flight past each (N > 0: it goes on while its latest products run)."""
+    return dict(sorted(Counter(int(n) for n in _WGMMA_WAIT.findall(ptx)).items()))
+
+
+def _partitions(ttgir: str, ptx: str, fn: Any) -> list[Partition]:
+    """The partitions of a warp-specialized kernel (`ttg.warp_specialize`), default first:
+    the function each runs (from the kernel's gl.warp_specialize call), its warps and its
+    register budget. Workers' budgets are the TTGIR's requestedRegisters, which Triton lowers
+    to a setmaxnreg at each worker's entry; the default partition's is the setmaxnreg that the
+    default warps run between the two named barriers (barrier.sync 1) at which all warps
+    meet when the partitions start. Empty for a kernel that is not warp-specialized."""
+    if "ttg.warp_specialize" not in ttgir:
+        return []
+    worker_warps = [int(n) for n in re.findall(r"^\s*partition\d+\(.*\) num_warps\((\d+)\)", ttgir, re.M)]
+    requested = re.search(r"requestedRegisters = array<i32: ([\d, ]+)>", ttgir)
+    worker_regs = [int(n) for n in requested.group(1).split(",")] if requested else [None] * len(worker_warps)
+    default_warps = re.search(r'"ttg.num-warps" = (\d+)', ttgir)
+    entry = re.search(r"barrier\.sync\s+1;\s*setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);\s*"
+                      r"barrier\.sync\s+1;", ptx)
+    names = _partition_functions(fn)
+    names += [f"partition{i}" for i in range(len(names), len(worker_warps) + 1)]
+    parts = [Partition(names[0], "default", int(default_warps.group(1)) if default_warps else 4,
+                       int(entry.group(1)) if entry else None)]
+    for i, (warps, regs) in enumerate(zip(worker_warps, worker_regs)):
+        parts.append(Partition(names[i + 1], f"worker {i}", warps, regs))
+    return parts
+
+
+def _partition_functions(fn: Any) -> list[str]:
+    """The functions named by the first gl.warp_specialize([(f, args), ...], ...) call in the
+    kernel's Python source, in order (the first is the default partition's)."""
+    import ast
+    import inspect
+    import textwrap
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "warp_specialize"
+                and node.args and isinstance(node.args[0], (ast.List, ast.Tuple))):
+            return [ast.unparse(item.elts[0]) for item in node.args[0].elts
+                    if isinstance(item, ast.Tuple) and item.elts]
+    return []

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--causal", action="store_true", help="causal masking (attention)")
     parser.add_argument("--no-tma", dest="tma", action="store_false", default=None,
                         help="the pointer path even where the op could use tensor descriptors (attention fwd and bwd)")
+    parser.add_argument("--path", choices=("gluon", "triton"), default=None,
+                        help="force this family of kernels (attention: the Gluon kernels or the Triton ones); "
+                             "default: what the op's dispatch chooses for this input on the target")
     parser.add_argument("--arch", default=None, help="target, e.g. sm_90 (default: this GPU, else sm_90)")
     parser.add_argument("--emit", choices=EMIT_CHOICES, help="print this IR of each kernel")
     parser.add_argument("--json", action="store_true", help="print the facts as JSON")
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         arch = parse_arch(opts.arch)
         common = dict(pass_=opts.pass_, shape=opts.shape, dtype=opts.dtype, causal=opts.causal, arch=arch,
-                      tma=opts.tma)
+                      tma=opts.tma, path=opts.path)
         if opts.compare:
             offset = opts.offset or 1
             left = compile_report(opts.op, offset=0, **common)
@@ -74,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     if opts.json:
-        data: dict[str, Any] = {"op": opts.op, "arch": f"sm_{arch}", "interpreted": _runtime.INTERPRETED}
+        data: dict[str, Any] = {"op": opts.op, "arch": f"sm_{arch}", "interpreted": _runtime.INTERPRETED,
+                                "paths": [{"pass": name, "what": what, "path": path, "reason": reason}
+                                          for (name, what), (path, reason) in _paths(right).items()]}
         if opts.compare:
             data["compare"] = {"offset 0": [r.to_dict() for r in left],
                                f"offset {offset}": [r.to_dict() for r in right]}
@@ -126,5 +131,14 @@ def _heading(opts: argparse.Namespace, arch: int, offset: int, reports: list[Ker
         parts.append("causal")
     if opts.tma is False:
         parts.append("pointer path (--no-tma)")
+    if opts.path:
+        parts.append(f"--path {opts.path}")
     where = "compiled on the CPU, no GPU used" if _runtime.INTERPRETED else _runtime.describe()
-    return " · ".join(parts) + f"\ntarget sm_{arch} ({where})"
+    lines = [" · ".join(parts), f"target sm_{arch} ({where})"]
+    lines += [f"path ({name}, {what}): {path}: {reason}" for (name, what), (path, reason) in _paths(reports).items()]
+    return "\n".join(lines)
+
+
+def _paths(reports: list[KernelReport]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(pass, what) -> (path, reason): each dispatch choice the reports were made under."""
+    return {(r.pass_name, r.path_of): (r.path, r.path_reason) for r in reports if r.path}

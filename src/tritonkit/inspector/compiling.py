@@ -20,8 +20,9 @@ import torch
 
 from .. import _runtime
 from .._launch import Launch, record_launches, tuner_key
-from .assembly import _loop_sync, _memory_ops, _ptxas_usage, _sass_counts, _ttgir_arg_names
-from .report import LoopSync, MemOp
+from .assembly import (_loop_sync, _memory_ops, _partitions, _ptxas_usage, _sass_counts, _setmaxnreg,
+                       _ttgir_arg_names, _wgmma_waits)
+from .report import LoopSync, MemOp, Partition
 
 
 # ---------------------------------------------------------------------------------------
@@ -249,18 +250,28 @@ class _Compiled:
     ptxas: dict[str, int]
     seconds: float
     loops: list[LoopSync]
+    gluon: bool                       # compiled from Gluon (GluonASTSource)
+    partitions: list[Partition]       # warp specialization, if any
+    setmaxnreg: list[tuple[str, int]]
+    wgmma_waits: dict[int, int]
+    mbarrier_waits: int
 
 
 _compiled_cache: dict[tuple, _Compiled] = {}
 
 
 def _compile(jit, signature, constexprs, attrs, options, arch: int) -> _Compiled:
+    """Compile for sm_`arch`: a @triton.jit kernel from Triton's ASTSource, a Gluon kernel from
+    GluonASTSource (`tritonkit.gluon.compile.ast_source`), which parses it as Gluon."""
     import triton
-    from triton.compiler import ASTSource
+
+    from ..gluon.compile import GLUON_MODULES, ast_source, is_gluon
 
     target, _ = _backend(arch)
-    src = ASTSource(jit, signature, constexprs, attrs)
-    with _jit_functions_visible(("triton.language", "tritonkit", jit.fn.__module__)):
+    gluon = is_gluon(jit)
+    src = ast_source(jit, signature, constexprs, attrs)
+    with _jit_functions_visible((*GLUON_MODULES, jit.fn.__module__) if gluon else
+                                ("triton.language", "tritonkit", jit.fn.__module__)):
         key = (src.hash(), options.hash(), arch)
         if key in _compiled_cache:
             return _compiled_cache[key]
@@ -276,6 +287,11 @@ def _compile(jit, signature, constexprs, attrs, options, arch: int) -> _Compiled
         sass_memory=_sass_counts(asm["cubin"]),
         ptxas=_ptxas_usage(ptx, arch, options),
         seconds=time.perf_counter() - start,
-        loops=_loop_sync(ptx),
+        loops=_loop_sync(ptx, kernel.metadata.num_warps * 32),
+        gluon=gluon,
+        partitions=_partitions(asm["ttgir"], ptx, jit.fn),
+        setmaxnreg=_setmaxnreg(ptx),
+        wgmma_waits=_wgmma_waits(ptx),
+        mbarrier_waits=len(re.findall(r"\bmbarrier\.try_wait", ptx)),
     )
     return _compiled_cache[key]

@@ -55,10 +55,19 @@ class LoopSync:
     """How one innermost loop of the PTX synchronises, counted in its body (static counts)."""
     label: str              # the PTX label the loop branches back to, e.g. $L__BB0_2
     lines: int              # PTX lines in the body
-    cta_barriers: int       # bar.sync / barrier.sync: every warp of the block meets there
+    cta_barriers: int       # bar.sync / barrier.sync at which every warp of the block meets
     wgmma: int              # wgmma.mma_async instructions
     wgmma_waits: tuple[int, ...]  # wgmma.wait_group N, in order: N products may stay in flight
     mbarrier_waits: int     # mbarrier try_wait loops (TMA arrivals and the like)
+
+
+@dataclass
+class Partition:
+    """One partition of a warp-specialized (Gluon) kernel: its warps and register budget."""
+    name: str               # the function the kernel's gl.warp_specialize names for it
+    role: str               # "default" (the kernel's own warps) or "worker N"
+    warps: int
+    registers: int | None   # what setmaxnreg gives each of its threads (None: not found)
 
 
 @dataclass
@@ -102,6 +111,14 @@ class KernelReport:
     occupancy: Occupancy
     compile_seconds: float
     loops: list[LoopSync] = field(default_factory=list)   # innermost PTX loops and their sync
+    language: str = "triton"          # the kernel's language: "triton" or "gluon"
+    path: str | None = None           # the op's dispatch: the kernel family it chose for this pass
+    path_reason: str | None = None    # ... and why (from the launcher's PathChoice)
+    path_of: str | None = None        # ... for what, e.g. "attention forward"
+    partitions: list[Partition] = field(default_factory=list)   # warp specialization, if any
+    setmaxnreg: list[tuple[str, int]] = field(default_factory=list)   # ("inc"/"dec", registers), PTX order
+    wgmma_waits: dict[int, int] = field(default_factory=dict)   # pending groups N -> wait_group N count
+    mbarrier_waits: int = 0           # mbarrier try_wait instructions in the whole PTX
     asm: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def arg(self, name: str) -> ArgInfo:

@@ -29,7 +29,9 @@ def _tensor_core_text(report: KernelReport) -> str:
 def format_report(report: KernelReport) -> str:
     lines = [f"kernel {report.kernel}  ({report.op} {report.pass_name}, launch {report.launch!r}, {report.source})",
              f"  grid {report.grid} · {report.num_warps} warps ({report.num_warps * 32} threads) · "
-             f"{report.num_stages} stage{'s' * (report.num_stages != 1)} · {report.num_ctas} CTA/cluster · config from {report.config_source}",
+             + ("" if report.language == "gluon" else f"{report.num_stages} stage{'s' * (report.num_stages != 1)} · ")
+             + f"{report.num_ctas} CTA/cluster · config from {report.config_source}",
+             *_path_lines(report),
              "  arguments (Triton's specialisation)"]
     for a in report.args:
         lines.append(f"    {a.name:<16} {a.type:<12} {a.value:<44} {a.specialisation}".rstrip())
@@ -41,6 +43,7 @@ def format_report(report: KernelReport) -> str:
                  f"cp.async: {'yes' if report.cp_async else 'no'} · tensor cores: {_tensor_core_text(report)}")
     if report.sass_memory:
         lines.append("  SASS: " + ", ".join(f"{k} x{v}" for k, v in report.sass_memory.items()))
+    lines += _warp_specialization_lines(report)
     if report.loops:
         lines.append("  innermost loops (PTX; static counts in each loop body)")
         lines += [f"    {loop.label:<12} {_loop_text(loop)}" for loop in report.loops]
@@ -53,6 +56,32 @@ def format_report(report: KernelReport) -> str:
         waves = blocks / (report.occupancy.blocks_per_sm * H200_SMS)
         lines.append(f"    grid of {blocks} blocks on {H200_SMS} SMs = {waves:.2f} waves")
     return "\n".join(lines)
+
+
+def _path_lines(report: KernelReport) -> list[str]:
+    if report.path is None:
+        return []
+    return [f"  path: {report.path} ({report.path_of}: {report.path_reason}) · this kernel is "
+            f"{'Gluon' if report.language == 'gluon' else 'Triton'}"]
+
+
+def _warp_specialization_lines(report: KernelReport) -> list[str]:
+    lines = []
+    if report.partitions:
+        used = sum(p.warps for p in report.partitions)
+        lines.append(f"  warp specialization: {len(report.partitions)} partitions, {used} warps used, "
+                     f"{report.num_warps} launched (whole warpgroups)")
+        lines += [f"    {p.name:<16} {p.role:<9} {p.warps} warp{'s' * (p.warps != 1)}  "
+                  f"{'?' if p.registers is None else p.registers} registers/thread (setmaxnreg)"
+                  for p in report.partitions]
+    if report.setmaxnreg:
+        lines.append("  setmaxnreg (PTX order): " + ", ".join(f"{d} {n}" for d, n in report.setmaxnreg))
+    if report.wgmma_waits or report.mbarrier_waits:
+        waits = ", ".join(f"wait_group {n} x{c}" for n, c in report.wgmma_waits.items()) or "none"
+        inflight = sum(c for n, c in report.wgmma_waits.items() if n > 0)
+        lines.append(f"  wgmma waits: {waits} ({inflight} leave products in flight) · "
+                     f"mbarrier waits: {report.mbarrier_waits} (try_wait, whole kernel)")
+    return lines
 
 
 def _loop_text(loop: LoopSync) -> str:
@@ -87,7 +116,7 @@ def _access_word(ops: list[MemOp]) -> str:
 
 def explain(report: KernelReport, aligned: KernelReport | None = None) -> list[str]:
     """Plain sentences about one kernel; with `aligned`, what the offset-0 input got instead."""
-    out = []
+    out = _path_sentences(report)
     ints_not_16 = [a for a in report.args if a.kind == "int" and not a.equal_to_1 and a.divisible_by_16 is False]
     for a in report.args:
         if a.kind == "tensor descriptor":
@@ -162,19 +191,26 @@ def explain(report: KernelReport, aligned: KernelReport | None = None) -> list[s
     elif report.tensor_cores.get("mma"):
         out.append(f"Matrix products use mma.sync tensor-core instructions ({report.tensor_cores['mma']}); "
                    "on Hopper wgmma would be faster.")
+    out += _warp_specialization_sentences(report)
     alike: dict[tuple, list[str]] = {}
     for loop in report.loops:
         if loop.wgmma:
             drains = loop.wgmma_waits.count(0)
-            alike.setdefault((loop.wgmma, drains, loop.cta_barriers), []).append(loop.label)
-    for (wgmma, drains, barriers), labels in alike.items():
+            inflight = len(loop.wgmma_waits) - drains
+            alike.setdefault((loop.wgmma, drains, inflight, loop.cta_barriers), []).append(loop.label)
+    for (wgmma, drains, inflight, barriers), labels in alike.items():
         where = (f"The loop at {labels[0]} issues" if len(labels) == 1
                  else f"The loops at {', '.join(labels)} each issue")
-        sentence = (f"{where} {wgmma} wgmma instructions an iteration"
-                    + (f"; {({1: 'once', 2: 'twice'}).get(drains, f'{drains} times')} an iteration its "
-                       "warps wait until none of their products is in flight (wgmma.wait_group 0) "
-                       "before using one, so a warpgroup gives the tensor cores nothing to do while "
-                       "its work between products (a softmax, say) runs" if drains else ""))
+        sentence = f"{where} {wgmma} wgmma instructions an iteration"
+        if inflight:
+            sentence += (f"; {_times(inflight)} an iteration a wait leaves products in flight (wgmma.wait_group N > 0), "
+                         "so the warpgroup's work after it runs while its latest products are still on the tensor "
+                         "cores" + (f", and {_times(drains)} it drains them all (wgmma.wait_group 0)" if drains else ""))
+        elif drains:
+            sentence += (f"; {_times(drains)} an iteration its "
+                         "warps wait until none of their products is in flight (wgmma.wait_group 0) "
+                         "before using one, so a warpgroup gives the tensor cores nothing to do while "
+                         "its work between products (a softmax, say) runs")
         if barriers and report.num_warps > 4:
             sentence += (f"; {barriers} CTA-wide barrier{'s' * (barriers != 1)} an iteration keep the "
                          f"block's {report.num_warps // 4} warpgroups in step, so one warpgroup's "
@@ -193,6 +229,62 @@ def explain(report: KernelReport, aligned: KernelReport | None = None) -> list[s
         out.append(f"The aligned input's kernel needs {aligned.registers} registers per thread instead of "
                    f"{report.registers}" + (", which leaves occupancy the same." if same else
                    f" ({aligned.occupancy.percent:.0f}% occupancy instead of {occ.percent:.0f}%)."))
+    return out
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def _path_sentences(report: KernelReport) -> list[str]:
+    if report.path is None:
+        return []
+    sentence = f"The {report.path_of} takes the {report.path.capitalize()} path: {report.path_reason}."
+    if report.path == "gluon" and report.language != "gluon":
+        sentence += f" This kernel ({report.kernel}) is a Triton kernel that both paths run."
+    elif report.path == "triton" and report.op == "attention":
+        sentence += " (--path gluon compiles the Gluon kernels instead, where they can take the input.)"
+    return [sentence]
+
+
+def _warp_specialization_sentences(report: KernelReport) -> list[str]:
+    """What the partitions, setmaxnreg, wgmma waits and mbarrier waits of a warp-specialized
+    kernel mean."""
+    parts = report.partitions
+    if not parts:
+        return []
+    out = []
+    listed = ", ".join(f"{p.name} ({p.role}, {p.warps} warp{'s' * (p.warps != 1)})" for p in parts)
+    used = sum(p.warps for p in parts)
+    out.append(f"The kernel is warp-specialized: {len(parts)} partitions run different code side by side, {listed}; "
+               f"{used} warps work and {report.num_warps} are launched, since registers are handed out by "
+               "warpgroup (4 warps) and every partition's warpgroup must be present to give them up.")
+    if all(p.registers for p in parts):
+        low = min(parts, key=lambda p: p.registers)
+        high = [p for p in parts if p.registers > low.registers]
+        budget = sum(-(-p.warps // 4) * 128 * p.registers for p in parts)
+        if high:
+            out.append(
+                f"setmaxnreg moves registers between them: {low.name} ({low.warps} warp{'s' * (low.warps != 1)}) drops "
+                f"to {low.registers} registers a thread and {' and '.join(p.name for p in high)} rise to "
+                f"{'/'.join(str(p.registers) for p in high)}, so each of those warpgroups can keep its fp32 "
+                f"accumulators in registers (a 64 x 128 fp32 tile over a warpgroup's 128 threads is 64 a thread) "
+                f"while the other only issues copies and waits; {' + '.join(str(-(-p.warps // 4) * 128 * p.registers) for p in parts)}"
+                f" = {budget} of the SM's 65536 registers (ptxas's {report.registers}/thread is the launch's even "
+                "share, before setmaxnreg).")
+    inflight = sum(c for n, c in report.wgmma_waits.items() if n > 0)
+    drains = report.wgmma_waits.get(0, 0)
+    if inflight:
+        pending = ", ".join(f"wgmma.wait_group {n} x{c}" for n, c in report.wgmma_waits.items() if n > 0)
+        example = (" In the attention forward the wait retires S(j) = Q K(j)^T, issued first, and leaves "
+                   "P(j-1) V(j-1) of the previous key block running under block j's softmax." if report.op == "attention" and report.kernel == "_attn_fwd_kernel" else "")
+        out.append(f"{inflight} of its {inflight + drains} wgmma waits leave products in flight ({pending}): a "
+                   "warpgroup retires only its older products and goes on (to a softmax, say) while the product it "
+                   f"issued last still runs on the tensor cores.{example}")
+    if report.mbarrier_waits:
+        out.append(f"{report.mbarrier_waits} mbarrier waits (try_wait): the partitions hand shared-memory buffers to "
+                   "each other through mbarriers (a TMA load landed, a buffer released, a warpgroup's turn), not "
+                   "CTA-wide barriers; bar.sync with a thread count (bar.sync N, 128) keeps one warpgroup in step.")
     return out
 
 
@@ -222,6 +314,7 @@ def format_compare(left: list[KernelReport], right: list[KernelReport], left_lab
         rows += [
             ("TMA / cp.async", f"{_yes(a.tma)} / {_yes(a.cp_async)}", f"{_yes(b.tma)} / {_yes(b.cp_async)}"),
             ("tensor cores", _tensor_core_text(a), _tensor_core_text(b)),
+            ("path / language", f"{a.path or '-'} / {a.language}", f"{b.path or '-'} / {b.language}"),
             ("SASS global", _sass_global(a), _sass_global(b)),
             ("registers/thread", str(a.registers), str(b.registers)),
             ("spills (B st/ld)", f"{a.spill_stores}/{a.spill_loads}", f"{b.spill_stores}/{b.spill_loads}"),

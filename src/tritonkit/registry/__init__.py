@@ -30,6 +30,7 @@ class InspectRequest:
     offset: int = 0                          # element offset of the view into its buffer
     causal: bool = False
     tma: bool | None = None                  # False: the pointer path even where TMA is allowed
+    path: str | None = None                  # one of the entry's `paths` to force; None: the dispatch's choice
 
 
 @dataclass
@@ -69,6 +70,9 @@ class OpEntry:
     reference: Callable[..., Any] | None = None
     # The alignment fuzz's cases for this op (registry/_fuzz.py, tests/test_fuzz_alignment.py).
     fuzz: tuple[FuzzCase, ...] = ()
+    # The kernel families the op's dispatch chooses between ("gluon", "triton"), which
+    # `tritonkit inspect --path` can force; empty for an op with one family of kernels.
+    paths: tuple[str, ...] = ()
 
 
 def entries() -> dict[str, OpEntry]:

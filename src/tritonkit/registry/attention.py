@@ -47,9 +47,12 @@ def _variant_args(request: InspectRequest, variant: dict) -> tuple:
     return request.causal, None, w, -1 if request.causal else w, variant.get("softcap", 0.0)
 
 
+_GLUON = {None: None, "gluon": True, "triton": False}   # InspectRequest.path -> the launchers' gluon=
+
+
 def _inspect_fwd(request: InspectRequest, device: torch.device, variant: dict | None = None) -> None:
     q, k, v = _inspect_inputs(request, device)
-    attention_fwd(q, k, v, *_variant_args(request, variant or {}), tma=request.tma)
+    attention_fwd(q, k, v, *_variant_args(request, variant or {}), tma=request.tma, gluon=_GLUON[request.path])
 
 
 def _inspect_bwd(request: InspectRequest, device: torch.device, variant: dict | None = None) -> None:
@@ -57,7 +60,8 @@ def _inspect_bwd(request: InspectRequest, device: torch.device, variant: dict | 
     B, H, N, D = q.shape
     o, do = torch.empty_like(q), torch.empty_like(q)
     lse = torch.empty((B, H, N), dtype=torch.float32, device=device)
-    attention_bwd(do, q, k, v, o, lse, *_variant_args(request, variant or {}), tma=request.tma)
+    attention_bwd(do, q, k, v, o, lse, *_variant_args(request, variant or {}), tma=request.tma,
+                  gluon=_GLUON[request.path])
 
 
 def _passes() -> dict:
@@ -329,4 +333,5 @@ ENTRY = OpEntry(
     sample=_sample,
     reference=_reference,
     fuzz=(FuzzCase("forward", 40, _fuzz_forward), FuzzCase("backward", 25, _fuzz_backward)),
+    paths=("gluon", "triton"),
 )

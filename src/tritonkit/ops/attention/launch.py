@@ -101,7 +101,7 @@ def _forward(q, k, v, o, lse, scale: float, flags: tuple, varlen: tuple | None,
     if B == 0 or Nq == 0:
         return
     causal, window_left, window_right, softcap = flags
-    if gluon_forward(q, k, v, scale, flags, varlen, config, tma, gluon):
+    if gluon_forward(q, k, v, scale, flags, varlen, config, tma, gluon).path == "gluon":
         from ...gluon.attention_fwd import attention_fwd_gluon
         attention_fwd_gluon(q, k, v, o, lse, causal, scale)
         return
@@ -256,7 +256,7 @@ def _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, scale: float, flags: tuple,
     Launch("attention_bwd_preprocess", _attn_bwd_preprocess_kernel, (cdiv(Nq, pre_block), H, B),
            (o, do, delta, dlse, Nq, D, *o.stride(), *do.stride()),
            dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)()
-    if gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon):
+    if gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon).path == "gluon":
         from ...gluon.attention_bwd import attention_bwd_gluon
         attention_bwd_gluon(do, q, k, v, lse, delta, dq, dk, dv, causal, scale)
         return

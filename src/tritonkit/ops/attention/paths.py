@@ -8,57 +8,92 @@ the H200 (BENCHMARKS.md, "Attention on Hopper: Gluon and Triton paths"): the for
 dims 128 and 256, the backward at head dim 128 with a causal mask. Both paths give results
 within the same rounding of the float64 reference and are deterministic; they are not
 bitwise equal to each other.
+
+Each choice comes with its reason (`PathChoice`), which `tritonkit inspect` reports: the
+inspector records the launches on CPU tensors for an sm_90 target, and the Gluon kernels'
+`refusal` asks `_launch.target_capability` which GPU the launch would run on, so the same
+choice is made there as on an H100 or H200.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..._launch import PathChoice, record_choice
+
 GLUON_FORWARD_HEAD_DIMS = (128, 256)
 GLUON_BACKWARD_HEAD_DIMS = (128,)
 
 
-def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None) -> bool:
-    """No window, no softcap, not packed, no tile forced, descriptors allowed."""
+def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None) -> str | None:
+    """Why the call is not a plain one the Gluon kernels take (no window, no softcap, not
+    packed, no tile forced, descriptors allowed), or None."""
     _, window_left, window_right, softcap = flags
-    return varlen is None and config is None and tma is not False and window_left < 0 and window_right < 0 \
-        and softcap == 0
+    for refused, why in ((varlen is not None, "packed sequences (varlen)"), (config is not None, "an explicit tile"),
+                         (tma is False, "tma=False (the pointer path)"),
+                         (window_left >= 0 or window_right >= 0, "a sliding window"), (softcap != 0, "a softcap")):
+        if refused:
+            return f"{why}: only the Triton kernels have it"
+    return None
 
 
 def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, flags: tuple,
-                  varlen: tuple | None, config: object, tma: bool | None, gluon: bool | None) -> bool:
-    """Whether the forward runs the Gluon kernel. gluon: None chooses by the measured head dims,
-    False never, True always (a ValueError where the kernel cannot take the call)."""
+                  varlen: tuple | None, config: object, tma: bool | None, gluon: bool | None) -> PathChoice:
+    """Which kernels run the forward, and why (`.gluon`: the Gluon kernel). gluon: None chooses by
+    the measured head dims, False never the Gluon kernel, True always (a ValueError where it
+    cannot take the call)."""
     if gluon is False:
-        return False
+        return _chosen("forward", False, "gluon=False forces the Triton kernels")
     if gluon is None and q.shape[-1] not in GLUON_FORWARD_HEAD_DIMS:
-        return False
-    possible = _plain(flags, varlen, config, tma) and q.is_cuda
-    if possible:
-        from ...gluon import attention_fwd as kernels
-        possible = kernels.supported(q, k, v, flags[0], scale)
-    return _chosen(possible, gluon, "forward")
+        return _chosen("forward", False, f"head dim {q.shape[-1]}: the Gluon forward is chosen at head dims "
+                       f"{_dims(GLUON_FORWARD_HEAD_DIMS)}, where it measured faster")
+    from ...gluon import attention_fwd as kernels
+    refused = _plain(flags, varlen, config, tma) or kernels.refusal(q, k, v, flags[0], scale)
+    if refused:
+        return _refused("forward", refused, gluon)
+    return _chosen("forward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), head dim {q.shape[-1]}, "
+                   f"{_dtype(q)}, q, k, v readable by TMA")
 
 
 def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                    lse: torch.Tensor, scale: float, flags: tuple, varlen: tuple | None, dkdv_config: object,
-                   dq_config: object, tma: bool | None, gluon: bool | None) -> bool:
-    """Whether the dK/dV and dQ passes run the Gluon kernels; gluon as in `gluon_forward`."""
+                   dq_config: object, tma: bool | None, gluon: bool | None) -> PathChoice:
+    """Which kernels run the dK/dV and dQ passes, and why; gluon as in `gluon_forward`."""
     causal = flags[0]
     if gluon is False:
-        return False
+        return _chosen("backward", False, "gluon=False forces the Triton kernels")
     if gluon is None and not (causal and q.shape[-1] in GLUON_BACKWARD_HEAD_DIMS):
-        return False
-    possible = dq_config is None and _plain(flags, varlen, dkdv_config, tma) and q.is_cuda
-    if possible:
-        from ...gluon import attention_bwd as kernels
-        possible = kernels.supported(do, q, k, v, o, lse, causal, scale)
-    return _chosen(possible, gluon, "backward")
+        return _chosen("backward", False, f"{'causal' if causal else 'full'} attention at head dim "
+                       f"{q.shape[-1]}: the Gluon backward is chosen causal at head dim "
+                       f"{_dims(GLUON_BACKWARD_HEAD_DIMS)}, where it measured faster")
+    from ...gluon import attention_bwd as kernels
+    refused = (_plain(flags, varlen, dkdv_config if dq_config is None else dq_config, tma)
+               or kernels.refusal(do, q, k, v, o, lse, causal, scale))
+    if refused:
+        return _refused("backward", refused, gluon)
+    return _chosen("backward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {'causal, ' if causal else ''}"
+                   f"head dim {q.shape[-1]}, {_dtype(q)}, q, k, v, do readable by TMA")
 
 
-def _chosen(possible: bool, gluon: bool | None, which: str) -> bool:
-    if gluon and not possible:
-        raise ValueError(f"gluon=True, but the Gluon {which} cannot take this call: it needs a Hopper GPU "
-                         "(sm_90), float16/bfloat16 tensors that tensor descriptors can read, a head dim it "
-                         "supports, and no window, softcap, packed sequences or explicit tiles")
-    return possible
+def _refused(which: str, refused: str, gluon: bool | None) -> PathChoice:
+    """The Triton path because the Gluon kernel cannot take the call; a ValueError if gluon=True."""
+    if gluon:
+        raise ValueError(f"gluon=True, but the Gluon {which} cannot take this call: {refused} (it needs a Hopper "
+                         "GPU (sm_90), float16/bfloat16 tensors that tensor descriptors can read, a head dim it "
+                         "supports, and no window, softcap, packed sequences or explicit tiles)")
+    return _chosen(which, False, refused)
+
+
+def _chosen(which: str, gluon: bool, reason: str) -> PathChoice:
+    """The choice, also told to the inspector's recording, if one is open."""
+    choice = PathChoice(f"attention {which}", "gluon" if gluon else "triton", reason)
+    record_choice(choice)
+    return choice
+
+
+def _dims(dims: tuple[int, ...]) -> str:
+    return " and ".join(map(str, dims))
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")

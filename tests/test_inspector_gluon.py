@@ -1,0 +1,138 @@
+"""`tritonkit inspect attention` on the Gluon path: which path an input takes and why, and the
+structure of the Gluon kernels compiled for sm_90 on the CPU (GluonASTSource).
+
+The inspector records the launches on CPU tensors for an sm_90 target, so the dispatch makes
+the choice it would make on an H100/H200; each Gluon kernel is compiled once per module
+(compiles take a few seconds; `compile_report` also caches compiled kernels).
+"""
+
+import functools
+import json
+
+import pytest
+
+from tritonkit import _launch
+from tritonkit.gluon import attention_fwd as gluon_fwd
+from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT
+from tritonkit.inspector import compile_report, explain, format_report, main, record
+from tritonkit.registry import InspectRequest
+
+import torch
+
+# The dK/dV kernel at D=128 spills a few loop-invariant shared-memory descriptors
+# (tests/test_gluon_attention_bwd.py pins the same bound).
+DKDV_SPILL_BOUND = 512
+SEQ = 333       # ragged: not a multiple of any block
+
+
+@functools.lru_cache(maxsize=None)
+def _reports(pass_: str, D: int, causal: bool) -> tuple:
+    return tuple(compile_report("attention", pass_=pass_, shape=(2, 4, SEQ, D), dtype="bf16", causal=causal,
+                                arch="sm_90"))
+
+
+def _by_launch(reports) -> dict:
+    return {r.launch: r for r in reports}
+
+
+def _check_warp_specialized(report, spill_bound: int = 0):
+    assert report.language == "gluon" and report.path == "gluon", (report.kernel, report.path, report.path_reason)
+    consumer, producer = gluon_fwd.CONSUMER_REGS, gluon_fwd.PRODUCER_REGS
+    # The default partition and a worker are 4-warp consumer warpgroups, the last worker the
+    # 1-warp producer; 12 warps launch (registers move between whole warpgroups).
+    assert [(p.role, p.warps, p.registers) for p in report.partitions] == [
+        ("default", 4, consumer), ("worker 0", 4, consumer), ("worker 1", 1, producer)], report.partitions
+    assert report.partitions[-1].name.endswith("producer") and report.num_warps == 12
+    assert {("dec", producer), ("inc", consumer)} <= set(report.setmaxnreg), report.setmaxnreg
+    # Products left in flight past a wait, and waits that drain them.
+    assert report.wgmma_waits.get(1, 0) > 0 and report.wgmma_waits.get(0, 0) > 0, report.wgmma_waits
+    assert report.mbarrier_waits > 0 and report.tma and report.tensor_cores["wgmma"] > 0
+    assert report.spill_stores <= spill_bound and report.spill_loads <= spill_bound, report.spill_stores
+    assert 0 < report.shared_bytes <= HOPPER_SHARED_LIMIT
+    # Inside the key loops the warpgroups do not meet at CTA-wide barriers.
+    assert report.loops and all(loop.cta_barriers == 0 for loop in report.loops if loop.wgmma)
+    text, sentences = format_report(report), " ".join(explain(report))
+    assert "path: gluon" in text and "warp specialization: 3 partitions" in text
+    assert f"{report.partitions[-1].name:<16} worker 1  1 warp" in text
+    assert "takes the Gluon path" in sentences and "warp-specialized" in sentences
+    assert f"drops to {producer} registers" in sentences and "leave products in flight" in sentences
+
+
+@pytest.mark.parametrize("D, causal", [(128, False), (128, True), (256, False), (256, True)])
+def test_forward_takes_the_gluon_kernel_and_its_structure(D, causal):
+    (report,) = _reports("fwd", D, causal)
+    assert report.launch == "attention_fwd_gluon" and report.kernel == "_attn_fwd_kernel"
+    assert report.path_of == "attention forward" and f"head dim {D}" in report.path_reason
+    _check_warp_specialized(report)
+    if D == 128:
+        assert "P(j-1) V(j-1)" in " ".join(explain(report))
+
+
+def test_backward_causal_d128_takes_the_gluon_kernels_and_their_structure():
+    reports = _by_launch(_reports("bwd", 128, True))
+    assert set(reports) == {"attention_bwd_preprocess", "attention_bwd_dkdv_gluon", "attention_bwd_dq_gluon"}
+    # The Triton preprocess (delta) runs on both paths; the report says so.
+    pre = reports["attention_bwd_preprocess"]
+    assert pre.language == "triton" and pre.path == "gluon" and not pre.partitions
+    assert "both paths run" in " ".join(explain(pre))
+    _check_warp_specialized(reports["attention_bwd_dkdv_gluon"], spill_bound=DKDV_SPILL_BOUND)
+    _check_warp_specialized(reports["attention_bwd_dq_gluon"])
+
+
+def _choice(pass_: str, **request) -> _launch.PathChoice:
+    """The path the pass's dispatch chooses on sm_90, recorded without compiling."""
+    launches = record("attention", pass_, InspectRequest(**request), arch=90)
+    (choice,) = {c for _, c in launches.choices}
+    return choice
+
+
+def test_the_path_and_its_reason():
+    aligned = dict(shape=(1, 2, 4096, 128), dtype=torch.bfloat16)
+    assert _choice("fwd", **aligned).path == "gluon"
+    assert _choice("bwd", causal=True, **aligned).path == "gluon"
+    cases = [
+        (("fwd", dict(aligned, offset=1)), "q cannot be read by TMA in place"),   # a view at an odd offset
+        (("fwd", dict(aligned, shape=(1, 2, 4096, 64))), "head dim 64"),
+        (("fwd_window", aligned), "a sliding window"),
+        (("bwd", aligned), "full attention at head dim 128"),                  # measured: Triton's faster
+        (("fwd", dict(aligned, path="triton")), "gluon=False"),
+    ]
+    for (pass_, request), reason in cases:
+        choice = _choice(pass_, **request)
+        assert choice.path == "triton" and reason in choice.reason, (pass_, request, choice)
+    # Forcing the Gluon kernel where it cannot take the input names why.
+    with pytest.raises(ValueError, match="a sliding window"):
+        _choice("fwd_window", path="gluon", **aligned)
+    forced = _choice("fwd", path="gluon", **dict(aligned, shape=(1, 2, 4096, 64)))
+    assert forced.path == "gluon" and forced.reason.startswith("gluon=True")
+
+
+def test_target_capability_is_the_recording_target_only_when_nothing_runs():
+    cpu = torch.device("cpu")
+    assert _launch.target_capability(cpu) is None
+    with _launch.record_launches(execute=False, capability=90):
+        assert _launch.target_capability(cpu) == 90
+        with _launch.record_launches(execute=False, capability=80):
+            assert _launch.target_capability(cpu) == 80
+    with _launch.record_launches(execute=True, capability=90):     # launches run: the real device
+        assert _launch.target_capability(cpu) is None
+    assert _launch.target_capability(cpu) is None
+    q = torch.empty(1, 2, 64, 128, dtype=torch.bfloat16)
+    assert not gluon_fwd.supported(q, q, q) and "cpu" in gluon_fwd.refusal(q, q, q)
+
+
+def test_cli_json_and_text_name_the_path(capsys):
+    _reports("fwd", 128, False)          # compiled once for the module
+    shape = f"2,4,{SEQ},128"
+    assert main(["attention", "--pass", "fwd", "--shape", shape, "--dtype", "bf16", "--json", "--explain"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["paths"] == [{"pass": "fwd", "what": "attention forward", "path": "gluon",
+                              "reason": data["kernels"][0]["path_reason"]}]
+    kernel = data["kernels"][0]
+    assert kernel["language"] == "gluon" and [p["warps"] for p in kernel["partitions"]] == [4, 4, 1]
+    assert kernel["wgmma_waits"]["1"] > 0 and any("warp-specialized" in s for s in data["explain"][0])
+    assert main(["attention", "--pass", "fwd", "--shape", shape, "--dtype", "bf16"]) == 0
+    out = capsys.readouterr().out
+    assert "path (fwd, attention forward): gluon: sm_90 (Hopper), head dim 128" in out
+    assert main(["add", "--path", "gluon"]) == 2
+    assert "add has one family of kernels" in capsys.readouterr().err
