@@ -69,10 +69,15 @@ def check(q, k, v, causal=False, window=None, softcap=None, scale=None, backward
     return out, lse
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("Nq,Nk,causal,window", WINDOW_PARAMS)
-def test_window(Nq, Nk, causal, window, dtype, device):
-    q, k, v = make_qkv(1, 4, 2, Nq, Nk, 32, dtype, device)
+def test_window(Nq, Nk, causal, window, device):
+    q, k, v = make_qkv(1, 4, 2, Nq, Nk, 32, torch.float16, device)
+    check(q, k, v, causal, window)
+
+
+@pytest.mark.parametrize("causal,window", [(False, (6, 3)), (True, (7, 0)), (True, (5, 0))])
+def test_window_bf16(causal, window, device):
+    q, k, v = make_qkv(1, 4, 2, 70, 37 if window == (5, 0) else 70, 32, torch.bfloat16, device)
     check(q, k, v, causal, window)
 
 
@@ -229,3 +234,13 @@ def test_bad_window_or_softcap_names_the_argument(kwargs, error, words, device):
 def test_custom_op_registrations_with_window_and_softcap(device):
     q, k, v = make_qkv(1, 2, 1, 24, 18, 16, torch.float16, device, requires_grad=True)
     torch.library.opcheck(torch.ops.tritonkit.attention_fwd.default, (q, k, v, True, 0.25, 5, -1, 3.0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("causal,window,softcap", [(True, (256, 0), None), (True, None, 50.0),
+                                                    (False, (300, 100), 30.0)])
+def test_head_dims_compiled(D, causal, window, softcap, device):
+    # The compiled kernels at the head dims and tiles the GPU uses (GQA 8/2, ragged N).
+    q, k, v = make_qkv(2, 8, 2, 1000, 1000, D, torch.bfloat16, device)
+    check(q, k, v, causal, window, softcap)
