@@ -127,19 +127,19 @@ def test_rows_that_see_no_key(device):
 
 
 def test_key_blocks_outside_every_window_are_never_read(device):
-    # 32 queries with window (2, 2) see keys 0..33 at most; keys 64.. hold NaN. A kernel that
-    # loaded their blocks would spread the NaN (0 * NaN in P V); the gradients of those keys
-    # are 0 (no query sees them).
-    q, k, v = make_qkv(1, 2, 2, 32, 128, 32, torch.float16, device)
-    k[:, :, 64:], v[:, :, 64:] = float("nan"), float("nan")
+    # 32 queries with window (2, 2) see keys 0..33 at most; keys 128.. (past the first key
+    # block of every tile, 128 keys at most) hold NaN. A kernel that loaded their blocks would
+    # spread the NaN (0 * NaN in P V); the gradients of those keys are 0 (no query sees them).
+    q, k, v = make_qkv(1, 2, 2, 32, 256, 32, torch.float16, device)
+    k[:, :, 128:], v[:, :, 128:] = float("nan"), float("nan")
     for tma in (True, False):
         out, _ = attention_fwd(q, k, v, False, None, 2, 2, tma=tma)
-        ref = attention_reference(q, k[:, :, :64], v[:, :, :64], window=(2, 2))
-        assert_close_to_reference(out, ref, attention_reference(q, k[:, :, :64], v[:, :, :64], upcast=False,
+        ref = attention_reference(q, k[:, :, :128], v[:, :, :128], window=(2, 2))
+        assert_close_to_reference(out, ref, attention_reference(q, k[:, :, :128], v[:, :, :128], upcast=False,
                                                                window=(2, 2)))
     dq, dk, dv = grads(lambda *t: tritonkit.attention(*t, window=(2, 2)), (q, k, v), torch.randn_like(q))
     assert not dq.isnan().any()
-    assert torch.equal(dk[:, :, 64:], torch.zeros_like(dk[:, :, 64:]))
+    assert torch.equal(dk[:, :, 128:], torch.zeros_like(dk[:, :, 128:]))
 
 
 def _merge(o1, lse1, o2, lse2):

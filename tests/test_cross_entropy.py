@@ -94,7 +94,7 @@ def test_cross_entropy_layouts(device):
     x = leaf(torch.randn(40, device=device))
     ours = tritonkit.cross_entropy(x, torch.tensor(7, device=device), label_smoothing=0.1)
     ref = torch.nn.functional.cross_entropy(x.double(), torch.tensor(7, device=device), label_smoothing=0.1)
-    torch.testing.assert_close(ours.double(), ref)
+    torch.testing.assert_close(ours.double(), ref, rtol=1e-6, atol=1e-6)  # a float32 loss
     assert tritonkit.cross_entropy(x, torch.tensor(3, device=device), reduction="none").shape == ()
 
 

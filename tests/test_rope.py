@@ -33,7 +33,10 @@ def check(q, k, cos, sin, interleaved=False):
     """Forward, and the gradients of q and k for random upstream gradients, against float64."""
     q_rot, k_rot = tritonkit.rope(q, k, cos, sin, interleaved=interleaved)
     ref_q, ref_k = rope_reference(q, k, cos, sin, interleaved)
-    same_q, same_k = rope_reference(q, k, cos, sin, interleaved, upcast=False)
+    # torch in the inputs' dtypes, rounded to q's and k's as rope returns them (float32 cos
+    # beside bfloat16 q computes in float32)
+    same_q, same_k = (t.to(like.dtype) for t, like in zip(rope_reference(q, k, cos, sin, interleaved, upcast=False),
+                                                         (q, k)))
     assert q_rot.dtype == q.dtype and k_rot.dtype == k.dtype
     assert_close_to_reference(q_rot, ref_q, same_q, what="q")
     assert_close_to_reference(k_rot, ref_k, same_k, what="k")

@@ -313,7 +313,7 @@ def _attn_bwd_dq_kernel(
     vt_offs = offs_d[:, None] * stride_vd + offs_n0[None, :] * stride_vn
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    lo, full_lo, full_hi, hi = _key_range(start_m, nk, BLOCK_M, BLOCK_N, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT)
+    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, BLOCK_M, BLOCK_N, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT)
     if WINDOW_LEFT >= 0:
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,

@@ -166,7 +166,7 @@ def _attn_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    lo, full_lo, full_hi, hi = _key_range(start_m, nk, BLOCK_M, BLOCK_N, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT)
+    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, BLOCK_M, BLOCK_N, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT)
     if WINDOW_LEFT >= 0:
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,

@@ -54,18 +54,21 @@ def _visible(q, k, Nq, Nk, CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WIND
 
 
 @triton.jit
-def _key_range(start_m, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _key_range(start_m, Nq, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr):
     # Forward and dQ pass: the keys the query block [start_m, start_m + BLOCK_M) visits,
     # lo <= full_lo <= full_hi <= hi: [lo, full_lo) masked (the left window edge), [full_lo,
     # full_hi) whole BLOCK_N blocks every row sees, [full_hi, hi) masked (the causal diagonal
     # or right window edge, and the ragged tail). lo, full_lo, full_hi are multiples of BLOCK_N.
-    # Without a left bound lo = full_lo = 0.
+    # Without a left bound lo = full_lo = 0. The right end follows the block's last real row
+    # (< Nq), not its last padding row: a key block only padding rows would see is never
+    # loaded (its values, whatever they hold, would otherwise meet P = 0 in P V: 0 * inf).
+    rows_end = tl.minimum(start_m + BLOCK_M, Nq)
     if CAUSAL:
-        hi = tl.minimum(Nk, start_m + BLOCK_M)
+        hi = tl.minimum(Nk, rows_end)
         full_hi = tl.minimum(start_m, Nk) // BLOCK_N * BLOCK_N
     elif WINDOW_RIGHT >= 0:
-        hi = tl.minimum(Nk, start_m + (BLOCK_M + WINDOW_RIGHT))
+        hi = tl.minimum(Nk, rows_end + WINDOW_RIGHT)
         full_hi = tl.minimum(start_m + (WINDOW_RIGHT + 1), Nk) // BLOCK_N * BLOCK_N
     else:
         hi = Nk

@@ -181,14 +181,15 @@ def linear_cross_entropy_bwd(grad_loss: torch.Tensor, hidden: torch.Tensor, weig
         if grad_loss.dim() != 0:
             raise ValueError(f"grad_loss has shape {tuple(grad_loss.shape)}; reduction={reduction!r} gives a 0-d loss")
         grads = (grad_hidden, grad_weight, grad_bias)
-        if not in_place:
-            # The custom op (torch.compile's road) may not alias or mutate its inputs: new tensors.
-            return tuple(g * grad_loss for g in grads)
         # One host sync: reading the scale lets loss.backward()'s upstream 1 return the saved
         # gradients untouched (no pass over grad_weight), and any other scale multiply as a
         # host scalar (a vectorised kernel; a 0-d fp32 device tensor against bf16 takes
-        # torch's slower mixed-dtype path). Both compute float(g) * scale rounded once.
+        # torch's slower mixed-dtype path). Both roads multiply by the same host scalar, so
+        # they give the same bits.
         scale = grad_loss.item()
+        if not in_place:
+            # The custom op (torch.compile's road) may not alias or mutate its inputs: new tensors.
+            return tuple(g * scale for g in grads)
         if scale != 1.0:
             for g in grads:
                 g.mul_(scale)
