@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packaging check (CI, after the tests): build the sdist and the wheel, check that they hold
+# Packaging check (CI, before the tests): build the sdist and the wheel, check that they hold
 # every file of src/tritonkit that git tracks, install the wheel into a fresh virtual
 # environment (the pins of requirements-cpu.txt as constraints, so the same torch and triton),
 # and from outside the source tree import tritonkit, run one op through the interpreter, and
