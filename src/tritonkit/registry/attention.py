@@ -284,25 +284,30 @@ def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
                        attention_reference(q, k, v, causal, upcast=False))]
 
 
-def _flash_recipe_grads(q, k, v, o, grad, causal):
+def flash_recipe_grads(reference: Callable, leaves: list, o: torch.Tensor, grad: torch.Tensor) -> tuple:
     """float64 gradients computed the way a flash backward computes them: delta = rowsum(dO * O)
     from the forward output O as stored (rounded to q's dtype). Their gap to the exact gradient is
     the algorithm's own error in that dtype, which SDPA's unfused math does not share; on tiny,
-    nearly one-hot rows it can be several times torch's error (dP - delta cancels)."""
-    q, k, v, o, do = (t.detach().double() for t in (q, k, v, o, grad))
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    s = (q @ k.transpose(-1, -2)) * scale
-    if causal:
-        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(), float("-inf"))
-    p = torch.softmax(s, -1)
-    ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
-    dq, dk, dv = ds @ k * scale, ds.transpose(-1, -2) @ q * scale, p.transpose(-1, -2) @ do
+    nearly one-hot rows it can be several times torch's error (dP - delta cancels).
 
-    def fold(t):
-        return t.view(t.shape[0], -1, group, *t.shape[2:]).sum(2)
-    return dq, fold(dk), fold(dv)
+    reference(q, k, v) -> (out, lse) in float64, lse indexed as out's rows (out[..., 0]). The
+    exact backward takes dS = P (dP - rowsum(dO * O_exact)); since d lse / dS = P, an upstream
+    gradient of rowsum(dO * (O_exact - O)) on lse turns that delta into the stored one, masks,
+    softcap, GQA and packed sequences included. Gradients the graph does not reach are zero."""
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    out, lse = reference(*wide)
+    upstream = grad.detach().double()
+    shift = (upstream * (out.detach() - o.detach().double())).sum(-1)
+    return grads_or_zeros((out, lse), wide, (upstream, shift))
+
+
+def grads_or_zeros(outputs, leaves, upstreams) -> tuple:
+    """torch.autograd.grad of `outputs` for `upstreams`, with zeros for the leaves the graph does
+    not reach (a reference whose queries all see no key never touches k and v)."""
+    reached = [(out, up.to(out.dtype)) for out, up in zip(outputs, upstreams) if out.requires_grad]
+    found = (torch.autograd.grad([out for out, _ in reached], leaves, [up for _, up in reached], allow_unused=True)
+             if reached else [None] * len(leaves))
+    return tuple(torch.zeros_like(t) if g is None else g for g, t in zip(found, leaves))
 
 
 def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
@@ -310,7 +315,7 @@ def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     out = attention(*leaves, causal=causal)
     ours = torch.autograd.grad(out, leaves, grad)
-    recipe = _flash_recipe_grads(q, k, v, out, grad, causal)
+    recipe = flash_recipe_grads(lambda *t: attention_reference(*t, causal, return_lse=True), [q, k, v], out, grad)
     same = [t.detach().requires_grad_() for t in (q, k, v)]
     theirs = torch.autograd.grad(attention_reference(*same, causal, upcast=False), same, grad)
     wide = [t.detach().double().requires_grad_() for t in (q, k, v)]

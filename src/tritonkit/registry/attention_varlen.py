@@ -1,4 +1,5 @@
-"""Catalogue entry for `tritonkit.attention_varlen`: packed variable-length sequences."""
+"""Catalogue entry for `tritonkit.attention_varlen`: packed variable-length sequences;
+inspector passes, benchmark cases, sample and fuzz."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import torch
 
 from ..ops.attention import attention_varlen, attention_varlen_bwd, attention_varlen_fwd, attention_varlen_reference
 from . import BenchCase, InspectRequest, OpEntry
-from .attention import _timed, flex_peer
+from ._accuracy import Comparison, relative_error
+from ._fuzz import HALVES, FuzzCase, FuzzInputs, describe
+from .attention import _timed, flash_recipe_grads, flex_peer, grads_or_zeros
 
 
 def lognormal_lengths(count: int, mean: int, seed: int = 0, sigma: float = 0.6) -> list[int]:
@@ -112,6 +115,70 @@ def _sample(device: torch.device) -> tuple:
     return q, k, v, cu, cu, True, 32 ** -0.5, 6, -1, 30.0
 
 
+FUZZ_LENGTHS = (0, 0, 1, 1, 2, 3, 5, 7, 13, 16, 17, 31)   # empty, single, primes, a block and one past
+
+
+def _fuzz_inputs(inputs: FuzzInputs):
+    """q (Tq, H, D), k and v (Tk, Hkv, D) and an upstream gradient, each at its own layout with
+    the head dim innermost (as projections lay them out; the op copies any other); 1..4
+    sequences, key lengths the query lengths or drawn apart; GQA or not; the mask options."""
+    draw = inputs.draw
+    count = draw.integer(1, 4)
+    lens_q = [draw.choice(FUZZ_LENGTHS) for _ in range(count)]
+    lens_k = lens_q if draw.boolean() else [draw.choice(FUZZ_LENGTHS) for _ in range(count)]
+    kv_heads = draw.integer(1, 2)
+    heads = kv_heads * draw.choice((1, 2))
+    head_dim = draw.choice((16, 24, 32, 40, 64) + ((128, 256) if inputs.on_gpu else ()))
+    dtype = draw.choice(HALVES)
+    q_shape, kv_shape = (sum(lens_q), heads, head_dim), (sum(lens_k), kv_heads, head_dim)
+    shapes = (q_shape, kv_shape, kv_shape, q_shape)
+    q, k, v, grad = (inputs.view(shape, dtype, inputs.layout(3).innermost(2)) for shape in shapes)
+    window = draw.choice((None, None, (draw.choice((0, 1, 3, 8)), draw.choice((-1, 0, 2)))))
+    options = dict(causal=draw.boolean(), window=window, softcap=draw.choice((None, None, 5.0)))
+    return q, k, v, grad, cu_seqlens(lens_q, inputs.device), cu_seqlens(lens_k, inputs.device), options
+
+
+def _note(q, k, v, cu_q, cu_k, options) -> str:
+    return (f"lengths q {cu_q.diff().tolist()} k {cu_k.diff().tolist()} "
+            + " ".join(f"{key}={value}" for key, value in options.items())
+            + f" q {describe(q)} k {describe(k)} v {describe(v)}")
+
+
+def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
+    q, k, v, _, cu_q, cu_k, options = _fuzz_inputs(inputs)
+    longest_q, longest_k = int(cu_q.diff().max()), int(cu_k.diff().max())
+    out = attention_varlen(q, k, v, cu_q, cu_k, longest_q, longest_k, **options)
+    assert out.dtype == q.dtype and out.shape == q.shape, f"attention_varlen: {out.dtype} {tuple(out.shape)}"
+    return [Comparison(f"attention_varlen: {_note(q, k, v, cu_q, cu_k, options)}", out,
+                       attention_varlen_reference(q, k, v, cu_q, cu_k, **options),
+                       attention_varlen_reference(q, k, v, cu_q, cu_k, upcast=False, **options))]
+
+
+def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
+    q, k, v, grad, cu_q, cu_k, options = _fuzz_inputs(inputs)
+    longest_q, longest_k = int(cu_q.diff().max()), int(cu_k.diff().max())
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = attention_varlen(*leaves, cu_q, cu_k, longest_q, longest_k, **options)
+    ours = torch.autograd.grad(out, leaves, grad)
+
+    def reference(*t, upcast=True):
+        o, lse = attention_varlen_reference(*t, cu_q, cu_k, upcast=upcast, return_lse=True, **options)
+        return o, lse.transpose(0, 1)   # lse indexed as o's rows
+
+    def grads(*t, upcast=True):
+        leaves = [x.detach().requires_grad_() for x in t]
+        return grads_or_zeros(reference(*leaves, upcast=upcast)[:1], leaves, (grad,))
+
+    theirs = grads(q, k, v, upcast=False)
+    exact = grads(*(t.double() for t in (q, k, v)))
+    recipe = flash_recipe_grads(reference, [q, k, v], out, grad)
+    note = _note(q, k, v, cu_q, cu_k, options)
+    # The yardstick is the larger of torch's error and the flash recipe's own error (attention's fuzz).
+    return [Comparison(f"attention_varlen {name}: {note}", a, ref,
+                       max((b, c), key=lambda t: relative_error(t, ref)), gradient=True)
+            for name, a, ref, b, c in zip(("dq", "dk", "dv"), ours, exact, theirs, recipe)]
+
+
 ENTRY = OpEntry(
     name="attention_varlen",
     summary="attention over packed variable-length sequences (cu_seqlens, as FlashAttention-2's varlen)",
@@ -121,4 +188,5 @@ ENTRY = OpEntry(
     op="attention_varlen",
     sample=_sample,
     reference=_reference,
+    fuzz=(FuzzCase("forward", 30, _fuzz_forward), FuzzCase("backward", 20, _fuzz_backward)),
 )

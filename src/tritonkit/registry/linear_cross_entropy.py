@@ -1,6 +1,6 @@
 """Catalogue entry for `tritonkit.linear_cross_entropy`: inspector passes (the row kernel as
 the chunk loop launches it) and benchmark cases, forward+backward, against torch and Liger
-Kernel, with each provider's peak memory."""
+Kernel, with each provider's peak memory; sample and fuzz."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import torch.nn.functional as F
 from ..ops.cross_entropy import linear_cross_entropy, linear_cross_entropy_reference
 from ..ops.cross_entropy.kernel import launch_rows, valid_count
 from . import BenchCase, InspectRequest, OpEntry
+from ._accuracy import Comparison
+from ._fuzz import FLOATS, FuzzCase, FuzzInputs, describe
+from .cross_entropy import describe_options, fuzz_target
 from ._inputs import offset_view, peer_compile
 from ._peers import liger
 
@@ -101,6 +104,62 @@ def _reference(hidden, weight, target, bias, ignore_index, label_smoothing, redu
                                           upcast=upcast)
 
 
+def _fuzz_inputs(inputs: FuzzInputs) -> tuple[list, torch.Tensor, dict, int | None]:
+    """[hidden (T, H), weight (V, H), bias (V,) or None], each at its own layout; a target with
+    its options; chunk_tokens (None, or a few tokens so that several chunks run)."""
+    draw = inputs.draw
+    small = tuple(s for s in inputs.edge if s <= 31)
+    tokens, width, vocab = draw.choice(small), draw.choice(small), draw.choice(inputs.edge)
+    dtype = draw.choice(FLOATS)
+    tensors = [inputs.view((tokens, width), dtype), inputs.view((vocab, width), dtype, scale=3.0 / width ** 0.5)]
+    tensors.append(inputs.view((vocab,), dtype) if draw.boolean() else None)
+    target, options = fuzz_target(inputs, tokens, vocab)
+    return tensors, target, options, draw.choice((None, 1, 2, 3, 5))
+
+
+def _note(tensors: list, target: torch.Tensor, options: dict, chunk_tokens: int | None) -> str:
+    names = ("hidden", "weight", "bias")
+    return (f"linear_cross_entropy {describe_options(target, options)}, chunk_tokens={chunk_tokens}: "
+            + ", ".join(f"{n} {describe(t)}" for n, t in zip(names, tensors) if t is not None))
+
+
+def _loss(function, tensors, target, options, **kwargs):
+    hidden, weight, bias = tensors
+    return function(hidden, weight, target, bias=bias, **options, **kwargs)
+
+
+def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
+    tensors, target, options, chunk_tokens = _fuzz_inputs(inputs)
+    loss = _loss(linear_cross_entropy, tensors, target, options, chunk_tokens=chunk_tokens)
+    assert loss.dtype == torch.float32, f"linear_cross_entropy: loss {loss.dtype}"
+    return [Comparison(_note(tensors, target, options, chunk_tokens), loss,
+                       _loss(linear_cross_entropy_reference, tensors, target, options),
+                       _loss(linear_cross_entropy_reference, tensors, target, options, upcast=False))]
+
+
+def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
+    # Gradients of a drawn subset of hidden, weight and bias (the forward makes only those).
+    tensors, target, options, chunk_tokens = _fuzz_inputs(inputs)
+    present = [i for i, t in enumerate(tensors) if t is not None]
+    wanted = [i for i in present if inputs.draw.boolean()] or [inputs.draw.choice(present)]
+
+    def grads(function, cast, upstream, **kwargs):
+        leaves = [None if t is None else t.detach().to(cast(t)).requires_grad_(i in wanted)
+                  for i, t in enumerate(tensors)]
+        loss = _loss(function, leaves, target, options, **kwargs)
+        return torch.autograd.grad(loss, [leaves[i] for i in wanted], upstream.to(loss.dtype))
+
+    none = options["reduction"] == "none"
+    upstream = inputs.view(target.shape, torch.float32) if none else inputs.randn((), torch.float32)
+    ours = grads(linear_cross_entropy, lambda t: t.dtype, upstream, chunk_tokens=chunk_tokens)
+    reference = grads(linear_cross_entropy_reference, lambda t: torch.float64, upstream)
+    torch_same = grads(linear_cross_entropy_reference, lambda t: t.dtype, upstream, upcast=False)
+    note = _note(tensors, target, options, chunk_tokens)
+    names = ("hidden", "weight", "bias")
+    return [Comparison(f"grad {names[i]} of {note}", o, r, t, gradient=True)
+            for i, o, r, t in zip(wanted, ours, reference, torch_same)]
+
+
 ENTRY = OpEntry(
     name="linear_cross_entropy",
     summary="linear head + cross-entropy without the logits: chunked cuBLAS products, one row kernel a chunk",
@@ -110,4 +169,5 @@ ENTRY = OpEntry(
     op="linear_cross_entropy",
     sample=_sample,
     reference=_reference,
+    fuzz=(FuzzCase("forward", 30, _fuzz_forward), FuzzCase("backward", 20, _fuzz_backward)),
 )
