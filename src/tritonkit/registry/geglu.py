@@ -28,5 +28,5 @@ ENTRY = OpEntry(
     op="geglu",
     sample=_sample,
     reference=geglu_reference,
-    fuzz=fuzz_cases(geglu, geglu_reference, (("tanh",), ("none",)), examples=(30, 30)),
+    fuzz=fuzz_cases(geglu, geglu_reference, (("tanh",), ("none",)), examples=(40, 40)),
 )

@@ -156,5 +156,5 @@ ENTRY = OpEntry(
     op="swiglu",
     sample=sample,
     reference=swiglu_reference,
-    fuzz=fuzz_cases(swiglu, swiglu_reference, ((),), examples=(30, 30)),
+    fuzz=fuzz_cases(swiglu, swiglu_reference, ((),), examples=(40, 40)),
 )
