@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ._accuracy import Comparison
+from ._accuracy import Comparison, _as_tuple
 
 # Edge sizes: 1, small primes, powers of two and one past them (a block and one more).
 EDGE = (1, 2, 3, 7, 13, 16, 31, 64, 127, 128, 129)
@@ -103,6 +103,36 @@ class FuzzCase:
     name: str                                           # "forward", "backward"
     examples: int                                       # hypothesis examples in CI
     run: Callable[[FuzzInputs], list[Comparison]]
+
+
+def compare_outputs(what: str, names: Sequence[str], ours, reference, same) -> list[Comparison]:
+    """One Comparison per output: ours, the float64 reference, and torch in its own dtypes
+    (rounded to ours's dtype: float32 cos beside bfloat16 q computes in float32)."""
+    return [Comparison(f"{name}: {what}", o, r, t.to(o.dtype))
+            for name, o, r, t in zip(names, _as_tuple(ours), _as_tuple(reference), _as_tuple(same))]
+
+
+def compare_gradients(what: str, inputs: dict[str, torch.Tensor], ours: Callable, reference: Callable,
+                      upstream: Sequence[torch.Tensor]) -> list[Comparison]:
+    """The gradients of `inputs` (name -> tensor) for the `upstream` gradients of the outputs:
+    through ours(**inputs), through reference(**inputs, upcast=True) on float64 copies, and
+    through reference(**inputs, upcast=False) in the inputs' own dtypes (torch's yardstick)."""
+    def grads(f, cast):
+        leaves = {name: cast(t).detach().requires_grad_() for name, t in inputs.items()}
+        outs = _as_tuple(f(**leaves))
+        return torch.autograd.grad(outs, list(leaves.values()),
+                                   [cast(u).to(o.dtype) for u, o in zip(upstream, outs)])
+
+    def same(t):
+        return t
+
+    exact = grads(lambda **a: reference(**a, upcast=True), lambda t: t.double())
+    theirs = grads(lambda **a: reference(**a, upcast=False), same)
+    found = grads(ours, same)
+    for (name, t), g in zip(inputs.items(), found):
+        assert g.shape == t.shape and g.dtype == t.dtype, f"d{name}: {g.dtype} {tuple(g.shape)}"
+    return [Comparison(f"d{name}: {what}", o, e, t, gradient=True)
+            for name, o, e, t in zip(inputs, found, exact, theirs)]
 
 
 def numel(shape: Sequence[int]) -> int:

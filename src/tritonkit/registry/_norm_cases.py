@@ -1,4 +1,4 @@
-"""Benchmark cases and inspector passes shared by the RMSNorm and LayerNorm entries.
+"""Benchmark cases, inspector passes and fuzz cases shared by the RMSNorm and LayerNorm entries.
 
 GB/s count each tensor read or written once: forward x and y (plus residual and h with a
 residual); backward h, dy and dx (plus dh); the (hidden,) weight and bias are negligible.
@@ -12,6 +12,8 @@ from collections.abc import Callable
 import torch
 
 from . import BenchCase, InspectRequest, OpEntry
+from ._accuracy import Comparison
+from ._fuzz import FLOATS, FuzzCase, FuzzInputs, compare_gradients, compare_outputs, describe, numel
 from ._inputs import offset_view, peer_compile
 
 # A provider: f(x, weight, residual) -> y, or (y, h) with a residual.
@@ -92,10 +94,79 @@ def compiled(fn: Provider) -> Provider:
     return lambda x, w, r: with_residual(x, w, r) if r is not None else without(x, w)
 
 
+# A norm for the fuzz: f(x, weight, bias, residual, weight_offset) -> y, or (y, h) with a
+# residual; the reference takes upcast= besides. Each ignores what its norm does not have.
+FuzzNorm = Callable[..., object]
+
+
+def _fuzz_inputs(inputs: FuzzInputs, with_bias: bool, with_offset: bool) -> tuple[dict[str, torch.Tensor], float]:
+    """x (..., hidden) at a random layout, the hidden dim innermost in memory or not; a residual
+    at its own layout or none; weight (and bias) None or (hidden,) views, in x's dtype mostly;
+    Gemma's weight offset 1 or none."""
+    draw = inputs.draw
+    hidden = draw.choice(inputs.edge + inputs.block_edge)
+    lead = [draw.choice(inputs.edge) for _ in range(draw.integer(0, 2))]
+    while lead and numel(lead) * hidden > inputs.max_elements:
+        lead.pop(0)
+    shape = [*lead, hidden]
+    dtype = draw.choice(FLOATS)
+    param_dtype = draw.choice((dtype, dtype) + FLOATS)
+
+    def layout():
+        drawn = inputs.layout(len(shape))
+        return drawn.innermost(len(shape) - 1) if draw.boolean() else drawn
+
+    tensors = {"x": inputs.view(shape, dtype, layout(), scale=2.0).add_(0.5)}
+    if draw.boolean():
+        tensors["residual"] = inputs.view(shape, dtype, layout())
+    if draw.boolean():
+        tensors["weight"] = inputs.view([hidden], param_dtype)
+    if with_bias and draw.boolean():
+        tensors["bias"] = inputs.view([hidden], param_dtype)
+    weight_offset = draw.choice((0.0, 1.0)) if with_offset and "weight" in tensors else 0.0
+    return tensors, weight_offset
+
+
+def _keywords(norm: FuzzNorm, weight_offset: float) -> Callable:
+    """The norm taking its tensors by name (the fuzz passes the ones drawn)."""
+    def call(x, weight=None, bias=None, residual=None, **upcast):
+        return norm(x, weight, bias, residual, weight_offset, **upcast)
+    return call
+
+
+def _note(tensors: dict[str, torch.Tensor], weight_offset: float) -> str:
+    return ", ".join([f"{name} {describe(t)}" for name, t in tensors.items()] +
+                     ([f"weight_offset {weight_offset:g}"] if weight_offset else []))
+
+
+def norm_fuzz(ours: FuzzNorm, reference: FuzzNorm, with_bias: bool, with_offset: bool,
+              examples: tuple[int, int]) -> tuple[FuzzCase, FuzzCase]:
+    """The forward and backward fuzz cases of a norm (`examples` of each)."""
+    def forward(inputs: FuzzInputs) -> list[Comparison]:
+        tensors, weight_offset = _fuzz_inputs(inputs, with_bias, with_offset)
+        x = tensors["x"]
+        outs = _keywords(ours, weight_offset)(**tensors)
+        y = outs[0] if isinstance(outs, tuple) else outs
+        assert y.dtype == x.dtype and y.shape == x.shape, f"y: {y.dtype} {tuple(y.shape)}"
+        wide, same = (_keywords(reference, weight_offset)(**tensors, upcast=u) for u in (True, False))
+        return compare_outputs(_note(tensors, weight_offset), ("y", "h"), outs, wide, same)
+
+    def backward(inputs: FuzzInputs) -> list[Comparison]:
+        tensors, weight_offset = _fuzz_inputs(inputs, with_bias, with_offset)
+        x = tensors["x"]
+        # random upstream gradients for y (and h), each at its own layout
+        upstream = [inputs.view(x.shape, x.dtype) for _ in range(2 if "residual" in tensors else 1)]
+        note = _note(tensors, weight_offset) + "".join(f", upstream {describe(u)}" for u in upstream)
+        return compare_gradients(note, tensors, _keywords(ours, weight_offset), _keywords(reference, weight_offset),
+                                 upstream)
+
+    return FuzzCase("forward", examples[0], forward), FuzzCase("backward", examples[1], backward)
+
+
 def norm_entry(name: str, summary: str, inspect_fwd: Callable, inspect_bwd: Callable,
                providers: Callable[[], dict[str, Provider | None]], sample: Callable,
-               reference: Callable | None = None) -> OpEntry:
+               reference: Callable | None = None, fuzz: tuple[FuzzCase, ...] = ()) -> OpEntry:
     return OpEntry(name=name, summary=summary, passes={"fwd": inspect_fwd, "bwd": inspect_bwd},
                    bench_cases=lambda on_gpu: bench_cases(name, on_gpu, providers),
                    peers=("eager", "torch native", "torch.compile", "Liger"), op=name, sample=sample,
-                   reference=reference)
+                   reference=reference, fuzz=fuzz)

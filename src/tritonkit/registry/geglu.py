@@ -1,4 +1,4 @@
-"""Catalogue entry for `tritonkit.geglu`: the cases and passes of `registry/swiglu.py` with
+"""Catalogue entry for `tritonkit.geglu`: the cases, passes and fuzz of `registry/swiglu.py` with
 GELU (tanh approximation, as Gemma and Liger use it) in place of SiLU."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import torch
 
 from ..ops.gated import GELU_TANH, geglu, geglu_reference
 from . import OpEntry
-from .swiglu import bench_cases, inspect_passes, sample
+from .swiglu import bench_cases, fuzz_cases, inspect_passes, sample
 
 
 def _eager(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
@@ -28,4 +28,5 @@ ENTRY = OpEntry(
     op="geglu",
     sample=_sample,
     reference=geglu_reference,
+    fuzz=fuzz_cases(geglu, geglu_reference, (("tanh",), ("none",)), examples=(40, 40)),
 )

@@ -1,4 +1,4 @@
-"""Catalogue entry for `tritonkit.layer_norm`: inspector passes and benchmark cases."""
+"""Catalogue entry for `tritonkit.layer_norm`: inspector passes, benchmark cases, sample and fuzz."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from ..ops.norms import layer_norm, layer_norm_bwd, layer_norm_fwd, layer_norm_reference
 from . import InspectRequest
-from ._norm_cases import compiled, inspect_inputs, liger, norm_entry, unfused
+from ._norm_cases import compiled, inspect_inputs, liger, norm_entry, norm_fuzz, unfused
 
 EPS = 1e-5
 
@@ -57,6 +57,15 @@ def _reference(x, weight, bias, residual, eps, upcast=True):
     return layer_norm_reference(x, weight, bias, eps, residual=residual, upcast=upcast)
 
 
+def _fuzz_ours(x, weight, bias, residual, weight_offset):
+    return layer_norm(x, weight, bias, EPS, residual=residual)
+
+
+def _fuzz_reference(x, weight, bias, residual, weight_offset, upcast):
+    return _reference(x, weight, bias, residual, EPS, upcast)
+
+
 ENTRY = norm_entry(
     "layer_norm", "LayerNorm over the last dim, optional fused residual add; forward and backward",
-    _inspect_fwd, _inspect_bwd, _providers, _sample, _reference)
+    _inspect_fwd, _inspect_bwd, _providers, _sample, _reference,
+    fuzz=norm_fuzz(_fuzz_ours, _fuzz_reference, with_bias=True, with_offset=False, examples=(40, 40)))

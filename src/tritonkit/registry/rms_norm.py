@@ -1,4 +1,4 @@
-"""Catalogue entry for `tritonkit.rms_norm`: inspector passes and benchmark cases."""
+"""Catalogue entry for `tritonkit.rms_norm`: inspector passes, benchmark cases, sample and fuzz."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from ..ops.norms import rms_norm, rms_norm_bwd, rms_norm_fwd, rms_norm_reference
 from . import InspectRequest
-from ._norm_cases import compiled, inspect_inputs, liger, norm_entry, unfused
+from ._norm_cases import compiled, inspect_inputs, liger, norm_entry, norm_fuzz, unfused
 
 EPS = 1e-6
 
@@ -56,6 +56,15 @@ def _reference(x, weight, residual, eps, weight_offset, upcast=True):
     return rms_norm_reference(x, weight, eps, residual=residual, weight_offset=weight_offset, upcast=upcast)
 
 
+def _fuzz_ours(x, weight, bias, residual, weight_offset):
+    return rms_norm(x, weight, EPS, residual=residual, weight_offset=weight_offset)
+
+
+def _fuzz_reference(x, weight, bias, residual, weight_offset, upcast):
+    return _reference(x, weight, residual, EPS, weight_offset, upcast)
+
+
 ENTRY = norm_entry(
     "rms_norm", "RMSNorm over the last dim, optional fused residual add and (offset + weight); forward and backward",
-    _inspect_fwd, _inspect_bwd, _providers, _sample, _reference)
+    _inspect_fwd, _inspect_bwd, _providers, _sample, _reference,
+    fuzz=norm_fuzz(_fuzz_ours, _fuzz_reference, with_bias=False, with_offset=True, examples=(40, 40)))

@@ -1,4 +1,4 @@
-"""Catalogue entry for `tritonkit.rope`: inspector passes and benchmark cases."""
+"""Catalogue entry for `tritonkit.rope`: inspector passes, benchmark cases, sample and fuzz."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import torch
 
 from ..ops.rope import rope, rope_bwd, rope_fwd, rope_reference
 from . import BenchCase, InspectRequest, OpEntry
+from ._accuracy import Comparison
+from ._fuzz import FLOATS, FuzzCase, FuzzInputs, compare_gradients, compare_outputs, describe
 from ._inputs import peer_compile
 
 
@@ -100,6 +102,61 @@ def _sample(device: torch.device) -> tuple:
     return q, k, cos[0, :, :8], sin[0, :, :8], False
 
 
+def _fuzz_inputs(inputs: FuzzInputs):
+    """q (B, H, N, D) and k (B, Hkv, N, D), Hkv dividing H, each at its own layout (the head dim
+    innermost more often than not); R even, at most D (partial rotary when below); cos and sin
+    of one accepted shape ((N, R), (B or 1, N, R), (B or 1, 1, N, R), N or 1), each at its own
+    layout, in q's dtype or float32; interleaved or not."""
+    draw = inputs.draw
+    batch, kv_heads = draw.integer(1, 2), draw.integer(1, 3)
+    heads = kv_heads * draw.choice((1, 2, 3))
+    head_dim = draw.choice(tuple(d for d in inputs.edge if d > 1))
+    rot = head_dim - head_dim % 2 if draw.boolean() else 2 * draw.integer(1, head_dim // 2)
+    seq = draw.choice((1, 2, 3, 7, 13, 16, 31) + ((127, 129, 1000) if inputs.on_gpu else ()))
+    seq = max(1, min(seq, inputs.max_elements // (batch * (heads + kv_heads) * head_dim)))
+    dtype = draw.choice(FLOATS)
+    layouts = [inputs.layout(4) for _ in range(2)]
+    layouts = [layout if draw.boolean() else layout.innermost(3) for layout in layouts]
+    q = inputs.view((batch, heads, seq, head_dim), dtype, layouts[0])
+    k = inputs.view((batch, kv_heads, seq, head_dim), dtype, layouts[1])
+    n = seq if draw.boolean() else draw.choice((1, seq))
+    table = draw.choice(((n, rot), (draw.choice((1, batch)), n, rot), (draw.choice((1, batch)), 1, n, rot)))
+    cos_dtype = draw.choice((dtype, torch.float32))
+    angles = inputs.randn(table, torch.float32, scale=3.0)
+    cos = inputs.view(table, cos_dtype).copy_(angles.cos())
+    sin = inputs.view(table, cos_dtype).copy_(angles.sin())
+    return q, k, cos, sin, draw.boolean()
+
+
+def _fuzz_note(q, k, cos, sin, interleaved) -> str:
+    return (f"interleaved={interleaved} q {describe(q)} k {describe(k)} cos {describe(cos)} "
+            f"sin {describe(sin)}")
+
+
+def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
+    q, k, cos, sin, interleaved = _fuzz_inputs(inputs)
+    outs = rope(q, k, cos, sin, interleaved=interleaved)
+    for out, x in zip(outs, (q, k)):
+        assert out.dtype == x.dtype and out.shape == x.shape, f"rope: {out.dtype} {tuple(out.shape)}"
+    return compare_outputs(_fuzz_note(q, k, cos, sin, interleaved), ("q", "k"), outs,
+                           rope_reference(q, k, cos, sin, interleaved),
+                           rope_reference(q, k, cos, sin, interleaved, upcast=False))
+
+
+def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
+    q, k, cos, sin, interleaved = _fuzz_inputs(inputs)
+    upstream = [inputs.view(t.shape, t.dtype) for t in (q, k)]
+
+    def ours(q, k):
+        return rope(q, k, cos, sin, interleaved=interleaved)
+
+    def reference(q, k, upcast):
+        return rope_reference(q, k, cos, sin, interleaved, upcast)
+
+    note = _fuzz_note(q, k, cos, sin, interleaved) + "".join(f", upstream {describe(u)}" for u in upstream)
+    return compare_gradients(note, {"q": q, "k": k}, ours, reference, upstream)
+
+
 ENTRY = OpEntry(
     name="rope",
     summary="rotary position embeddings of q and k in one launch (rotate-half or interleaved, partial); "
@@ -110,4 +167,5 @@ ENTRY = OpEntry(
     op="rope",
     sample=_sample,
     reference=rope_reference,
+    fuzz=(FuzzCase("forward", 40, _fuzz_forward), FuzzCase("backward", 40, _fuzz_backward)),
 )

@@ -1,5 +1,6 @@
-"""Catalogue entry for `tritonkit.swiglu` (and the builder `registry/geglu.py` shares):
-inspector passes and benchmark cases, forward and forward+backward, separate and packed."""
+"""Catalogue entry for `tritonkit.swiglu` (and the builders `registry/geglu.py` shares):
+inspector passes and benchmark cases, forward and forward+backward, separate and packed;
+sample and fuzz."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import torch
 
 from ..ops.gated import SILU, gated_bwd, gated_fwd, swiglu, swiglu_reference
 from . import BenchCase, InspectRequest, OpEntry
+from ._accuracy import Comparison
+from ._fuzz import FLOATS, FuzzCase, FuzzInputs, compare_gradients, compare_outputs, describe, numel
 from ._inputs import peer_compile
 
 
@@ -98,6 +101,51 @@ def sample(device: torch.device) -> tuple:
     return (torch.randn(3 * 2 * 9 + 1, device=device, dtype=torch.float16)[1:].view(3, 18), None)
 
 
+def _fuzz_inputs(inputs: FuzzInputs) -> dict[str, torch.Tensor]:
+    """gate and up, each at its own layout, or one packed (..., 2 * I) [gate, up] tensor at a
+    random layout (so the two halves can sit in any memory order relative to each other)."""
+    draw = inputs.draw
+    shape = inputs.shape(3)
+    dtype = draw.choice(FLOATS)
+    if draw.boolean():
+        shape[-1] = min(shape[-1], max(1, inputs.max_elements // (2 * numel(shape[:-1]))))
+        return {"gate": inputs.view([*shape[:-1], 2 * shape[-1]], dtype, scale=3.0)}
+    return {"gate": inputs.view(shape, dtype, scale=3.0), "up": inputs.view(shape, dtype)}
+
+
+def fuzz_cases(ours: Callable, reference: Callable, activations: tuple[tuple, ...],
+               examples: tuple[int, int]) -> tuple[FuzzCase, FuzzCase]:
+    """Forward and backward fuzz cases of a gated activation: ours(gate, up, *activation) and
+    reference(gate, up, *activation, upcast=...), the activation drawn from `activations`
+    (each a tuple of the op's extra arguments)."""
+    def drawn(inputs: FuzzInputs):
+        tensors = _fuzz_inputs(inputs)
+        activation = inputs.draw.choice(activations)
+
+        def bind(f):
+            return lambda gate, up=None, **upcast: f(gate, up, *activation, **upcast)
+
+        note = " ".join([*map(str, activation)] + [f"{name} {describe(t)}" for name, t in tensors.items()])
+        return tensors, bind(ours), bind(reference), note
+
+    def forward(inputs: FuzzInputs) -> list[Comparison]:
+        tensors, ours_, reference_, note = drawn(inputs)
+        out = ours_(**tensors)
+        gate = tensors["gate"]
+        assert out.dtype == gate.dtype and out.is_contiguous(), f"out: {out.dtype} {out.stride()}"
+        return compare_outputs(note, ("out",), out, reference_(**tensors, upcast=True),
+                               reference_(**tensors, upcast=False))
+
+    def backward(inputs: FuzzInputs) -> list[Comparison]:
+        tensors, ours_, reference_, note = drawn(inputs)
+        gate = tensors["gate"]
+        shape = gate.shape if "up" in tensors else (*gate.shape[:-1], gate.shape[-1] // 2)
+        upstream = inputs.view(shape, gate.dtype)
+        return compare_gradients(f"{note}, upstream {describe(upstream)}", tensors, ours_, reference_, [upstream])
+
+    return FuzzCase("forward", examples[0], forward), FuzzCase("backward", examples[1], backward)
+
+
 ENTRY = OpEntry(
     name="swiglu",
     summary="silu(gate) * up, separate or packed [gate, up]; forward and backward",
@@ -108,4 +156,5 @@ ENTRY = OpEntry(
     op="swiglu",
     sample=sample,
     reference=swiglu_reference,
+    fuzz=fuzz_cases(swiglu, swiglu_reference, ((),), examples=(40, 40)),
 )
