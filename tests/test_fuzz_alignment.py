@@ -79,7 +79,7 @@ def test_fuzz(op_name, case):
     def one_example(data):
         for compared in case.run(FuzzInputs(HypothesisDraw(data), DEVICE, ON_GPU)):
             assert_close_to_reference(compared.ours, compared.reference, compared.torch,
-                                      eps=fuzz_eps(compared.ours.dtype, compared.gradient),
+                                      eps=fuzz_eps(compared.precision or compared.ours.dtype, compared.gradient),
                                       what=f"{op_name} {case.name}: {compared.what}")
 
     one_example()

@@ -25,6 +25,9 @@ class Comparison:
     reference: torch.Tensor   # float64
     torch: torch.Tensor       # torch's own computation in the dtype ours has
     gradient: bool = False    # a gradient (tolerances are wider: backward passes cancel)
+    # The narrowest dtype the result was computed from, where narrower than its own (a float32
+    # weight gradient of bfloat16 activations): the tolerance follows it.
+    precision: torch.dtype | None = None
 
 
 def mismatch(out: torch.Tensor, ref: torch.Tensor) -> str | None:

@@ -116,7 +116,8 @@ def compare_gradients(what: str, inputs: dict[str, torch.Tensor], ours: Callable
                       upstream: Sequence[torch.Tensor]) -> list[Comparison]:
     """The gradients of `inputs` (name -> tensor) for the `upstream` gradients of the outputs:
     through ours(**inputs), through reference(**inputs, upcast=True) on float64 copies, and
-    through reference(**inputs, upcast=False) in the inputs' own dtypes (torch's yardstick)."""
+    through reference(**inputs, upcast=False) in the inputs' own dtypes (torch's yardstick);
+    the tolerance follows the narrowest of the inputs' dtypes."""
     def grads(f, cast):
         leaves = {name: cast(t).detach().requires_grad_() for name, t in inputs.items()}
         outs = _as_tuple(f(**leaves))
@@ -131,7 +132,8 @@ def compare_gradients(what: str, inputs: dict[str, torch.Tensor], ours: Callable
     found = grads(ours, same)
     for (name, t), g in zip(inputs.items(), found):
         assert g.shape == t.shape and g.dtype == t.dtype, f"d{name}: {g.dtype} {tuple(g.shape)}"
-    return [Comparison(f"d{name}: {what}", o, e, t, gradient=True)
+    narrowest = max((t.dtype for t in inputs.values()), key=lambda d: torch.finfo(d).eps)
+    return [Comparison(f"d{name}: {what}", o, e, t, gradient=True, precision=narrowest)
             for name, o, e, t in zip(inputs, found, exact, theirs)]
 
 

@@ -99,12 +99,13 @@ def compiled(fn: Provider) -> Provider:
 FuzzNorm = Callable[..., object]
 
 
-def _fuzz_inputs(inputs: FuzzInputs, with_bias: bool, with_offset: bool) -> tuple[dict[str, torch.Tensor], float]:
-    """x (..., hidden) at a random layout, the hidden dim innermost in memory or not; a residual
-    at its own layout or none; weight (and bias) None or (hidden,) views, in x's dtype mostly;
-    Gemma's weight offset 1 or none."""
+def _fuzz_inputs(inputs: FuzzInputs, with_bias: bool, with_offset: bool,
+                 left_out: int | None = None) -> tuple[dict[str, torch.Tensor], float]:
+    """x (..., hidden) at a random layout, the hidden dim innermost in memory or not (hidden an
+    edge size, not `left_out`); a residual at its own layout or none; weight (and bias) None or
+    (hidden,) views, in x's dtype mostly; Gemma's weight offset 1 or none."""
     draw = inputs.draw
-    hidden = draw.choice(inputs.edge + inputs.block_edge)
+    hidden = draw.choice([n for n in inputs.edge + inputs.block_edge if n != left_out])
     lead = [draw.choice(inputs.edge) for _ in range(draw.integer(0, 2))]
     while lead and numel(lead) * hidden > inputs.max_elements:
         lead.pop(0)
@@ -139,9 +140,18 @@ def _note(tensors: dict[str, torch.Tensor], weight_offset: float) -> str:
                      ([f"weight_offset {weight_offset:g}"] if weight_offset else []))
 
 
-def norm_fuzz(ours: FuzzNorm, reference: FuzzNorm, with_bias: bool, with_offset: bool,
+def norm_fuzz(ours: FuzzNorm, reference: FuzzNorm, with_bias: bool, with_offset: bool, flat_row: int,
               examples: tuple[int, int]) -> tuple[FuzzCase, FuzzCase]:
-    """The forward and backward fuzz cases of a norm (`examples` of each)."""
+    """The forward and backward fuzz cases of a norm (`examples` of each).
+
+    `flat_row` is the row length whose normalised output is constant but for eps (RMSNorm's
+    1: y = h / sqrt(h^2 + eps); LayerNorm's 2: y = +-d / sqrt(d^2 + eps)): there dx is of
+    size |g| * eps / var, left after g - xhat * mean(g * xhat) cancels terms of size |g|, so
+    each float32 roundoff of those terms is a relative error of u * var / eps in dx (a few
+    of them, ours or torch's, whichever lands worse): not comparable with torch's. The
+    backward case leaves that length out (the forward keeps it); tests/test_norms.py checks
+    RMSNorm's with that roundoff allowed.
+    """
     def forward(inputs: FuzzInputs) -> list[Comparison]:
         tensors, weight_offset = _fuzz_inputs(inputs, with_bias, with_offset)
         x = tensors["x"]
@@ -152,7 +162,7 @@ def norm_fuzz(ours: FuzzNorm, reference: FuzzNorm, with_bias: bool, with_offset:
         return compare_outputs(_note(tensors, weight_offset), ("y", "h"), outs, wide, same)
 
     def backward(inputs: FuzzInputs) -> list[Comparison]:
-        tensors, weight_offset = _fuzz_inputs(inputs, with_bias, with_offset)
+        tensors, weight_offset = _fuzz_inputs(inputs, with_bias, with_offset, left_out=flat_row)
         x = tensors["x"]
         # random upstream gradients for y (and h), each at its own layout
         upstream = [inputs.view(x.shape, x.dtype) for _ in range(2 if "residual" in tensors else 1)]
