@@ -14,16 +14,22 @@ HALF_DTYPES = (torch.float16, torch.bfloat16)
 MAX_GRID_YZ = 65535  # CUDA's limit on grid dims 1 and 2 (heads, batch)
 
 
-def _check_qkv(q: object, k: object, v: object) -> tuple[int, int, int, int, int, int]:
-    """Validate q, k, v; returns (B, H, Nq, D, Hkv, Nk)."""
+def _check_three(q: object, k: object, v: object, ndim: int, dims: str) -> None:
+    """q, k, v are float16/bfloat16 tensors of `ndim` dims (named by `dims`), of one dtype, on
+    one device."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, HALF_DTYPES)
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-d (batch, heads, seq_len, head_dim), got shape {tuple(t.shape)}")
+        if t.dim() != ndim:
+            raise ValueError(f"{name} must be {ndim}-d {dims}, got shape {tuple(t.shape)}")
     check_same_device(q=q, k=k, v=v)
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {dtype_name(t.dtype)} but q has {dtype_name(q.dtype)}")
+
+
+def _check_qkv(q: object, k: object, v: object) -> tuple[int, int, int, int, int, int]:
+    """Validate q, k, v; returns (B, H, Nq, D, Hkv, Nk)."""
+    _check_three(q, k, v, 4, "(batch, heads, seq_len, head_dim)")
     B, H, Nq, D = q.shape
     Bk, Hkv, Nk, Dk = k.shape
     if Bk != B:
@@ -61,14 +67,7 @@ def _check_varlen(q: object, k: object, v: object, cu_seqlens_q: object,
     on the CPU. On a GPU that would stall the host on every call; there the kernels clamp
     every sequence to the tensors' rows instead, so bad values give wrong results, never
     reads or writes out of bounds (as FlashAttention-2's varlen kernels, which check nothing)."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, t, HALF_DTYPES)
-        if t.dim() != 3:
-            raise ValueError(f"{name} must be 3-d (total_tokens, heads, head_dim), got shape {tuple(t.shape)}")
-    check_same_device(q=q, k=k, v=v)
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} has dtype {dtype_name(t.dtype)} but q has {dtype_name(q.dtype)}")
+    _check_three(q, k, v, 3, "(total_tokens, heads, head_dim)")
     Tq, H, D = q.shape
     Tk, Hkv, Dk = k.shape
     if tuple(v.shape[:2]) != (Tk, Hkv):
