@@ -1,7 +1,15 @@
-"""Host time per call of tritonkit's ops on a GPU, with a cProfile of each (developer tool):
-    PYTHONPATH=src python3 benchmarks/host_profile.py [add softmax attention autotuned]
+"""Host time per call of tritonkit's ops, with a cProfile of each (developer tool):
+    PYTHONPATH=src python3 benchmarks/host_profile.py [--cpu] [--no-profile] [add softmax attention autotuned norms]
 Host time here is the time Python takes to issue a call, with the GPU left to run behind it
-(the figures print before any synchronisation), so it is what bounds small inputs."""
+(the figures print before any synchronisation), so it is what bounds small inputs.
+
+With --cpu (the default without a GPU) the ops run on small CPU tensors inside
+`record_launches(execute=False)`: every launch is built and recorded but not run, so the
+figure is the op's own Python (checks, allocation, autograd, launch building) without the
+compiled launcher's cost (several microseconds a launch on a GPU), which this mode cannot
+see. The `norms` group times forward + backward of RMSNorm and LayerNorm, with and without
+the fused residual, next to torch's native norm doing the same (tiny, real) work."""
+import contextlib
 import cProfile
 import os
 import pstats
@@ -10,22 +18,50 @@ import time
 
 os.environ.setdefault("TRITONKIT_AUTOTUNE", "0")
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 import tritonkit  # noqa: E402
 from tritonkit import _launch  # noqa: E402
 from tritonkit.ops import attention as A  # noqa: E402
 
 
-def cases(groups):
+def norm_cases(device):
+    """Forward + backward of each norm (random upstream gradients), tritonkit's and torch's."""
+    shape = (8192, 4096) if device.type == "cuda" else (64, 256)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    x, r = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
+    w, b = (torch.randn(shape[-1], device=device, dtype=dtype, requires_grad=True) for _ in range(2))
+    dy, dh = (torch.randn(shape, device=device, dtype=dtype) for _ in range(2))
+    hidden = (shape[-1],)
+
+    def step(outs, leaves):
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        return torch.autograd.grad(outs, leaves, (dy, dh)[:len(outs)])
+
+    def torch_residual(norm):  # torch's peer of the fused residual: the add, then the norm
+        h = x + r
+        return norm(h), h
+
+    yield "rms_norm fwd+bwd", lambda: step(tritonkit.rms_norm(x, w), (x, w))
+    yield "rms_norm +res fwd+bwd", lambda: step(tritonkit.rms_norm(x, w, residual=r), (x, w, r))
+    yield "layer_norm fwd+bwd", lambda: step(tritonkit.layer_norm(x, w, b), (x, w, b))
+    yield "layer_norm +res fwd+bwd", lambda: step(tritonkit.layer_norm(x, w, b, residual=r), (x, w, b, r))
+    yield "F.rms_norm fwd+bwd", lambda: step(F.rms_norm(x, hidden, w, 1e-6), (x, w))
+    yield "F.rms_norm +res fwd+bwd", lambda: step(torch_residual(lambda h: F.rms_norm(h, hidden, w, 1e-6)), (x, w, r))
+    yield "F.layer_norm fwd+bwd", lambda: step(F.layer_norm(x, hidden, w, b), (x, w, b))
+    yield "F.layer_norm +res fwd+bwd", lambda: step(torch_residual(lambda h: F.layer_norm(h, hidden, w, b)), (x, w, b, r))
+
+
+def cases(groups, device):
     if "add" in groups:
-        x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
+        x, y = torch.randn(1 << 20, device=device), torch.randn(1 << 20, device=device)
         out = torch.empty_like(x)
         yield "add out", lambda: tritonkit.add(x, y, out=out)
         yield "add", lambda: tritonkit.add(x, y)
     if "softmax" in groups:
-        m = torch.randn(1823, 781, device="cuda")
+        m = torch.randn(1823, 781, device=device)
         yield "softmax", lambda: tritonkit.softmax(m, -1)
     if "attention" in groups:
-        q, k, v = (torch.randn(4, 32, 1024, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = (torch.randn(4, 32, 1024, 128, device=device, dtype=torch.bfloat16) for _ in range(3))
         o, lse = A.attention_fwd(q, k, v, True)
         do = torch.randn_like(o)
         yield "attention (public, no grad)", lambda: tritonkit.attention(q, k, v, causal=True)
@@ -33,8 +69,10 @@ def cases(groups):
         yield "attention_fwd, pointers", lambda: A.attention_fwd(q, k, v, True, tma=False)
         yield "attention_bwd, descriptors", lambda: A.attention_bwd(do, q, k, v, o, lse, True)
         yield "attention_bwd, pointers", lambda: A.attention_bwd(do, q, k, v, o, lse, True, tma=False)
-    if "autotuned" in groups:  # the forward as users run it by default: autotuned (tunes first)
-        q, k, v = (torch.randn(4, 32, 1024, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if "norms" in groups:
+        yield from norm_cases(device)
+    if "autotuned" in groups and device.type == "cuda":  # the forward as users run it by default: autotuned (tunes first)
+        q, k, v = (torch.randn(4, 32, 1024, 128, device=device, dtype=torch.bfloat16) for _ in range(3))
         os.environ["TRITONKIT_AUTOTUNE"] = "1"
         start = time.perf_counter()
         A.attention_fwd(q, k, v, True)
@@ -44,27 +82,41 @@ def cases(groups):
 
 
 def main():
-    groups = sys.argv[1:] or ["add", "softmax", "attention"]
-    print("launch hooks set:", _launch._launch_hooks_set())
-    for name, fn in cases(groups):
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(5):  # the least of five rounds of 100 calls: the host's own noise is large
-            start = time.perf_counter()
-            for _ in range(100):
+    args = sys.argv[1:]
+    on_cpu = "--cpu" in args or not torch.cuda.is_available()
+    profile_calls = "--no-profile" not in args
+    groups = [a for a in args if not a.startswith("--")] or ["add", "softmax", "attention"]
+    device = torch.device("cpu" if on_cpu else "cuda")
+    sync = torch.cuda.synchronize if not on_cpu else (lambda: None)
+    # On the CPU, launches are recorded and not run (the interpreter would time the kernels).
+    recording = _launch.record_launches(execute=False) if on_cpu else contextlib.nullcontext()
+    print("device:", device, "| launch hooks set:", _launch._launch_hooks_set())
+    with recording as launches:
+        for name, fn in cases(groups, device):
+            for _ in range(50):
                 fn()
-            best = min(best, (time.perf_counter() - start) / 100 * 1e6)
-            torch.cuda.synchronize()
-        print(f"{name}: {best:.1f} us/call host")
-        profile = cProfile.Profile()
-        profile.enable()
-        for _ in range(200):
-            fn()
-        profile.disable()
-        torch.cuda.synchronize()
-        pstats.Stats(profile).sort_stats("tottime").print_stats(8)
+            sync()
+            best = float("inf")
+            for _ in range(20):  # the least of 20 rounds of 100 calls: the host's own noise is large
+                start = time.perf_counter()
+                for _ in range(100):
+                    fn()
+                best = min(best, (time.perf_counter() - start) / 100 * 1e6)
+                sync()
+                if launches is not None:
+                    launches.clear()  # a long list of recorded launches slows the garbage collector
+            print(f"{name}: {best:.1f} us/call host")
+            if not profile_calls:
+                continue
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(200):
+                fn()
+            profile.disable()
+            sync()
+            if launches is not None:
+                launches.clear()
+            pstats.Stats(profile).sort_stats("tottime").print_stats(8)
 
 
 if __name__ == "__main__":
