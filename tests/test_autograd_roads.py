@@ -46,7 +46,7 @@ def test_roads_agree(name, device):
     op = _declared(name)
     args = registry.get(name).sample(device)
     eager = _run(op, args, 1)
-    through_op = _run(op.forward_op, args, 1)
+    through_op = _run(lambda *a: op.returned(a, op.forward_op(*a)), args, 1)
     assert len(eager) == len(through_op)
     for a, b in zip(eager, through_op):
         if a is None or b is None:

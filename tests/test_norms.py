@@ -5,9 +5,13 @@ gradient (x, weight, bias, residual, and the gradient reaching h), odd sizes and
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
 import tritonkit
+from tritonkit import _counters
 from tritonkit.ops.norms import _rows, layer_norm_reference, rms_norm_reference
+from tritonkit.ops.norms._rows import _finish_sums
 from tritonkit.ops.norms.layer_norm import _LAYER_NORM
 from tritonkit.ops.norms.rms_norm import _RMS_NORM
 from tritonkit.registry._inputs import offset_view
@@ -226,6 +230,73 @@ def test_weight_gradients_are_deterministic(norm, device):
     dy = torch.randn(37, 200, device=device)
     runs = [torch.autograd.grad(_call(norm, x, w, None, None, 1e-5, 0.0), (x, w), dy) for _ in range(3)]
     assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(run, runs[0]))
+
+
+def _counters_left_at_zero(device):
+    assert all(not c.any() for c in _counters._CACHE.values() if c.device.type == device.type)
+
+
+@pytest.mark.parametrize("programs", [1, 3, 5, 17])
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_weight_gradients_over_program_counts(norm, programs, monkeypatch, device):
+    # dW and dB are summed in the backward's one launch: in groups (the last program of a
+    # group to finish sums its group's partial rows), then over groups. Program counts that
+    # make one group, several, and a last group short of members, each run twice in a row
+    # (the second finds the counters the first left: at zero) and on both row paths.
+    monkeypatch.setattr(_rows, "backward_programs", lambda device, n_blocks, num_warps: min(n_blocks, programs))
+    for shape in [(75, 600)] + ([(3, BWD_LONG)] if programs == 3 else []):
+        x = torch.randn(shape, device=device, requires_grad=True)
+        w, b = (torch.randn(shape[-1], device=device, requires_grad=True) for _ in range(2))
+        dy = torch.randn(shape, device=device)
+        runs = [torch.autograd.grad(_call(norm, x, w, b, None, 1e-5, 0.0), (x, w, b) if norm == "layer" else (x, w), dy)
+                for _ in range(2)]
+        assert all(torch.equal(a, b) for a, b in zip(*runs))
+        _counters_left_at_zero(device)
+        check(norm, x.detach(), weight=w.detach(), bias=b.detach())
+        if norm == "layer":  # a bias without weight: dB alone
+            check(norm, x.detach(), bias=b.detach())
+        _counters_left_at_zero(device)
+
+
+@triton.jit
+def _finish_in_order(order_ptr, values_ptr, part_ptr, dw_ptr, db_ptr, count_ptr, n_programs, n_cols,
+                     GROUP: tl.constexpr, SUM_COLS: tl.constexpr, BLOCK: tl.constexpr):
+    # Program i plays the backward's program order[i]: it writes that program's dW and dB
+    # partial rows (from values), then finishes as the backward does. The interpreter runs
+    # programs one after another, so `order` is the order in which they finish.
+    pid = tl.load(order_ptr + tl.program_id(0))
+    part_rows = n_programs + tl.cdiv(n_programs, GROUP)
+    cols = tl.arange(0, BLOCK)
+    ok = cols < n_cols
+    for s in range(2):
+        row = tl.load(values_ptr + (s * n_programs + pid) * n_cols + cols, mask=ok)
+        tl.store(part_ptr + (s * part_rows + pid) * n_cols + cols, row, mask=ok)
+    _finish_sums(part_ptr, part_ptr + part_rows * n_cols, dw_ptr, db_ptr, count_ptr, pid, n_programs, n_cols,
+                 True, True, GROUP, SUM_COLS)
+
+
+@pytest.mark.parametrize("n_programs", [7, 11])
+def test_partial_sums_do_not_depend_on_which_program_finishes_last(n_programs, device):
+    # Whichever program takes a group's or the last ticket, the sums are added in one fixed
+    # order: the same bits for every finishing order.
+    n_cols = 45
+    group, sum_cols = _rows.sum_plan(n_programs, n_cols, 4)
+    values = torch.randn(2, n_programs, n_cols, device=device)
+    orders = [torch.arange(n_programs), torch.arange(n_programs).flip(0)]
+    orders += [torch.randperm(n_programs) for _ in range(3)]
+    results = []
+    for order in orders:
+        part = torch.full((2, n_programs + -(-n_programs // group), n_cols), float("nan"), device=device)
+        dw, db = (torch.full((n_cols,), float("nan"), device=device, dtype=torch.float16) for _ in range(2))
+        counters = _counters.zeroed_counters(torch.device(device))
+        _finish_in_order[(n_programs,)](order.to(device=device, dtype=torch.int32), values, part, dw, db, counters,
+                                        n_programs, n_cols, GROUP=group, SUM_COLS=sum_cols, BLOCK=64)
+        assert not counters.any()
+        results.append((dw, db))
+    for dw, db in results:
+        assert torch.equal(dw, results[0][0]) and torch.equal(db, results[0][1])
+    torch.testing.assert_close(results[0][0].float(), values[0].sum(0), atol=1e-2, rtol=1e-3)
+    torch.testing.assert_close(results[0][1].float(), values[1].sum(0), atol=1e-2, rtol=1e-3)
 
 
 @pytest.mark.parametrize("norm", ["rms", "layer"])

@@ -71,18 +71,31 @@ class Op:
         saved tensors already passed; defaults to backward_launcher.
     check(*args) -> args: validates and normalises the arguments before the custom op is
         called while tracing (the fake does not validate; the launchers do on the other roads).
+    returns(*args) -> n: how many of the forward launcher's leading outputs the op returns for
+        these arguments (n == 1: that tensor alone; otherwise a tuple of n). The outputs past
+        them are state for the backward (statistics) or placeholders for outputs these
+        arguments do not make: the op marks them non-differentiable on the custom-op road,
+        and on the eager roads they never become autograd outputs (each one costs autograd
+        bookkeeping a call). None: every output, as the launcher returns them.
+    eager_forward: what runs the forward on the eager roads (the forward launcher by
+        default): the same outputs, except that it may give None past the first `returns`
+        (no placeholder allocated); it validates its arguments as the launcher does.
     """
 
     def __init__(self, name: str, *, forward: Callable, forward_schema: str, forward_fake: Callable,
                  setup_context: Callable, backward: Callable,
                  backward_launcher: Callable | None = None, backward_schema: str | None = None,
                  backward_fake: Callable | None = None, eager_backward_launcher: Callable | None = None,
-                 check: Callable | None = None):
+                 check: Callable | None = None, returns: Callable | None = None,
+                 eager_forward: Callable | None = None):
         if (backward_launcher is None) != (backward_schema is None) or (backward_launcher is None) != (backward_fake is None):
             raise ValueError(f"op {name}: backward_launcher, backward_schema and backward_fake go together")
         self.name = name
         self.forward = forward
+        self.eager_forward = eager_forward = eager_forward or forward
         self.check = check
+        self.returns = returns
+        n_outputs = len(torch._C.parse_schema(f"tritonkit::{name}{forward_schema}").returns)
         has_kernel_backward = backward_launcher is not None
         self.forward_op = _custom_op(f"{name}_fwd" if has_kernel_backward else name,
                                      forward, forward_schema, forward_fake)
@@ -97,14 +110,23 @@ class Op:
             return backward(compiled_bwd, ctx, *grads)
 
         def eager_backward(ctx, *grads):
+            # Only the returned outputs were autograd outputs: the others get None, as
+            # unused outputs do on the custom-op road (the ops set_materialize_grads(False)).
+            if len(grads) < n_outputs:
+                grads = (*grads, *(None,) * (n_outputs - len(grads)))
             return backward(eager_bwd, ctx, *grads)
 
-        self.forward_op.register_autograd(compiled_backward, setup_context=setup_context)
+        def compiled_setup_context(ctx, inputs, output):
+            setup_context(ctx, inputs, output)
+            if returns is not None:
+                ctx.mark_non_differentiable(*output[returns(*inputs):])
+
+        self.forward_op.register_autograd(compiled_backward, setup_context=compiled_setup_context)
 
         def run_forward(ctx, *args):
-            output = forward(*args)
+            output = eager_forward(*args)
             setup_context(ctx, args, output)
-            return output
+            return output if returns is None else _first(output, returns(*args))
 
         if has_kernel_backward:
             # The backward kernels are not themselves differentiable: a second derivative
@@ -127,10 +149,18 @@ class Op:
                 # placements no rule allows refused here with a ValueError.
                 from .distributed.sharding import check_dtensor_args
                 check_dtensor_args(self.forward_op, args)
-            return self.forward_op(*args)
+            return self.returned(args, self.forward_op(*args))
         if records_grad(*args):
             return self.function.apply(*args)
-        return self.forward(*args)
+        return self.returned(args, self.eager_forward(*args))
+
+    def returned(self, args: tuple, output: Any) -> Any:
+        """What the op returns of its forward launcher's (or custom op's) `output` for `args`."""
+        return output if self.returns is None else _first(output, self.returns(*args))
+
+
+def _first(output: tuple, n: int) -> Any:
+    return output[0] if n == 1 else output[:n]
 
 
 def _custom_op(name: str, launcher: Callable, schema: str, fake: Callable):

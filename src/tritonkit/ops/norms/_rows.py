@@ -12,8 +12,14 @@ Forward, per row (statistics in float32; RMSNorm is LayerNorm with the mean fixe
 Backward, per row, with xhat = (h - mean) * rstd and g = dy * (weight_offset + w):
     dh_total = rstd * (g - mean(g) [LayerNorm only] - xhat * mean(g * xhat)) + dh
     dW = sum over rows of dy * xhat,  dB = sum over rows of dy
-dW and dB are summed deterministically: each backward program walks a fixed set of rows
-and writes its own float32 partial row; a second small kernel sums the partial rows.
+dW and dB are summed deterministically, in the backward's one launch: each program walks a
+fixed set of rows and writes its own float32 partial row; programs are grouped (G of them,
+G about sqrt(programs)), the last of a group to finish sums its group's partial rows into a
+group row, and the last group to finish sums the group rows into dW and dB. "Last" is told
+by atomic tickets on counters that the last taker resets (`_counters`: no memset launch).
+Every sum runs in a fixed order whichever program does it, so the result does not depend on
+scheduling; the two levels keep the work left after the last program's rows (G + programs/G
+partial rows) small next to one program summing them all.
 
 Rows up to MAX_FUSED_COLS (16384 forward, 8192 backward) are held whole in registers, one
 row (or several short rows) per program: one read of each input, one write of each output.
@@ -36,6 +42,7 @@ import triton
 import triton.language as tl
 
 from ..._checks import check_same_device, check_tensor, dtype_name
+from ..._counters import MAX_COUNTERS, zeroed_counters
 from ..._launch import Launch
 from ..._layout import cdiv, collapse_dims, next_power_of_2
 
@@ -47,7 +54,7 @@ MIN_TILE = 4096            # short rows are packed several to a program up to th
 # the dW (and dB) sums at once and must leave room for two programs an SM.
 PER_THREAD = {"fwd": 16, "bwd": 8}
 WARPS_PER_SM = 32          # backward: persistent programs launched per SM = this / num_warps
-PARTIAL_TILE = 2048        # elements of the tile summing the dW/dB partials: up to 64 partial rows x 32 columns
+SUM_PER_THREAD = 16        # partial-sum elements a thread loads at a time (16 fp32: four 16-byte loads)
 
 
 # ---------------------------------------------------------------------------------------
@@ -197,10 +204,11 @@ def _store_dx(dx_ptr, dh_ptr, g, xhat, c_g, c_gx, rstd, dx_off, dh_off, mask, HA
 def _norm_bwd_kernel(
     # pointers: dy; dh, the gradient reaching the h output (HAS_DH); h, the tensor the norm
     # was taken over (x, or x + residual); weight; mean (LayerNorm) and rstd per row;
-    # outputs dx (contiguous rows) and the float32 partial sums, [n_sums, n_programs,
-    # n_cols] contiguous: dW's (HAS_WEIGHT), then dB's (HAS_BIAS), one row a program.
+    # outputs dx (contiguous rows), dW and dB; float32 partial sums [n_sums, n_programs +
+    # n_groups, n_cols] contiguous: dW's (HAS_WEIGHT), then dB's (HAS_BIAS), a row for each
+    # program, then one for each group; int32 counters left at zero (`_finish_sums`).
     # Pointers a flag leaves unused are dy_ptr.
-    dy_ptr, dh_ptr, h_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, part_ptr,
+    dy_ptr, dh_ptr, h_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr, part_ptr, count_ptr,
     # shape: rows (row = i0 * size1 + i1), columns
     n_rows, n_cols, size1,
     # strides in elements of dy, dh and h: dim 0, dim 1, column
@@ -208,14 +216,17 @@ def _norm_bwd_kernel(
     w_offset,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_CHUNK: tl.constexpr, IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DH: tl.constexpr,
+    GROUP: tl.constexpr, SUM_COLS: tl.constexpr,
 ):
     # Persistent: program p takes row blocks p, p + P, p + 2P, ... (a fixed set, so the
     # dW/dB partial sums, and their total, do not depend on scheduling).
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     n_blocks = tl.cdiv(n_rows, BLOCK_M)
+    part_rows = n_programs + tl.cdiv(n_programs, GROUP)
+    db_part = part_ptr + (part_rows.to(tl.int64) * n_cols if HAS_WEIGHT else 0)
     dw_row = part_ptr + pid.to(tl.int64) * n_cols
-    db_row = dw_row + (n_programs * n_cols if HAS_WEIGHT else 0)
+    db_row = db_part + pid.to(tl.int64) * n_cols
     if ONE_CHUNK:
         cols = tl.arange(0, BLOCK_N)
         col_ok = cols < n_cols
@@ -281,30 +292,59 @@ def _norm_bwd_kernel(
                 if HAS_BIAS:
                     part = db_row + cols
                     tl.store(part, tl.load(part, mask=seen, other=0.0) + tl.sum(dy, axis=0), mask=col_ok)
+    if HAS_WEIGHT or HAS_BIAS:
+        _finish_sums(part_ptr, db_part, dw_ptr, db_ptr, count_ptr, pid, n_programs, n_cols,
+                     HAS_WEIGHT, HAS_BIAS, GROUP, SUM_COLS)
 
 
 @triton.jit
-def _sum_partials_kernel(
-    # float32 partial sums [n_sums (1 or 2), n_parts, n_cols] (contiguous) -> the column sums
-    # of sum 0 into out0 and of sum 1 into out1 (grid axis 1 picks the sum), in their dtypes.
-    # One launch serves dW and dB.
-    part_ptr, out0_ptr, out1_ptr, n_parts, n_cols,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    which = tl.program_id(1)
-    part_ptr += which.to(tl.int64) * n_parts * n_cols
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < n_cols
-    acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
-    for start in range(0, n_parts, BLOCK_P):
-        parts = start + tl.arange(0, BLOCK_P)
-        mask = (parts < n_parts)[:, None] & col_ok[None, :]
-        acc += tl.load(part_ptr + parts.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
-    total = tl.sum(acc, axis=0)
-    if which == 0:
-        tl.store(out0_ptr + cols, total.to(out0_ptr.dtype.element_ty), mask=col_ok)
-    else:
-        tl.store(out1_ptr + cols, total.to(out1_ptr.dtype.element_ty), mask=col_ok)
+def _sum_rows(src_ptr, dst_ptr, first, n, n_cols, SUM_ROWS: tl.constexpr, SUM_COLS: tl.constexpr):
+    """dst[c] = sum of src[first + i, c] over i < n (src float32, rows n_cols apart), cast to
+    dst's dtype. The order of the additions depends on n and the tile only, never on which
+    program sums. Loads go to L2 (.cg): other programs wrote these rows, and a line this SM's
+    L1 holds from its own partial row may hold a neighbouring row's stale head."""
+    for start in range(0, n_cols, SUM_COLS):
+        cols = start + tl.arange(0, SUM_COLS)
+        col_ok = cols < n_cols
+        acc = tl.zeros([SUM_ROWS, SUM_COLS], dtype=tl.float32)
+        for r in range(0, n, SUM_ROWS):
+            rows = r + tl.arange(0, SUM_ROWS)
+            mask = (rows < n)[:, None] & col_ok[None, :]
+            offsets = (first + rows).to(tl.int64)[:, None] * n_cols + cols[None, :]
+            acc += tl.load(src_ptr + offsets, mask=mask, other=0.0, cache_modifier=".cg")
+        tl.store(dst_ptr + cols, tl.sum(acc, axis=0).to(dst_ptr.dtype.element_ty), mask=col_ok)
+
+
+@triton.jit
+def _finish_sums(dw_part, db_part, dw_ptr, db_ptr, count_ptr, pid, n_programs, n_cols,
+                 HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, GROUP: tl.constexpr, SUM_COLS: tl.constexpr):
+    """After this program wrote its partial rows (row pid of dw_part and db_part): the last of
+    its group (programs GROUP * g to GROUP * g + GROUP - 1) to get here sums the group's rows
+    into the group row (row n_programs + g), and the last group to finish sums the group rows
+    into dW and dB.
+    count_ptr: counter 0 counts finished groups, counter 1 + g group g's finished programs;
+    each is reset by its last taker, so the next launch finds them at zero. Stores before a
+    ticket are released by it (a barrier first: every thread's stores), and the taker of the
+    last ticket acquires them all (the atomics on one counter form one release sequence)."""
+    n_groups = tl.cdiv(n_programs, GROUP)
+    group = pid // GROUP
+    first = group * GROUP
+    members = tl.minimum(GROUP, n_programs - first)
+    group_row = (n_programs + group).to(tl.int64) * n_cols
+    tl.debug_barrier()
+    if tl.atomic_add(count_ptr + 1 + group, 1, sem="acq_rel") == members - 1:
+        tl.atomic_xchg(count_ptr + 1 + group, 0, sem="relaxed")
+        if HAS_WEIGHT:
+            _sum_rows(dw_part, dw_part + group_row, first, members, n_cols, GROUP, SUM_COLS)
+        if HAS_BIAS:
+            _sum_rows(db_part, db_part + group_row, first, members, n_cols, GROUP, SUM_COLS)
+        tl.debug_barrier()
+        if tl.atomic_add(count_ptr, 1, sem="acq_rel") == n_groups - 1:
+            tl.atomic_xchg(count_ptr, 0, sem="relaxed")
+            if HAS_WEIGHT:
+                _sum_rows(dw_part, dw_ptr, n_programs, n_groups, n_cols, GROUP, SUM_COLS)
+            if HAS_BIAS:
+                _sum_rows(db_part, db_ptr, n_programs, n_groups, n_cols, GROUP, SUM_COLS)
 
 
 # ---------------------------------------------------------------------------------------
@@ -361,15 +401,16 @@ def rows_of(shape: torch.Size, *tensors: torch.Tensor) -> tuple[tuple[torch.Tens
     return tensors, *layout
 
 
-def sum_partials(partials: torch.Tensor, *outs: torch.Tensor) -> None:
-    """Column sums of partials[i] (float32, [len(outs), n_parts, n_cols]) into outs[i]:
-    dW and dB in one launch."""
-    n_sums, n_parts, n_cols = partials.shape
-    block_p = min(64, next_power_of_2(n_parts))
-    block_n = PARTIAL_TILE // block_p  # fewer partial rows, wider column blocks: fewer programs
-    Launch("norm_bwd_sum_partials", _sum_partials_kernel, (cdiv(n_cols, block_n), n_sums),
-           (partials, outs[0], outs[-1], n_parts, n_cols), dict(BLOCK_P=block_p, BLOCK_N=block_n),
-           num_warps=4, num_stages=1)()
+@functools.lru_cache(maxsize=1024)
+def sum_plan(programs: int, n_cols: int, num_warps: int) -> tuple[int, int]:
+    """(GROUP, SUM_COLS) for summing `programs` partial rows in two levels: groups of the
+    power of two programs (about sqrt(programs)) that leaves the last program the fewest
+    rows to sum, a group's then the group rows, with at most MAX_COUNTERS - 1 groups; rows
+    are summed in tiles of GROUP rows by SUM_COLS columns, SUM_PER_THREAD elements a thread."""
+    group = min((1 << i for i in range(programs.bit_length() + 1) if cdiv(programs, 1 << i) < MAX_COUNTERS),
+                key=lambda g: g + cdiv(programs, g))
+    sum_cols = max(1, min(next_power_of_2(n_cols), SUM_PER_THREAD * 32 * num_warps // group))
+    return group, sum_cols
 
 
 # ---------------------------------------------------------------------------------------
@@ -428,7 +469,7 @@ def check_inputs(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.T
 
 def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
              residual: torch.Tensor | None, eps: float, weight_offset: float, is_rms: bool):
-    """(y, h, mean, rstd): y in x's dtype (contiguous, x's shape); h = x + residual (empty
+    """(y, h, mean, rstd): y in x's dtype (contiguous, x's shape); h = x + residual (None
     without residual); mean (None for RMSNorm) and rstd in float32, of shape x.shape[:-1].
     Inputs already checked. Runs on every call: the common case (contiguous x) allocates
     only the outputs and does no layout work."""
@@ -436,7 +477,7 @@ def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
     n_cols = shape[-1]
     has_residual = residual is not None
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
-    h = torch.empty_like(y) if has_residual else x.new_empty((0,))
+    h = torch.empty_like(y) if has_residual else None
     rstd = x.new_empty(shape[:-1], dtype=torch.float32)
     mean = None if is_rms else x.new_empty(shape[:-1], dtype=torch.float32)
     n_rows = rstd.numel()
@@ -461,31 +502,37 @@ def norm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight:
              is_rms: bool):
     """(dx, dW, dB): dx in h's dtype (contiguous; with a residual, also the residual's
     gradient), dW and dB in weight's and bias's dtypes (None where that tensor is None;
-    bias is read for its dtype only). Inputs already checked. Three allocations (dx, dW,
-    the partial sums; dB too) and two launches (dW and dB summed by one)."""
+    bias is read for its dtype only). Inputs already checked. One launch; allocates dx, dW,
+    dB and the partial sums."""
     n_cols = h.shape[-1]
     n_rows = rstd.numel()
     dx = torch.empty_like(h, memory_format=torch.contiguous_format)
     dw = torch.empty_like(weight, memory_format=torch.contiguous_format) if weight is not None else None
     db = torch.empty_like(bias, memory_format=torch.contiguous_format) if bias is not None else None
-    sums = [t for t in (dw, db) if t is not None]
+    n_sums = (weight is not None) + (bias is not None)
     if n_rows == 0 or n_cols == 0:
-        for t in sums:
-            t.zero_()
+        for t in (dw, db):
+            if t is not None:
+                t.zero_()
         return dx, dw, db
     has_dh = dh is not None
     (dy, dh, h), size1, strides = rows_of(h.shape, dy, dh if has_dh else dy, h)
     block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "bwd")
     programs = backward_programs(h.device, cdiv(n_rows, block_m), num_warps)
-    # Partial sums, every element written by the kernel before it is read: no zeroing.
-    partials = h.new_empty((len(sums), programs, n_cols), dtype=torch.float32) if sums else dy
+    group, sum_cols = sum_plan(programs, n_cols, num_warps)
+    if n_sums:
+        # A row a program, then a row a group: every element written before it is read.
+        partials = h.new_empty((n_sums, programs + cdiv(programs, group), n_cols), dtype=torch.float32)
+        counters = zeroed_counters(h.device)
+    else:
+        partials = counters = dy
     w = weight.contiguous() if weight is not None else dy
     Launch("rms_norm_bwd" if is_rms else "layer_norm_bwd", _norm_bwd_kernel, (programs,),
-           (dy, dh, h, w, rstd if is_rms else mean, rstd, dx, partials,
-            n_rows, n_cols, size1, *strides[0], *strides[1], *strides[2], weight_offset),
+           (dy, dh, h, w, rstd if is_rms else mean, rstd, dx, dw if dw is not None else dy,
+            db if db is not None else dy, partials, counters, n_rows, n_cols, size1,
+            *strides[0], *strides[1], *strides[2], weight_offset),
            dict(BLOCK_M=block_m, BLOCK_N=block_n, ONE_CHUNK=one_chunk, IS_RMS=is_rms,
-                HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DH=has_dh),
+                HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DH=has_dh,
+                GROUP=group, SUM_COLS=sum_cols),
            num_warps=num_warps, num_stages=1)()
-    if sums:
-        sum_partials(partials, *sums)
     return dx, dw, db

@@ -16,6 +16,12 @@ def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
     """Launcher for the forward pass: (y, h, mean, rstd). y in x's dtype, contiguous; h =
     x + residual in x's dtype (a 0-element tensor without residual); mean and rstd float32
     of shape x.shape[:-1], saved for the backward."""
+    y, h, mean, rstd = _layer_norm_fwd(x, weight, bias, residual, eps)
+    return y, h if h is not None else x.new_empty((0,)), mean, rstd
+
+
+def _layer_norm_fwd(x, weight, bias, residual, eps):
+    # The eager roads' forward: h is None without residual (not an output there).
     check_inputs(x, residual, weight, bias)
     return norm_fwd(x, weight, bias, residual, check_eps(eps), 0.0, is_rms=False)
 
@@ -54,7 +60,6 @@ def _setup_context(ctx, inputs, output):
     ctx.has_residual = residual is not None
     ctx.set_materialize_grads(False)  # as in rms_norm: no zero gradients allocated for unused outputs
     ctx.save_for_backward(h if ctx.has_residual else x, weight, bias, mean, rstd)
-    ctx.mark_non_differentiable(mean, rstd, *(() if ctx.has_residual else (h,)))
 
 
 def _backward(bwd, ctx, dy, dh, _dmean, _drstd):
@@ -63,6 +68,10 @@ def _backward(bwd, ctx, dy, dh, _dmean, _drstd):
     dx, dw, db = bwd(dy, dh if ctx.has_residual else None, h, weight, bias, mean, rstd)
     return (dx, dw if weight is not None else None, db if bias is not None else None,
             dx if ctx.has_residual else None, None)
+
+
+def _returns(x, weight, bias, residual, eps):
+    return 1 if residual is None else 2  # y, or (y, h); mean and rstd stay for the backward
 
 
 def _check(x, weight, bias, residual, eps):
@@ -78,7 +87,8 @@ _LAYER_NORM = Op(
     backward_launcher=layer_norm_bwd,
     backward_schema=("(Tensor dy, Tensor? dh, Tensor h, Tensor? weight, Tensor? bias, Tensor mean, "
                      "Tensor rstd) -> (Tensor, Tensor, Tensor)"),
-    backward_fake=_bwd_fake, eager_backward_launcher=_layer_norm_bwd, check=_check)
+    backward_fake=_bwd_fake, eager_backward_launcher=_layer_norm_bwd, check=_check,
+    returns=_returns, eager_forward=_layer_norm_fwd)
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
@@ -98,8 +108,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     not of shape (hidden,), a residual not of x's shape (ValueError) or dtype (TypeError),
     eps negative or not finite, a 0-d x (ValueError).
     """
-    y, h, _, _ = _LAYER_NORM(x, weight, bias, residual, eps)
-    return (y, h) if residual is not None else y
+    return _LAYER_NORM(x, weight, bias, residual, eps)
 
 
 def layer_norm_reference(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,

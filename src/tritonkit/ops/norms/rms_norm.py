@@ -16,10 +16,15 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, residual: torch.T
     """Launcher for the forward pass: (y, h, rstd). y in x's dtype, contiguous; h = x +
     residual in x's dtype (a 0-element tensor without residual); rstd float32 of shape
     x.shape[:-1], saved for the backward."""
+    y, h, rstd = _rms_norm_fwd(x, weight, residual, eps, weight_offset)
+    return y, h if h is not None else x.new_empty((0,)), rstd
+
+
+def _rms_norm_fwd(x, weight, residual, eps, weight_offset):
+    # The eager roads' forward: h is None without residual (not an output there).
     check_inputs(x, residual, weight)
-    eps = check_eps(eps)
-    weight_offset = check_weight_offset(weight_offset, weight)
-    y, h, _, rstd = norm_fwd(x, weight, None, residual, eps, weight_offset, is_rms=True)
+    y, h, _, rstd = norm_fwd(x, weight, None, residual, check_eps(eps),
+                             check_weight_offset(weight_offset, weight), is_rms=True)
     return y, h, rstd
 
 
@@ -65,11 +70,11 @@ def _setup_context(ctx, inputs, output):
     _, h, rstd = output
     ctx.has_residual = residual is not None
     ctx.weight_offset = weight_offset
-    # Outputs nobody differentiated (rstd; h without residual, or h unused) get None, not a
-    # zero tensor autograd would allocate (and fill, on the GPU) every call.
+    # Outputs nobody differentiated get None, not a zero tensor autograd would allocate
+    # (and fill, on the GPU) every call. (rstd, and h without residual, are not returned:
+    # the Op marks them non-differentiable.)
     ctx.set_materialize_grads(False)
     ctx.save_for_backward(h if ctx.has_residual else x, weight, rstd)
-    ctx.mark_non_differentiable(rstd, *(() if ctx.has_residual else (h,)))
 
 
 def _backward(bwd, ctx, dy, dh, _drstd):
@@ -78,6 +83,10 @@ def _backward(bwd, ctx, dy, dh, _drstd):
     dx, dw = bwd(dy, dh if ctx.has_residual else None, h, weight, rstd, ctx.weight_offset)
     # x and residual get the same gradient, one tensor (as torch's own add backward gives).
     return dx, dw if weight is not None else None, dx if ctx.has_residual else None, None, None
+
+
+def _returns(x, weight, residual, eps, weight_offset):
+    return 1 if residual is None else 2  # y, or (y, h); rstd stays for the backward
 
 
 def _check(x, weight, residual, eps, weight_offset):
@@ -93,7 +102,8 @@ _RMS_NORM = Op(
     backward_launcher=rms_norm_bwd,
     backward_schema=("(Tensor dy, Tensor? dh, Tensor h, Tensor? weight, Tensor rstd, float weight_offset) "
                      "-> (Tensor, Tensor)"),
-    backward_fake=_bwd_fake, eager_backward_launcher=_rms_norm_bwd, check=_check)
+    backward_fake=_bwd_fake, eager_backward_launcher=_rms_norm_bwd, check=_check,
+    returns=_returns, eager_forward=_rms_norm_fwd)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6, *,
@@ -114,8 +124,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
     shape (hidden,), a residual not of x's shape (ValueError) or dtype (TypeError), eps
     negative or not finite, a nonzero weight_offset without weight, a 0-d x (ValueError).
     """
-    y, h, _ = _RMS_NORM(x, weight, residual, eps, weight_offset)
-    return (y, h) if residual is not None else y
+    return _RMS_NORM(x, weight, residual, eps, weight_offset)
 
 
 def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6, *,
