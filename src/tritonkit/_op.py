@@ -129,30 +129,44 @@ class Op:
             return output if returns is None else _first(output, returns(*args))
 
         if has_kernel_backward:
-            # The backward kernels are not themselves differentiable: a second derivative
-            # raises instead of silently missing terms.
-            eager_backward = torch.autograd.function.once_differentiable(eager_backward)
+            eager_backward = _once_differentiable(eager_backward)
         self.function = type(f"_{name.title().replace('_', '')}Function", (torch.autograd.Function,),
                              {"forward": staticmethod(run_forward), "backward": staticmethod(eager_backward)})
+        # torch's C apply, which Function.apply calls after steps of its own in Python that
+        # matter only under functorch transforms (vmap, grad, ...): those calls take
+        # Function.apply, the others save its host time.
+        self._apply = super(torch.autograd.Function, self.function).apply
         DECLARED[name] = self
 
     def __call__(self, *args: Any) -> Any:
         """Run the op by one of three roads: the custom op while anything traces or intercepts
         torch ops (its registrations are what tracers understand); the eager Function when
         autograd records a gradient; the forward launcher alone otherwise."""
-        if tracing(*args):
-            if self.check is not None:
-                args = self.check(*args)
-            if not torch.compiler.is_compiling() and _has_dtensor(args):
-                # DTensor asks for each custom op's sharding rule: registered on first use
-                # (under torch.compile, `import tritonkit.distributed` registers them), and
-                # placements no rule allows refused here with a ValueError.
-                from .distributed.sharding import check_dtensor_args
-                check_dtensor_args(self.forward_op, args)
-            return self.returned(args, self.forward_op(*args))
-        if records_grad(*args):
-            return self.function.apply(*args)
+        grad = False
+        for a in args:  # tracing() and records_grad() in one pass: this runs on every call
+            if isinstance(a, torch.Tensor):
+                if type(a) not in _PLAIN_TENSORS:
+                    return self._traced(args)
+                grad = grad or a.requires_grad
+        if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+            return self._traced(args)
+        if grad and torch.is_grad_enabled():
+            if torch._C._are_functorch_transforms_active():
+                return self.function.apply(*args)
+            return self._apply(*args)
         return self.returned(args, self.eager_forward(*args))
+
+    def _traced(self, args: tuple) -> Any:
+        """The custom-op road."""
+        if self.check is not None:
+            args = self.check(*args)
+        if not torch.compiler.is_compiling() and _has_dtensor(args):
+            # DTensor asks for each custom op's sharding rule: registered on first use
+            # (under torch.compile, `import tritonkit.distributed` registers them), and
+            # placements no rule allows refused here with a ValueError.
+            from .distributed.sharding import check_dtensor_args
+            check_dtensor_args(self.forward_op, args)
+        return self.returned(args, self.forward_op(*args))
 
     def returned(self, args: tuple, output: Any) -> Any:
         """What the op returns of its forward launcher's (or custom op's) `output` for `args`."""
@@ -161,6 +175,18 @@ class Op:
 
 def _first(output: tuple, n: int) -> Any:
     return output[0] if n == 1 else output[:n]
+
+
+def _once_differentiable(backward: Callable) -> Callable:
+    """The backward kernels are not themselves differentiable: a second derivative must
+    raise instead of silently missing terms (torch's once_differentiable). Autograd runs a
+    backward with grad mode off unless create_graph asks for a graph of it, and only then is
+    the wrapper (a no_grad block and checks, host time on every call) needed."""
+    refusing = torch.autograd.function.once_differentiable(backward)
+
+    def run(ctx, *grads):
+        return refusing(ctx, *grads) if torch.is_grad_enabled() else backward(ctx, *grads)
+    return run
 
 
 def _custom_op(name: str, launcher: Callable, schema: str, fake: Callable):

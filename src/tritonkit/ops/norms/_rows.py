@@ -125,7 +125,8 @@ def _store_y(y_ptr, b_ptr, h, mean, rstd, w, y_off, cols, col_ok, mask, HAS_BIAS
 @triton.jit
 def _norm_fwd_kernel(
     # pointers: inputs x, residual, weight, bias; outputs y and h (contiguous rows), then
-    # mean and rstd (float32, one per row). Pointers a flag leaves unused are x_ptr.
+    # mean and rstd (float32, one per row). Pointers a flag leaves unused are None (Triton
+    # compiles a None in as a constant: no cost to the launch).
     x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
     # shape: rows (row = i0 * size1 + i1), columns
     n_rows, n_cols, size1,
@@ -207,7 +208,7 @@ def _norm_bwd_kernel(
     # outputs dx (contiguous rows), dW and dB; float32 partial sums [n_sums, n_programs +
     # n_groups, n_cols] contiguous: dW's (HAS_WEIGHT), then dB's (HAS_BIAS), a row for each
     # program, then one for each group; int32 counters left at zero (`_finish_sums`).
-    # Pointers a flag leaves unused are dy_ptr.
+    # Pointers a flag leaves unused are None, as in the forward.
     dy_ptr, dh_ptr, h_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr, part_ptr, count_ptr,
     # shape: rows (row = i0 * size1 + i1), columns
     n_rows, n_cols, size1,
@@ -223,10 +224,11 @@ def _norm_bwd_kernel(
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     n_blocks = tl.cdiv(n_rows, BLOCK_M)
-    part_rows = n_programs + tl.cdiv(n_programs, GROUP)
-    db_part = part_ptr + (part_rows.to(tl.int64) * n_cols if HAS_WEIGHT else 0)
-    dw_row = part_ptr + pid.to(tl.int64) * n_cols
-    db_row = db_part + pid.to(tl.int64) * n_cols
+    if HAS_WEIGHT or HAS_BIAS:
+        part_rows = n_programs + tl.cdiv(n_programs, GROUP)
+        db_part = part_ptr + (part_rows.to(tl.int64) * n_cols if HAS_WEIGHT else 0)
+        dw_row = part_ptr + pid.to(tl.int64) * n_cols
+        db_row = db_part + pid.to(tl.int64) * n_cols
     if ONE_CHUNK:
         cols = tl.arange(0, BLOCK_N)
         col_ok = cols < n_cols
@@ -470,29 +472,27 @@ def check_inputs(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.T
 def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
              residual: torch.Tensor | None, eps: float, weight_offset: float, is_rms: bool):
     """(y, h, mean, rstd): y in x's dtype (contiguous, x's shape); h = x + residual (None
-    without residual); mean (None for RMSNorm) and rstd in float32, of shape x.shape[:-1].
-    Inputs already checked. Runs on every call: the common case (contiguous x) allocates
-    only the outputs and does no layout work."""
+    without residual); mean (None for RMSNorm) and rstd in float32, one per row, flat (the
+    custom ops' launchers view them as x.shape[:-1]). Inputs already checked. Runs on every
+    call: the common case (contiguous x) allocates only the outputs and does no layout work."""
     shape = x.shape
     n_cols = shape[-1]
-    has_residual = residual is not None
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
-    h = torch.empty_like(y) if has_residual else None
-    rstd = x.new_empty(shape[:-1], dtype=torch.float32)
-    mean = None if is_rms else x.new_empty(shape[:-1], dtype=torch.float32)
-    n_rows = rstd.numel()
+    h = torch.empty_like(y) if residual is not None else None
+    n_rows = y.numel() // n_cols if n_cols else math.prod(shape[:-1])
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
     if n_rows == 0 or n_cols == 0:
         return y, h, mean, rstd
-    (x, residual), size1, (x_strides, r_strides) = rows_of(shape, x, residual if has_residual else x)
-    # A strided 1-D weight or bias is copied: (hidden,) elements, next to (rows, hidden).
-    w = weight.contiguous() if weight is not None else x
-    b = bias.contiguous() if bias is not None else x
+    (x, residual), size1, (x_strides, r_strides) = rows_of(shape, x, residual if h is not None else x)
     block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "fwd")
+    # A strided 1-D weight or bias is copied: (hidden,) elements, next to (rows, hidden).
     Launch("rms_norm_fwd" if is_rms else "layer_norm_fwd", _norm_fwd_kernel, (cdiv(n_rows, block_m),),
-           (x, residual, w, b, y, h if has_residual else y, rstd if is_rms else mean, rstd,
+           (x, residual if h is not None else None, weight.contiguous() if weight is not None else None,
+            bias.contiguous() if bias is not None else None, y, h, mean, rstd,
             n_rows, n_cols, size1, *x_strides, *r_strides, eps, weight_offset),
            dict(BLOCK_M=block_m, BLOCK_N=block_n, ONE_CHUNK=one_chunk, IS_RMS=is_rms,
-                HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_RESIDUAL=has_residual),
+                HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_RESIDUAL=h is not None),
            num_warps=num_warps, num_stages=1)()
     return y, h, mean, rstd
 
@@ -520,16 +520,12 @@ def norm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight:
     block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "bwd")
     programs = backward_programs(h.device, cdiv(n_rows, block_m), num_warps)
     group, sum_cols = sum_plan(programs, n_cols, num_warps)
-    if n_sums:
-        # A row a program, then a row a group: every element written before it is read.
-        partials = h.new_empty((n_sums, programs + cdiv(programs, group), n_cols), dtype=torch.float32)
-        counters = zeroed_counters(h.device)
-    else:
-        partials = counters = dy
-    w = weight.contiguous() if weight is not None else dy
+    # A row a program, then a row a group: every element written before it is read.
+    partials = (torch.empty((n_sums, programs + cdiv(programs, group), n_cols), dtype=torch.float32,
+                            device=h.device) if n_sums else None)
     Launch("rms_norm_bwd" if is_rms else "layer_norm_bwd", _norm_bwd_kernel, (programs,),
-           (dy, dh, h, w, rstd if is_rms else mean, rstd, dx, dw if dw is not None else dy,
-            db if db is not None else dy, partials, counters, n_rows, n_cols, size1,
+           (dy, dh if has_dh else None, h, weight.contiguous() if weight is not None else None, mean, rstd,
+            dx, dw, db, partials, zeroed_counters(h.device) if n_sums else None, n_rows, n_cols, size1,
             *strides[0], *strides[1], *strides[2], weight_offset),
            dict(BLOCK_M=block_m, BLOCK_N=block_n, ONE_CHUNK=one_chunk, IS_RMS=is_rms,
                 HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DH=has_dh,

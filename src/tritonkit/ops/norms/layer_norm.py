@@ -17,11 +17,13 @@ def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
     x + residual in x's dtype (a 0-element tensor without residual); mean and rstd float32
     of shape x.shape[:-1], saved for the backward."""
     y, h, mean, rstd = _layer_norm_fwd(x, weight, bias, residual, eps)
-    return y, h if h is not None else x.new_empty((0,)), mean, rstd
+    stats = x.shape[:-1]
+    return y, h if h is not None else x.new_empty((0,)), mean.view(stats), rstd.view(stats)
 
 
 def _layer_norm_fwd(x, weight, bias, residual, eps):
-    # The eager roads' forward: h is None without residual (not an output there).
+    # The eager roads' forward: h is None without residual (not an output there), and mean
+    # and rstd are flat (only the backward reads them).
     check_inputs(x, residual, weight, bias)
     return norm_fwd(x, weight, bias, residual, check_eps(eps), 0.0, is_rms=False)
 

@@ -17,11 +17,12 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, residual: torch.T
     residual in x's dtype (a 0-element tensor without residual); rstd float32 of shape
     x.shape[:-1], saved for the backward."""
     y, h, rstd = _rms_norm_fwd(x, weight, residual, eps, weight_offset)
-    return y, h if h is not None else x.new_empty((0,)), rstd
+    return y, h if h is not None else x.new_empty((0,)), rstd.view(x.shape[:-1])
 
 
 def _rms_norm_fwd(x, weight, residual, eps, weight_offset):
-    # The eager roads' forward: h is None without residual (not an output there).
+    # The eager roads' forward: h is None without residual (not an output there), and rstd
+    # is flat (only the backward reads it).
     check_inputs(x, residual, weight)
     y, h, _, rstd = norm_fwd(x, weight, None, residual, check_eps(eps),
                              check_weight_offset(weight_offset, weight), is_rms=True)
