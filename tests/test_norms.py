@@ -244,6 +244,14 @@ def test_weight_gradients_over_program_counts(norm, programs, monkeypatch, devic
     # make one group, several, and a last group short of members, each run twice in a row
     # (the second finds the counters the first left: at zero) and on both row paths.
     monkeypatch.setattr(_rows, "backward_programs", lambda device, n_blocks, num_warps: min(n_blocks, programs))
+    _rows.bwd_plan.cache_clear()  # plans hold the program count
+    try:
+        _over_program_counts(norm, programs, device)
+    finally:
+        _rows.bwd_plan.cache_clear()
+
+
+def _over_program_counts(norm, programs, device):
     for shape in [(75, 600)] + ([(3, BWD_LONG)] if programs == 3 else []):
         x = torch.randn(shape, device=device, requires_grad=True)
         w, b = (torch.randn(shape[-1], device=device, requires_grad=True) for _ in range(2))

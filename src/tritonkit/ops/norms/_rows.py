@@ -382,9 +382,6 @@ def backward_programs(device: torch.device, n_blocks: int, num_warps: int) -> in
 def row_layout(shape: torch.Size, *tensors: torch.Tensor) -> tuple[int, list[list[int]]] | None:
     """(size1, [[s0, s1, column stride] per tensor]) addressing rows of `tensors` (all of
     `shape`) through two collapsed leading dims; None when the leading dims need more."""
-    n_cols = shape[-1]
-    if all(t.is_contiguous() for t in tensors):
-        return 1, [[n_cols, 0, 1]] * len(tensors)  # the common case, kept short (host time)
     sizes, strides = collapse_dims(shape[:-1], *(t.stride()[:-1] for t in tensors))
     if len(sizes) > 2:
         return None
@@ -396,11 +393,41 @@ def row_layout(shape: torch.Size, *tensors: torch.Tensor) -> tuple[int, list[lis
 def rows_of(shape: torch.Size, *tensors: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], int, list[list[int]]]:
     """The tensors (contiguous copies when their leading dims do not collapse to two, a
     layout the kernels do not address), size1 and their strides for the kernels."""
+    for t in tensors:
+        if not t.is_contiguous():
+            break
+    else:  # the common case, kept short (host time)
+        return tensors, 1, [[shape[-1], 0, 1]] * len(tensors)
     layout = row_layout(shape, *tensors)
     if layout is None:
         tensors = tuple(t.contiguous() for t in tensors)
         layout = row_layout(shape, *tensors)
     return tensors, *layout
+
+
+@functools.lru_cache(maxsize=1024)
+def fwd_plan(n_rows: int, n_cols: int, is_rms: bool, has_weight: bool, has_bias: bool,
+             has_residual: bool) -> tuple[tuple[int], dict, int]:
+    """(grid, constexprs, num_warps) of the forward launch, worked out once per shape and
+    flags (the constexprs dict is shared by the launches: nothing may change it)."""
+    block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "fwd")
+    return ((cdiv(n_rows, block_m),), dict(BLOCK_M=block_m, BLOCK_N=block_n, ONE_CHUNK=one_chunk, IS_RMS=is_rms,
+                                            HAS_WEIGHT=has_weight, HAS_BIAS=has_bias, HAS_RESIDUAL=has_residual),
+            num_warps)
+
+
+@functools.lru_cache(maxsize=1024)
+def bwd_plan(device: torch.device, n_rows: int, n_cols: int, is_rms: bool, has_weight: bool, has_bias: bool,
+             has_dh: bool) -> tuple[int, int, dict, int]:
+    """(programs, partial-sum rows per sum, constexprs, num_warps) of the backward launch,
+    worked out once per device, shape and flags (the dict is shared, as in fwd_plan)."""
+    block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "bwd")
+    programs = backward_programs(device, cdiv(n_rows, block_m), num_warps)
+    group, sum_cols = sum_plan(programs, n_cols, num_warps)
+    return (programs, programs + cdiv(programs, group),
+            dict(BLOCK_M=block_m, BLOCK_N=block_n, ONE_CHUNK=one_chunk, IS_RMS=is_rms, HAS_WEIGHT=has_weight,
+                 HAS_BIAS=has_bias, HAS_DH=has_dh, GROUP=group, SUM_COLS=sum_cols),
+            num_warps)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -485,15 +512,14 @@ def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
     if n_rows == 0 or n_cols == 0:
         return y, h, mean, rstd
     (x, residual), size1, (x_strides, r_strides) = rows_of(shape, x, residual if h is not None else x)
-    block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "fwd")
+    grid, constexprs, num_warps = fwd_plan(n_rows, n_cols, is_rms, weight is not None, bias is not None,
+                                           h is not None)
     # A strided 1-D weight or bias is copied: (hidden,) elements, next to (rows, hidden).
-    Launch("rms_norm_fwd" if is_rms else "layer_norm_fwd", _norm_fwd_kernel, (cdiv(n_rows, block_m),),
+    Launch("rms_norm_fwd" if is_rms else "layer_norm_fwd", _norm_fwd_kernel, grid,
            (x, residual if h is not None else None, weight.contiguous() if weight is not None else None,
             bias.contiguous() if bias is not None else None, y, h, mean, rstd,
             n_rows, n_cols, size1, *x_strides, *r_strides, eps, weight_offset),
-           dict(BLOCK_M=block_m, BLOCK_N=block_n, ONE_CHUNK=one_chunk, IS_RMS=is_rms,
-                HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_RESIDUAL=h is not None),
-           num_warps=num_warps, num_stages=1)()
+           constexprs, num_warps=num_warps, num_stages=1)()
     return y, h, mean, rstd
 
 
@@ -517,18 +543,13 @@ def norm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight:
         return dx, dw, db
     has_dh = dh is not None
     (dy, dh, h), size1, strides = rows_of(h.shape, dy, dh if has_dh else dy, h)
-    block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "bwd")
-    programs = backward_programs(h.device, cdiv(n_rows, block_m), num_warps)
-    group, sum_cols = sum_plan(programs, n_cols, num_warps)
+    programs, part_rows, constexprs, num_warps = bwd_plan(h.device, n_rows, n_cols, is_rms, weight is not None,
+                                                          bias is not None, has_dh)
     # A row a program, then a row a group: every element written before it is read.
-    partials = (torch.empty((n_sums, programs + cdiv(programs, group), n_cols), dtype=torch.float32,
-                            device=h.device) if n_sums else None)
+    partials = torch.empty((n_sums, part_rows, n_cols), dtype=torch.float32, device=h.device) if n_sums else None
     Launch("rms_norm_bwd" if is_rms else "layer_norm_bwd", _norm_bwd_kernel, (programs,),
            (dy, dh if has_dh else None, h, weight.contiguous() if weight is not None else None, mean, rstd,
             dx, dw, db, partials, zeroed_counters(h.device) if n_sums else None, n_rows, n_cols, size1,
             *strides[0], *strides[1], *strides[2], weight_offset),
-           dict(BLOCK_M=block_m, BLOCK_N=block_n, ONE_CHUNK=one_chunk, IS_RMS=is_rms,
-                HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, HAS_DH=has_dh,
-                GROUP=group, SUM_COLS=sum_cols),
-           num_warps=num_warps, num_stages=1)()
+           constexprs, num_warps=num_warps, num_stages=1)()
     return dx, dw, db
