@@ -108,7 +108,7 @@ class Launch:
         device = key[0]  # _specialization_key puts the current device first
         stream = _driver().get_current_stream(device)
         compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
-                     None, None, None, *args, *(direct.constexprs[name] for name in cache.constexpr_names))
+                     None, None, None, *args, *cache.constexpr_values(direct.constexprs))
 
     def _direct(self) -> "Launch | None":
         """This launch as a plain JITFunction launch with a tuple grid, which the cached path
@@ -161,8 +161,9 @@ def _specialization_key(launch: Launch, device: int | None = None) -> tuple | No
     if layout is False:
         return None
     tensor_positions, descriptor_positions, plain_values = layout
-    tensors = tuple((args[i].dtype, args[i].data_ptr() % 16 == 0) for i in tensor_positions)
-    descriptors = tuple(_descriptor_key(args[i]) for i in descriptor_positions)
+    # (Comprehensions into lists, not generators: this runs on every launch.)
+    tensors = tuple([(args[i].dtype, args[i].data_ptr() % 16 == 0) for i in tensor_positions])
+    descriptors = tuple([_descriptor_key(args[i]) for i in descriptor_positions]) if descriptor_positions else ()
     device = _driver().get_current_device() if device is None else device
     return (device, types, tensors, descriptors, plain_values(args),
             tuple(launch.constexprs.items()), launch.num_warps, launch.num_stages)
@@ -173,7 +174,11 @@ class _KernelCache:
     it (a cache keyed by id() could hand one kernel's state to a later kernel at that id)."""
 
     def __init__(self, kernel: Any):
-        self.constexpr_names = _constexpr_names(kernel)
+        self.constexpr_names = names = _constexpr_names(kernel)
+        # constexprs dict -> their values in the kernel's order, as the compiled launcher takes them
+        self.constexpr_values = (operator.itemgetter(*names) if names and len(names) > 1
+                                 else (lambda constexprs, name=names[0]: (constexprs[name],)) if names
+                                 else (lambda constexprs: ()))
         self.layouts: dict[tuple[type, ...], tuple | bool] = {}
         self.compiled: dict[tuple, Any] = {}  # specialisation key -> triton CompiledKernel
 
@@ -286,8 +291,10 @@ def _fast_path_verified() -> bool:
 def _launch_hooks_set() -> bool:
     """Whether a profiler (proton, say) hooks launches. Triton 3.6 keeps the hooks in
     HookChain objects that are never None; an empty chain calls nothing."""
-    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
-    return any(hook is not None and getattr(hook, "calls", True) for hook in hooks)
+    runtime = knobs.runtime
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return bool((enter is not None and getattr(enter, "calls", True))
+                or (leave is not None and getattr(leave, "calls", True)))
 
 
 def launches_execute() -> bool:
