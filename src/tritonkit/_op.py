@@ -15,7 +15,7 @@ From that declaration this module builds
 - `Op.__call__`, which picks one of three roads for a call (see `Op.__call__`).
 
 Why three roads: a custom op's autograd dispatch costs several times the host time of the
-launch itself, and small kernels are bound by host time. All three run the same launchers on
+launch itself, and small kernels are bound by host time. All three run the same kernels on
 the same arguments, so they give the same bits (tests/test_autograd_roads.py).
 """
 
@@ -78,8 +78,9 @@ class Op:
         and on the eager roads they never become autograd outputs (each one costs autograd
         bookkeeping a call). None: every output, as the launcher returns them.
     eager_forward: what runs the forward on the eager roads (the forward launcher by
-        default): the same outputs, except that it may give None past the first `returns`
-        (no placeholder allocated); it validates its arguments as the launcher does.
+        default). It validates its arguments as the launcher does and gives the same leading
+        `returns` outputs; the outputs past them reach only setup_context and the backward,
+        so it may give them in a cheaper form (statistics flat) or None (no placeholder).
     """
 
     def __init__(self, name: str, *, forward: Callable, forward_schema: str, forward_fake: Callable,
