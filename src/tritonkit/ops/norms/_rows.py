@@ -432,10 +432,11 @@ def bwd_plan(device: torch.device, n_rows: int, n_cols: int, is_rms: bool, has_w
 
 @functools.lru_cache(maxsize=1024)
 def sum_plan(programs: int, n_cols: int, num_warps: int) -> tuple[int, int]:
-    """(GROUP, SUM_COLS) for summing `programs` partial rows in two levels: groups of the
-    power of two programs (about sqrt(programs)) that leaves the last program the fewest
-    rows to sum, a group's then the group rows, with at most MAX_COUNTERS - 1 groups; rows
-    are summed in tiles of GROUP rows by SUM_COLS columns, SUM_PER_THREAD elements a thread."""
+    """(GROUP, SUM_COLS) for summing `programs` partial rows in two levels. GROUP, programs a
+    group: the power of two (about sqrt(programs)) that leaves the last program to finish
+    the fewest rows to sum (its group's, then the group rows), with at most MAX_COUNTERS - 1
+    groups. Rows are summed in tiles of GROUP rows by SUM_COLS columns, SUM_PER_THREAD
+    elements a thread (more would raise the kernel's registers past two programs an SM)."""
     group = min((1 << i for i in range(programs.bit_length() + 1) if cdiv(programs, 1 << i) < MAX_COUNTERS),
                 key=lambda g: g + cdiv(programs, g))
     sum_cols = max(1, min(next_power_of_2(n_cols), SUM_PER_THREAD * 32 * num_warps // group))
