@@ -151,7 +151,8 @@ def test_packed_sequences(family):
     position_ids = torch.cat([torch.arange(n, device=DEVICE) for n in lengths])[None]
     labels = ids.clone()
     labels[0, torch.cumsum(torch.tensor(lengths), 0)[:-1].to(DEVICE)] = -100  # no token predicts across a boundary
-    _compare(family, {}, ids, labels, position_ids=position_ids)
+    # use_cache=False as Trainer sets it: transformers detects packed rows only without a cache.
+    _compare(family, {}, ids, labels, position_ids=position_ids, use_cache=False)
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma2"])
@@ -295,3 +296,13 @@ def test_attn_implementation_and_patch_classes():
 def test_import_tritonkit_does_not_import_transformers():
     code = "import sys, tritonkit; assert 'transformers' not in sys.modules, 'transformers imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_training_step_builds_no_cache():
+    # transformers' default (config.use_cache) would copy every layer's keys and values into a
+    # DynamicCache (two cats a layer) in a training step; the patched loss path asks for none.
+    _skip_missing("linear_cross_entropy")
+    model = tkt.patch(_model("llama"))
+    ids = torch.randint(3, 1000, (1, 8), device=DEVICE)
+    assert model(input_ids=ids, labels=ids).past_key_values is None
+    assert model(input_ids=ids, labels=ids, use_cache=True).past_key_values is not None

@@ -101,7 +101,8 @@ def make_rope(original):
 def make_causal_lm_forward(original, final_softcap_attr: str | None):
     """The CausalLM forward: with labels and gradients on, hidden states -> linear_cross_entropy.
 
-    The (tokens x vocabulary) logits are never built: the output's `logits` is None. Without
+    The (tokens x vocabulary) logits are never built: the output's `logits` is None, and no KV
+    cache is built unless `use_cache=True` or `past_key_values` is passed. Without
     labels, or under no_grad (evaluation, where the logits are often wanted and cost no saved
     activations), the original forward runs unchanged. `num_items_in_batch` (transformers'
     gradient-accumulation count) turns the mean into sum / num_items_in_batch, as transformers does.
@@ -117,6 +118,11 @@ def make_causal_lm_forward(original, final_softcap_attr: str | None):
             return original(self, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                             past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels,
                             use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
+        if use_cache is None and past_key_values is None:
+            # A training step asks for no cache; transformers' default (config.use_cache) would build a
+            # DynamicCache and copy every layer's keys and values into it (two cats a layer), kept
+            # alive with the output. An explicit use_cache=True still gets one.
+            use_cache = False
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache,
                              **kwargs)
