@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 import tritonkit
 
+from . import _residual
+
 # transformers' activation names -> (tritonkit op, its extra arguments)
 _GATED = {
     "silu": ("swiglu", {}),
@@ -40,24 +42,25 @@ def gated_op(config):
 
 # ---------------------------------------------------------------- RMSNorm
 
-def _eps(norm: torch.nn.Module) -> float:
-    eps = getattr(norm, "variance_epsilon", None)
-    return norm.eps if eps is None else eps
-
-
 def make_rms_norm_forward(original, weight_offset: float):
     """RMSNorm through tritonkit.rms_norm: x / rms(x) * (weight_offset + w).
 
     weight_offset 0 is Llama's form (Llama, Mistral, Qwen2/3, Phi-3), 1 is Gemma's (1 + w), which
     transformers computes in float32 and casts once, as tritonkit does. A weight whose dtype
     differs from the input's (transformers then returns the promoted dtype) takes the original.
+    An input whose norm the previous decoder layer computed with its residual add
+    (`_residual.add_ahead`) returns that result.
     """
     @functools.wraps(original)
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        ahead = _residual.take_ahead(self, hidden_states)
+        if ahead is not None:
+            return ahead
         if hidden_states.dtype != self.weight.dtype:
             return original(self, hidden_states)
-        return tritonkit.rms_norm(hidden_states, self.weight, _eps(self), weight_offset=weight_offset)
+        return tritonkit.rms_norm(hidden_states, self.weight, _residual.eps_of(self), weight_offset=weight_offset)
     forward._tritonkit_original = original
+    setattr(forward, _residual.OFFSET, weight_offset)
     return forward
 
 
