@@ -251,8 +251,9 @@ def _patch_layers(fam: Family, model: torch.nn.Module) -> str:
         return f"; residual adds left ({layer_cls.__name__} is not of the known form)" if found else ""
     for m in found:
         m.forward = types.MethodType(forward, m)
-    _residual.link(model, layer_cls, fam.cls("RMSNorm"))
-    return f", with the residual adds of {len(found)} {layer_cls.__name__} (rms_norm(residual=))"
+    linked = _residual.link(model, layer_cls, fam.cls("RMSNorm"))
+    return (f", with the residual adds of {len(found)} {layer_cls.__name__} (rms_norm(residual=))"
+            + ("" if linked else "; the adds between layers left (a distributed run, or no layers followed by a norm)"))
 
 
 def _link_on_init(fam: Family, post_init):

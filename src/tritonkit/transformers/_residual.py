@@ -21,10 +21,11 @@ module, not on the tensor, because torch.compile cannot set attributes on a cust
 a norm that a layer was linked to but that is not called (a loop over fewer layers than the
 model has) keeps that one pair until the layer's next call.
 
-A layer is not linked ahead under gradient checkpointing (its recompute would leave a result
-nobody takes), nor when the next norm's weight is not a plain tensor on the activations' device
-in their dtype (FSDP2 or DeepSpeed shards, offloaded or meta weights, another device in a
-pipeline split): it then returns the sum as transformers does.
+Layers are not linked in a distributed run (see `link`). A linked layer does not compute ahead
+under gradient checkpointing (its recompute would leave a result nobody takes), nor when the next
+norm's weight is not a plain tensor on the activations' device in their dtype (FSDP2 or
+DeepSpeed shards, offloaded or meta weights, another device in a pipeline split): it then
+returns the sum as transformers does. The add inside a layer is fused in every case.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def add_ahead(layer: torch.nn.Module, x: torch.Tensor, residual: torch.Tensor) -
     on that norm for `take_ahead`, when that norm can be fused."""
     norm = getattr(layer, _NEXT, None)
     if norm is None or (layer.training and getattr(layer, "gradient_checkpointing", False)) \
-            or not _fusable(norm, x, residual):
+            or not _fusable(norm, x, residual) or hasattr(norm.weight, "ds_id"):  # ds_id: DeepSpeed ZeRO-3's
         return residual + x
     y, h = add_norm(norm, x, residual)
     setattr(norm, _AHEAD, (h, None if torch.compiler.is_compiling() else h._version, y))
@@ -142,7 +143,14 @@ def make_decoder_layer_forward(original, shape: tuple):
 
 def link(model: torch.nn.Module, layer_cls: type, norm_cls: type) -> int:
     """Point each decoder layer of each stack in `model` (a `layers` ModuleList of `layer_cls`
-    followed by a `norm` of `norm_cls`) at the norm that reads its output; returns how many."""
+    followed by a `norm` of `norm_cls`) at the norm that reads its output; returns how many.
+
+    None in a distributed run: data-parallel wrappers shard and reduce each layer's parameters
+    on their own schedule (FSDP's per-layer reduce-scatter), which a weight of the next layer
+    whose gradient arrives with this layer's would miss."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return 0
     count = 0
     for module in model.modules():
         layers, final = getattr(module, "layers", None), getattr(module, "norm", None)
