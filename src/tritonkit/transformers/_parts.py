@@ -132,7 +132,7 @@ def make_causal_lm_forward(original, final_softcap_attr: str | None):
         hidden = outputs.last_hidden_state
         ignore_index = kwargs.get("ignore_index", -100)
         if shift_labels is None:  # tokens < n predict token n; the last one predicts nothing
-            shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+            shift_labels = F.pad(labels[..., 1:], (0, 1), value=ignore_index)  # contiguous: no copy to flatten
         num_items = kwargs.get("num_items_in_batch")
         softcap = getattr(self.config, final_softcap_attr, None) if final_softcap_attr else None
         loss = tritonkit.linear_cross_entropy(
