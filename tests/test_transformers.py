@@ -352,6 +352,9 @@ def test_training_step_has_no_residual_add_and_no_cache_cat(family, monkeypatch)
     # Backward, autograd summed each residual's two gradients; the fused norms add them in-kernel
     # (the embedding's, which feeds the first norm and the first add, is still summed by autograd).
     assert unfused[2] - ours[2] == 2 * layers - 1, (unfused, ours)
+    # The projections of one input (q/k/v, gate/up) sum their input gradients in the GEMMs: the
+    # embedding's two gradients are the one add left.
+    assert ours[2] == 1, ours
     assert theirs[1] > 0 and ours[1] == 0, (theirs, ours)  # no DynamicCache copies in a training step
 
 
@@ -403,14 +406,17 @@ def test_residual_fusion_by_patch_classes_and_unpatch():
     llama = tkt.family_of("llama")
     layer_cls, base_cls = llama.cls("DecoderLayer"), llama.cls("PreTrainedModel")
     forward = layer_cls.forward
-    report = tkt.patch_classes("llama", attention=False, rope=False, mlp=False, loss=False)
-    assert "residual adds" in report.replaced["norms"], report
+    report = tkt.patch_classes("llama", rope=False, mlp=False, loss=False)
+    assert "residual adds" in report.replaced["norms"] and "q/k/v" in report.replaced["attention"], report
     torch.manual_seed(0)
     built = transformers.AutoModelForCausalLM.from_config(_config("llama")).to(DEVICE)
     layers = built.model.layers
     assert [getattr(layer, "_tritonkit_next_norm") for layer in layers] == [layers[1].input_layernorm,
                                                                             built.model.norm]
     assert layer_cls.forward is not forward
+    attn = layers[0].self_attn
+    assert all(getattr(p, "_tritonkit_group")[0] == (attn.q_proj, attn.k_proj, attn.v_proj)
+               for p in (attn.q_proj, attn.k_proj, attn.v_proj))
     ids = torch.randint(3, 1000, (2, 8), device=DEVICE)
     with torch.no_grad():
         ours = built(input_ids=ids).logits
@@ -429,3 +435,60 @@ def test_layer_of_another_form_keeps_its_adds():
     assert not _residual.layer_fits(forward, ((), "post_attention_layernorm", ()))
     llama = tkt.family_of("llama")
     assert _residual.layer_fits(llama.cls("DecoderLayer").forward, llama.layer)
+
+
+# ---------------------------------------------------------------- projections of one input
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_shared_linear_matches_separate_linears(bias):
+    from tritonkit.transformers import _projections
+    x = torch.randn(2, 7, 24, device=DEVICE, requires_grad=True)
+    mods = [torch.nn.Linear(24, n, bias=bias, device=DEVICE) for n in (16, 8, 8)]
+    ups = [torch.randn(2, 7, n, device=DEVICE) for n in (16, 8, 8)]
+    params = [p for m in mods for p in m.parameters()]
+
+    def grads(fn, use=(0, 1, 2), dtype=torch.float32):
+        xx = x.detach().to(dtype).requires_grad_()
+        ps = [p.detach().to(dtype).requires_grad_() for p in params]
+        per = 2 if bias else 1
+        copies = []
+        for i, m in enumerate(mods):
+            c = torch.nn.Linear(m.in_features, m.out_features, bias=bias, device=DEVICE, dtype=dtype)
+            c.weight, c.bias = (torch.nn.Parameter(ps[per * i]), torch.nn.Parameter(ps[per * i + 1]) if bias else None)
+            copies.append(c)
+        outs = fn(xx, copies)
+        loss = sum((outs[i] * ups[i].to(dtype)).sum() for i in use)  # outputs not in `use` get no gradient
+        inputs = [xx, *[p for c in copies for p in c.parameters()]]
+        return outs, torch.autograd.grad(loss, inputs, allow_unused=True)
+
+    separate = lambda xx, ms: tuple(m(xx) for m in ms)  # noqa: E731
+    shared = lambda xx, ms: _projections.shared_linear(xx, ms)  # noqa: E731
+    compiled = torch.compile(shared, backend="aot_eager", fullgraph=True)
+    for use in ((0, 1, 2), (0, 2)):
+        ref_out, ref = grads(separate, use, torch.float64)
+        theirs_out, theirs = grads(separate, use)
+        for fn in (shared, compiled):
+            ours_out, ours = grads(fn, use)
+            for o, t in zip(ours_out, theirs_out):
+                assert torch.equal(o, t)  # the same F.linear calls
+            for o, r, t in zip(ours, ref, theirs):
+                if t is None:  # an unused output's weight: eager gives None, AOTAutograd zeros
+                    assert o is None if fn is shared else not o.any()
+                else:
+                    assert_close_to_reference(o, r, t, eps=eps_for(torch.float32, gradient=True), what="gradient")
+
+
+def test_grouped_projections_fall_back_off_the_training_path():
+    from tritonkit.transformers import _projections
+    attn = tkt.patch(_model("llama")).model.layers[0].self_attn
+    x = torch.randn(1, 5, SMALL["hidden_size"], device=DEVICE)
+    with torch.no_grad():  # evaluation and generate: the plain linears, nothing left on the modules
+        assert torch.equal(attn.k_proj(x), torch.nn.functional.linear(x, attn.k_proj.weight))
+    assert all(getattr(m, "_tritonkit_ahead") is None for m in (attn.q_proj, attn.k_proj, attn.v_proj))
+    q = attn.q_proj(x)  # the group's first call leaves k and v for their modules' calls on the same x
+    assert getattr(attn.k_proj, "_tritonkit_ahead")[0] is x
+    assert torch.equal(attn.v_proj(x), torch.nn.functional.linear(x, attn.v_proj.weight))
+    y = x.clone()  # another tensor: k is computed anew, and what was left is dropped
+    assert torch.equal(attn.k_proj(y), torch.nn.functional.linear(y, attn.k_proj.weight))
+    assert getattr(attn.k_proj, "_tritonkit_ahead") is None and q.shape[-1] == attn.q_proj.out_features
+    assert not _projections.shareable((attn.q_proj, torch.nn.Linear(4, 4).double()), x)

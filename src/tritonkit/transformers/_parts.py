@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import tritonkit
 
-from . import _residual
+from . import _ahead, _projections, _residual
 
 # transformers' activation names -> (tritonkit op, its extra arguments)
 _GATED = {
@@ -53,7 +53,7 @@ def make_rms_norm_forward(original, weight_offset: float):
     """
     @functools.wraps(original)
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        ahead = _residual.take_ahead(self, hidden_states)
+        ahead = _ahead.take(self, hidden_states)
         if ahead is not None:
             return ahead
         if hidden_states.dtype != self.weight.dtype:
@@ -67,7 +67,8 @@ def make_rms_norm_forward(original, weight_offset: float):
 # ---------------------------------------------------------------- gated MLP
 
 def make_mlp_forward(original, gated, packed: bool):
-    """down(act(gate(x)) * up(x)) with the activation and product in one tritonkit op.
+    """down(act(gate(x)) * up(x)) with the activation and product in one tritonkit op, and gate and
+    up as one `_projections.shared_linear` (one input gradient) when it applies.
 
     packed: one gate_up projection with [gate, up] along the last dim (Phi-3), given whole to the op.
     gated: the op (from `gated_op`), or None to choose it from the module's config at each call
@@ -79,6 +80,9 @@ def make_mlp_forward(original, gated, packed: bool):
             return original(self, x)
         if packed:
             return self.down_proj(op(self.gate_up_proj(x)))  # the op splits [gate, up] into views
+        pair = (self.gate_proj, self.up_proj)
+        if _projections.shareable(pair, x):  # one input gradient for both (see _projections)
+            return self.down_proj(op(*_projections.shared_linear(x, pair)))
         return self.down_proj(op(self.gate_proj(x), self.up_proj(x)))
     functools.update_wrapper(forward, original)
     forward._tritonkit_original = original

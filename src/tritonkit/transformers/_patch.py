@@ -12,7 +12,7 @@ import torch
 
 import tritonkit
 
-from . import _attention, _parts, _residual
+from . import _attention, _parts, _projections, _residual
 
 logger = logging.getLogger("tritonkit.transformers")
 
@@ -154,14 +154,16 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
           mlp: bool = True, loss: bool = True) -> torch.nn.Module:
     """Put tritonkit's ops into a loaded transformers model, in place; returns the model.
 
-    attention: the model's attention implementation becomes "tritonkit" (this model only).
+    attention: the model's attention implementation becomes "tritonkit", and the q/k/v projections
+        sum their input gradients in their GEMMs (_projections.py) (this model only).
     norms: each of the family's RMSNorm modules runs tritonkit.rms_norm, and the decoder layers'
         residual adds run inside the norms that read their sums (rms_norm(residual=); see
         _residual.py) (this model only).
     rope: the family's `apply_rotary_pos_emb` runs tritonkit.rope; transformers calls it as a
         module-level function, so this is family-wide (every model of the family in the process;
         `unpatch_classes` restores it). The result is the same function of its inputs.
-    mlp: the gated MLP's activation-times-up runs tritonkit.swiglu / geglu (this model only).
+    mlp: the gated MLP's activation-times-up runs tritonkit.swiglu / geglu, gate and up with one
+        input gradient (this model only).
     loss: with labels and gradients on, the causal-LM loss runs tritonkit.linear_cross_entropy on
         the hidden states; the output's `logits` is then None (this model only).
 
@@ -182,7 +184,9 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
         detail, why = _attention_state(fam, config)
         if detail:
             model.set_attn_implementation(_attention.NAME)
-            report.replaced["attention"] = detail
+            grouped = _projections.group_attention(model, fam.cls("Attention"))
+            report.replaced["attention"] = detail + (f"; q/k/v projections of {grouped} layers with one input "
+                                                     "gradient" if grouped else "")
         else:
             report.left["attention"] = why
 
@@ -256,16 +260,16 @@ def _patch_layers(fam: Family, model: torch.nn.Module) -> str:
             + ("" if linked else "; the adds between layers left (a distributed run, or no layers followed by a norm)"))
 
 
-def _link_on_init(fam: Family, post_init):
-    """post_init of the family's models (the end of every __init__) that also links the decoder layers."""
-    layer_cls, norm_cls = fam.cls("DecoderLayer"), fam.cls("RMSNorm")
+def _on_init(base: type, setup) -> None:
+    """Run setup(model) at the end of every __init__ of the family's models (their post_init)."""
+    post_init = base.post_init
 
     def wrapper(self, *args, **kwargs):
         out = post_init(self, *args, **kwargs)
-        _residual.link(self, layer_cls, norm_cls)
+        setup(self)
         return out
-    wrapper._tritonkit_original = post_init
-    return wrapper
+    wrapper._tritonkit_original = _original(post_init)
+    _set(base, "post_init", wrapper)
 
 
 def _patch_rope(fam: Family) -> None:
@@ -303,7 +307,10 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
         base = fam.cls("PreTrainedModel")
         if detail and hasattr(base, "get_correct_attn_implementation"):
             _set(base, "get_correct_attn_implementation", _default_to_tritonkit(base.get_correct_attn_implementation))
-            report.replaced["attention"] = detail + " (the default implementation of the family)"
+            attention_cls = fam.cls("Attention")
+            _on_init(base, lambda model: _projections.group_attention(model, attention_cls))
+            report.replaced["attention"] = (detail + " (the default implementation of the family); q/k/v "
+                                            "projections with one input gradient")
         else:
             report.left["attention"] = why or "pass attn_implementation='tritonkit' to from_pretrained"
     if norms:
@@ -318,7 +325,8 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
                 report.replaced["norms"] += f"; residual adds left ({layer_cls.__name__} is not of the known form)"
             else:
                 _set(layer_cls, "forward", forward)
-                _set(base, "post_init", _link_on_init(fam, _original(base.post_init)))
+                norm_cls = fam.cls("RMSNorm")
+                _on_init(base, lambda model: _residual.link(model, layer_cls, norm_cls))
                 report.replaced["norms"] += f", with the residual adds of {layer_cls.__name__} (rms_norm(residual=))"
         else:
             report.left["norms"] = why

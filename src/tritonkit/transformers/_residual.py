@@ -12,14 +12,9 @@ with a separate add.
 The add inside a layer (into the MLP's norm) only needs the layer's forward. The add at the end
 of a layer feeds the *next* layer's input norm, so a layer is linked to that norm (`link`, a
 plain reference outside the module tree, so state dicts and `named_modules` are unchanged): it
-computes the next norm with the sum, returns the sum and leaves (sum, norm of it) on the norm
-module; the norm's patched forward returns that result when it is called on that same tensor,
-unchanged (its version; under torch.compile, which cannot read versions, the identity alone),
-and computes as usual otherwise, dropping what was left either way. Everything else that sees a
-layer's output (hooks, `output_hidden_states`) sees the true sum. The result is left on the
-module, not on the tensor, because torch.compile cannot set attributes on a custom op's output:
-a norm that a layer was linked to but that is not called (a loop over fewer layers than the
-model has) keeps that one pair until the layer's next call.
+computes the next norm with the sum, returns the sum and leaves the norm of it on the norm
+module (`_ahead`), whose patched forward returns it when called on that same, unchanged sum.
+Everything else that sees a layer's output (hooks, `output_hidden_states`) sees the true sum.
 
 Layers are not linked in a distributed run (see `link`). A linked layer does not compute ahead
 under gradient checkpointing (its recompute would leave a result nobody takes), nor when the next
@@ -38,8 +33,9 @@ import torch
 
 import tritonkit
 
+from . import _ahead
+
 _NEXT = "_tritonkit_next_norm"   # a decoder layer's link: the norm that reads its output
-_AHEAD = "_tritonkit_ahead"      # on a linked norm: (the sum, its version or None, the norm of it)
 OFFSET = "_tritonkit_weight_offset"  # on a patched RMSNorm forward: its weight_offset
 
 
@@ -69,27 +65,14 @@ def add_norm(norm: torch.nn.Module, x: torch.Tensor, residual: torch.Tensor) -> 
 
 def add_ahead(layer: torch.nn.Module, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
     """residual + x, the layer's output; with the linked next norm of it computed alongside and left
-    on that norm for `take_ahead`, when that norm can be fused."""
+    on that norm (`_ahead`), when that norm can be fused."""
     norm = getattr(layer, _NEXT, None)
     if norm is None or (layer.training and getattr(layer, "gradient_checkpointing", False)) \
             or not _fusable(norm, x, residual) or hasattr(norm.weight, "ds_id"):  # ds_id: DeepSpeed ZeRO-3's
         return residual + x
     y, h = add_norm(norm, x, residual)
-    setattr(norm, _AHEAD, (h, None if torch.compiler.is_compiling() else h._version, y))
+    _ahead.leave(norm, h, y)
     return h
-
-
-def take_ahead(norm: torch.nn.Module, hidden_states: torch.Tensor) -> torch.Tensor | None:
-    """`norm(hidden_states)` if the previous layer computed it with the sum `hidden_states`
-    (the same tensor, unchanged), else None. Either way the norm no longer holds it."""
-    ahead = getattr(norm, _AHEAD, None)
-    if ahead is None:
-        return None
-    setattr(norm, _AHEAD, None)
-    h, version, y = ahead
-    if h is not hidden_states or (version is not None and version != hidden_states._version):
-        return None
-    return y
 
 
 # ---------------------------------------------------------------- the layer
@@ -159,5 +142,6 @@ def link(model: torch.nn.Module, layer_cls: type, norm_cls: type) -> int:
             continue
         for layer, nxt in zip(layers, [*(layer.input_layernorm for layer in layers[1:]), final]):
             object.__setattr__(layer, _NEXT, nxt)  # not nn.Module.__setattr__: no second parent
+            _ahead.clear(nxt)
             count += 1
     return count
