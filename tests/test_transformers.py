@@ -366,7 +366,8 @@ def test_residual_fusion_with_hooks_checkpointing_and_hidden_states():
     def replacing_hook(model):  # a hook that returns a new output: the next norm computes from it
         model.model.layers[0].register_forward_hook(lambda module, args, out: out * 1.5)
     _compare("llama", norms, ids, _labels(ids), setup=replacing_hook)
-    _compare("llama", norms, ids, _labels(ids), setup=lambda m: m.gradient_checkpointing_enable())
+    # Checkpointing recomputes each layer in backward (every part: the grouped projections too).
+    _compare("llama", {}, ids, _labels(ids), setup=lambda m: m.gradient_checkpointing_enable())
 
     # A hook that changes the output in place: the norm computed with the sum is stale and must not be used.
     base = _model("llama").eval()
