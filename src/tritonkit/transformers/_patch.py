@@ -268,7 +268,6 @@ def _on_init(base: type, setup) -> None:
         out = post_init(self, *args, **kwargs)
         setup(self)
         return out
-    wrapper._tritonkit_original = _original(post_init)
     _set(base, "post_init", wrapper)
 
 
@@ -325,7 +324,6 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
                 report.replaced["norms"] += f"; residual adds left ({layer_cls.__name__} is not of the known form)"
             else:
                 _set(layer_cls, "forward", forward)
-                norm_cls = fam.cls("RMSNorm")
                 _on_init(base, lambda model: _residual.link(model, layer_cls, norm_cls))
                 report.replaced["norms"] += f", with the residual adds of {layer_cls.__name__} (rms_norm(residual=))"
         else:
