@@ -225,6 +225,16 @@ def test_attention_softcap_uses_the_tanh_instruction_and_a_spill_free_dkdv_tile(
 
 
 @pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")
+def test_packed_attention_dkdv_tile_is_spill_free():
+    # Packed sequences take the same two-warpgroup dK/dV tile at D=128, spill-free, on both paths.
+    for tma in (None, False):
+        dkdv = only(compile_report("attention_varlen", pass_="bwd", dtype="bf16", shape=(4, 8, 256, 128), tma=tma,
+                                   causal=True), "attention_bwd_dkdv")
+        assert (dkdv.constexprs["BLOCK_M"], dkdv.constexprs["BLOCK_N"], dkdv.num_warps) == ("32", "128", 8)
+        assert dkdv.spill_stores == 0 and dkdv.spill_loads == 0, (tma, dkdv.spill_stores, dkdv.spill_loads)
+
+
+@pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")
 def test_attention_tensor_descriptors_only_for_aligned_inputs():
     # Inputs one element into their buffer: no descriptor may cover them.
     for pass_name in inspector.available_ops()["attention"].passes:

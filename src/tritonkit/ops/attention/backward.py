@@ -156,14 +156,13 @@ def _attn_bwd_dkdv_kernel(
 ):
     # With USE_TMA, Q and DO are tensor descriptors of the whole (B, H, Nq, D) tensors.
     VARLEN: tl.constexpr = CU_Q is not None
-    b, start_n, k0, nk, q0, nq = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False)
+    b, hk, start_n, k0, nk, q0, nq = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False)
     if VARLEN:
         if start_n >= nk:
             return
         row_n = k0 + start_n
     else:
         row_n = start_n
-    hk = tl.program_id(1)
     H = tl.num_programs(1) * GROUP
     b64 = tl.cast(b, tl.int64)
     hk64 = hk.to(tl.int64)
@@ -194,11 +193,14 @@ def _attn_bwd_dkdv_kernel(
             offs_n, offs_m0, d_row, lo, full_lo, nq, Nq, nk, qk_scale,
             BLOCK_M, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, CHECK_M, PAD_D,
             USE_TMA, VARLEN)
+    # Packed sequences: the unmasked query blocks end at the sequence's last full block
+    # (`_query_range`), so only the masked ones can hold rows past it (CHECK_M there only).
+    CHECK_FULL_M: tl.constexpr = CHECK_M and not VARLEN
     dk, dv = _attn_bwd_dkdv_tiles(
         dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
         stride_qb, stride_qh, stride_qn, stride_dob, stride_doh, stride_don, q_offs, do_offs,
         offs_n, offs_m0, d_row, full_lo, full_hi, nq, Nq, nk, qk_scale,
-        BLOCK_M, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, CHECK_M, PAD_D,
+        BLOCK_M, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, CHECK_FULL_M, PAD_D,
         USE_TMA, VARLEN)
     if WINDOW_LEFT >= 0 or VARLEN:
         dk, dv = _attn_bwd_dkdv_tiles(
@@ -280,14 +282,13 @@ def _attn_bwd_dq_kernel(
 ):
     # With USE_TMA, K and V are tensor descriptors of the whole (B, Hkv, Nk, D) tensors.
     VARLEN: tl.constexpr = CU_Q is not None
-    b, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL)
+    b, h, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL)
     if VARLEN:
         if start_m >= nq:
             return
         row_m = q0 + start_m
     else:
         row_m = start_m
-    h = tl.program_id(1)
     H = tl.num_programs(1)
     b64 = tl.cast(b, tl.int64)
     h64 = h.to(tl.int64)

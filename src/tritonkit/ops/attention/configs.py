@@ -71,11 +71,12 @@ def _row_keys(Nq: int, Nk: int, causal: bool, window_left: int = -1, window_righ
 
 
 # The busy dK/dV tile at D=128: 128 keys a program on two warpgroups, 64 rows each, 32 query
-# rows streamed. Spill-free on both load paths (ptxas, sm_90: 249-252 registers with a softcap).
-# Not 64 keys on two warpgroups: a 64-row S^T = K Q^T cannot be split by rows between two
-# warpgroups (wgmma's 64-row minimum), so Triton gives both the whole tile and each computes
-# S^T, dP^T, the tanh and the exponentials of all 64 x 64 pairs.
-_BUSY_DKDV = TileConfig(32, 128, 8, 3)
+# rows streamed. Spill-free on both load paths with a softcap, packed sequences or both
+# (ptxas, sm_90: 241-255 registers; with 3 stages, packed and softcapped spills 16 B through
+# descriptors). Not 64 keys on two warpgroups: a 64-row S^T = K Q^T cannot be split by rows
+# between two warpgroups (wgmma's 64-row minimum), so Triton gives both the whole tile and
+# each computes S^T, dP^T, the tanh and the exponentials of all 64 x 64 pairs.
+_BUSY_DKDV = TileConfig(32, 128, 8, 2)
 
 
 @functools.lru_cache(maxsize=None)

@@ -131,14 +131,13 @@ def _attn_fwd_kernel(
 ):
     VARLEN: tl.constexpr = CU_Q is not None
     EMPTY_ROWS: tl.constexpr = VARLEN or WINDOW_LEFT >= 0
-    b, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL)
+    b, h, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL)
     if VARLEN:
         if start_m >= nq:
             return
         row_m = q0 + start_m
     else:
         row_m = start_m
-    h = tl.program_id(1)
     H = tl.num_programs(1)
     hk = h // GROUP
     b64 = tl.cast(b, tl.int64)

@@ -277,7 +277,8 @@ def _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, scale: float, flags: tuple,
     dkdv_args = (q_in, k, v, do_in, dk, dv, lse, delta, cu_q, cu_k, Nq, Nk, D, group, qk_scale, scale, seqs,
                  *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride())
     # Query rows are masked (CHECK_M) unless every query block is full: always for packed
-    # sequences, whose lengths the host does not know.
+    # sequences, whose lengths the host does not know (the kernel then masks only the query
+    # blocks that may reach past their sequence's end).
     if dkdv_config is None and tuned:
         Launch("attention_bwd_dkdv", _attn_bwd_dkdv_tuned,
                lambda meta: _query_grid(Nk, meta["BLOCK_N"], Hkv, B, seqs), dkdv_args,
