@@ -6,8 +6,7 @@ forward+backward, what the forward leaves held, whether the backward returned th
 gradient buffers (no copy), and a torch.profiler table of the device kernels of one
 forward+backward (count, total and mean per kernel name). Then the three cuBLAS products alone
 at each chunk size, beside the logits product written transposed (W @ h_c^T) and both through
-cuBLASLt, to show what
-the GEMMs reach at that shape outside the op:
+cuBLASLt, to show what the GEMMs reach at that shape outside the op:
   PYTHONPATH=src python3 benchmarks/profile_linear_cross_entropy.py [--chunks 256,384,448,512,1024]
 """
 
