@@ -130,7 +130,8 @@ def _forward(q, k, v, o, lse, scale: float, flags: tuple, varlen: tuple | None,
     cu_q, cu_k, seqs = varlen or (None, None, None)
     args = (q_in, k_in, v_in, o, lse, cu_q, cu_k, Nq, Nk, D, H // Hkv, _qk_scale(scale, softcap), seqs,
             *q.stride(), *k.stride(), *v.stride(), *o.stride())
-    constexprs = dict(_score_flags(*flags), SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D, USE_TMA=use_tma)
+    constexprs = dict(_score_flags(*flags), SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D,
+                      USE_TMA=use_tma)
     if config is None and _autotune_enabled():
         Launch("attention_fwd", _attn_fwd_tuned, lambda meta: _query_grid(Nq, meta["BLOCK_M"], H, B, seqs),
                args, constexprs, num_warps=None, num_stages=None)()
@@ -249,7 +250,7 @@ def _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, scale: float, flags: tuple,
     if Nq == 0:
         dk.zero_(), dv.zero_()
         return
-    causal, window_left, window_right, softcap = flags
+    causal, _, _, softcap = flags
     lse = lse.contiguous()
     dlse = None if dlse is None else dlse.contiguous()
     block_d = _block_d(D)
