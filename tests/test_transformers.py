@@ -336,13 +336,14 @@ def test_training_step_has_no_residual_add_and_no_cache_cat(family, monkeypatch)
     ids = torch.randint(3, 1000, (2, 16), device=DEVICE)
     hidden = (2, 16, SMALL["hidden_size"])
 
-    def count(model):  # forward adds and 4D cats, backward adds, of a training step
+    def count(model):  # forward adds and 4D cats, backward adds and fills, of a training step
         with _Ops() as forward:
             loss = model(input_ids=ids, labels=_labels(ids)).loss
         with _Ops() as backward:
             loss.backward()
+        fills = sum(backward.count(n) for n in ("zeros", "zeros_like", "new_zeros", "zero_", "fill_", "full"))
         return (forward.count("add", hidden), sum(1 for n, s in forward.seen if n == "cat" and len(s) == 4),
-                backward.count("add", hidden))
+                backward.count("add", hidden), fills)
 
     theirs, ours = count(_model(family)), count(tkt.patch(_model(family)))
     monkeypatch.setattr(_residual, "layer_fits", lambda *args: False)  # everything patched but the layers
@@ -356,6 +357,7 @@ def test_training_step_has_no_residual_add_and_no_cache_cat(family, monkeypatch)
     # embedding's two gradients are the one add left.
     assert ours[2] == 1, ours
     assert theirs[1] > 0 and ours[1] == 0, (theirs, ours)  # no DynamicCache copies in a training step
+    assert ours[3] == 0, ours  # no zero gradients materialised (the embedding's own zeroing is inside its op)
 
 
 def test_residual_fusion_with_hooks_checkpointing_and_hidden_states():
