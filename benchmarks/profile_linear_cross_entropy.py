@@ -5,8 +5,8 @@ before each call), the peak memory beyond the inputs after the forward and over
 forward+backward, what the forward leaves held, whether the backward returned the forward's
 gradient buffers (no copy), and a torch.profiler table of the device kernels of one
 forward+backward (count, total and mean per kernel name). Then the three cuBLAS products alone
-at each chunk size, beside the logits product written transposed (W @ h_c^T), to show what
-the GEMMs reach at that shape outside the op:
+at each chunk size, beside the logits product written transposed (W @ h_c^T) and both through
+cuBLASLt, to show what the GEMMs reach at that shape outside the op:
   PYTHONPATH=src python3 benchmarks/profile_linear_cross_entropy.py [--chunks 256,384,448,512,1024]
 """
 
@@ -99,7 +99,15 @@ def gemms(h, w, chunk):
         "grad_weight += dl^T @ hc": lambda: gw.addmm_(logits.t(), hc),
         "grad_weight = dl^T @ hc": lambda: torch.mm(logits.t(), hc, out=gw),
     }
-    return {name: flop / median_ms(fn) / 1e9 for name, fn in cases.items()}
+    rates = {name: flop / median_ms(fn) / 1e9 for name, fn in cases.items()}
+    library = torch.backends.cuda.preferred_blas_library()
+    try:
+        torch.backends.cuda.preferred_blas_library("cublaslt")
+        rates["logits (cuBLASLt)"] = flop / median_ms(cases["logits hc @ W^T (op)"]) / 1e9
+        rates["logits^T (cuBLASLt)"] = flop / median_ms(cases["logits^T W @ hc^T"]) / 1e9
+    finally:
+        torch.backends.cuda.preferred_blas_library(library)
+    return rates
 
 
 def main():

@@ -6,6 +6,7 @@ a `sample` is covered."""
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import tritonkit
 from tritonkit import registry
@@ -74,6 +75,38 @@ def test_eager_calls_do_not_dispatch_the_custom_ops(name, monkeypatch, device):
         outs = op(*args)
         first = outs[0] if isinstance(outs, tuple) else outs
         assert first.grad_fn is None
+
+
+class _ZeroFills(TorchDispatchMode):
+    """Records the aten ops that make or fill zeros."""
+
+    NAMES = ("zeros", "zeros_like", "fill_", "zero_", "new_zeros")
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.split(".")[0] in self.NAMES:
+            self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+# rope's backward kernel rotates both gradients: an unused k_rot's zero gradient is its input.
+@pytest.mark.parametrize("name", [name for name in SAMPLED if name != "rope"])
+def test_backward_of_the_first_output_makes_no_zero_gradients(name, device):
+    # Autograd gives a Function's unused outputs zero gradients unless told not to
+    # (ctx.set_materialize_grads(False)): an allocation and a fill per output and call, a
+    # weight-sized one for linear_cross_entropy's saved gradients.
+    op = _declared(name)
+    args = _leaves(registry.get(name).sample(device))
+    outs = op(*args)
+    first = outs[0] if isinstance(outs, tuple) else outs
+    inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    upstream = torch.randn_like(first)
+    with _ZeroFills() as mode:
+        torch.autograd.grad(first, inputs, upstream, allow_unused=True)
+    assert mode.seen == []
 
 
 @pytest.mark.parametrize("tracing_mode", ["fake", "real"])

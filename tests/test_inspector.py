@@ -206,6 +206,35 @@ def test_attention_uses_wgmma_on_hopper():
 
 
 @pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")
+@pytest.mark.parametrize("tma", [None, False], ids=["descriptors", "pointers"])
+def test_attention_softcap_uses_the_tanh_instruction_and_a_spill_free_dkdv_tile(tma):
+    # Compiled for the GPU, the softcap's tanh is one tanh.approx.f32 an element (the
+    # interpreter, which cannot run PTX, takes the exact formula: ops/attention/scores.py), in
+    # every pass; at D=128 its dK/dV tile streams 32-row query blocks past 128 keys on two
+    # warpgroups, without spilling.
+    reports = [r for p in ("fwd_softcap", "bwd_softcap")
+               for r in compile_report("attention", pass_=p, dtype="bf16", shape=(2, 8, 1024, 128), tma=tma)
+               if r.launch in ("attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq")]
+    assert {r.launch for r in reports} == {"attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq"}
+    for r in reports:
+        assert r.constexprs["TANH_APPROX"] == "True", r.kernel
+        assert "tanh.approx.f32" in r.asm["ptx"], r.kernel
+    dkdv = only(reports, "attention_bwd_dkdv")
+    assert (dkdv.constexprs["BLOCK_M"], dkdv.constexprs["BLOCK_N"], dkdv.num_warps) == ("32", "128", 8)
+    assert dkdv.spill_stores == 0 and dkdv.spill_loads == 0, (dkdv.spill_stores, dkdv.spill_loads)
+
+
+@pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")
+def test_packed_attention_dkdv_tile_is_spill_free():
+    # Packed sequences take the same two-warpgroup dK/dV tile at D=128, spill-free, on both paths.
+    for tma in (None, False):
+        dkdv = only(compile_report("attention_varlen", pass_="bwd", dtype="bf16", shape=(4, 8, 256, 128), tma=tma,
+                                   causal=True), "attention_bwd_dkdv")
+        assert (dkdv.constexprs["BLOCK_M"], dkdv.constexprs["BLOCK_N"], dkdv.num_warps) == ("32", "128", 8)
+        assert dkdv.spill_stores == 0 and dkdv.spill_loads == 0, (tma, dkdv.spill_stores, dkdv.spill_loads)
+
+
+@pytest.mark.skipif(not _attention_entry_present(), reason="attention's catalogue entry has not landed")
 def test_attention_tensor_descriptors_only_for_aligned_inputs():
     # Inputs one element into their buffer: no descriptor may cover them.
     for pass_name in inspector.available_ops()["attention"].passes:

@@ -64,7 +64,7 @@ def _attn_bwd_dkdv_tiles(
     offs_n, offs_m0, d_row,
     lo, hi, Nq, NqTotal, Nk, qk_scale,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-    WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
     CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # For query blocks [lo, hi) of each of the group's query heads, with the key block's K, V
@@ -111,7 +111,7 @@ def _attn_bwd_dkdv_tiles(
             delta = tl.load(DELTA + row_base + offs_m)
         qkT = tl.dot(k, tl.trans(q))
         if SOFTCAP > 0:
-            thT = _softcap_tanh(qkT, qk_scale)
+            thT = _softcap_tanh(qkT, qk_scale, TANH_APPROX)
             pT = tl.math.exp2(thT * (SOFTCAP * 1.4426950408889634) - lse2[None, :])
         else:
             pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
@@ -149,20 +149,20 @@ def _attn_bwd_dkdv_kernel(
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
     # meta
-    CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
+    SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
 ):
     # With USE_TMA, Q and DO are tensor descriptors of the whole (B, H, Nq, D) tensors.
     VARLEN: tl.constexpr = CU_Q is not None
-    b, start_n, k0, nk, q0, nq = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False)
+    b, hk, start_n, k0, nk, q0, nq = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False)
     if VARLEN:
         if start_n >= nk:
             return
         row_n = k0 + start_n
     else:
         row_n = start_n
-    hk = tl.program_id(1)
     H = tl.num_programs(1) * GROUP
     b64 = tl.cast(b, tl.int64)
     hk64 = hk.to(tl.int64)
@@ -191,18 +191,24 @@ def _attn_bwd_dkdv_kernel(
             dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
             stride_qb, stride_qh, stride_qn, stride_dob, stride_doh, stride_don, q_offs, do_offs,
             offs_n, offs_m0, d_row, lo, full_lo, nq, Nq, nk, qk_scale,
-            BLOCK_M, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, CHECK_M, PAD_D, USE_TMA, VARLEN)
+            BLOCK_M, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, CHECK_M, PAD_D,
+            USE_TMA, VARLEN)
+    # Packed sequences: the unmasked query blocks end at the sequence's last full block
+    # (`_query_range`), so only the masked ones can hold rows past it (CHECK_M there only).
+    CHECK_FULL_M: tl.constexpr = CHECK_M and not VARLEN
     dk, dv = _attn_bwd_dkdv_tiles(
         dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
         stride_qb, stride_qh, stride_qn, stride_dob, stride_doh, stride_don, q_offs, do_offs,
         offs_n, offs_m0, d_row, full_lo, full_hi, nq, Nq, nk, qk_scale,
-        BLOCK_M, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, CHECK_M, PAD_D, USE_TMA, VARLEN)
+        BLOCK_M, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, CHECK_FULL_M, PAD_D,
+        USE_TMA, VARLEN)
     if WINDOW_LEFT >= 0 or VARLEN:
         dk, dv = _attn_bwd_dkdv_tiles(
             dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
             stride_qb, stride_qh, stride_qn, stride_dob, stride_doh, stride_don, q_offs, do_offs,
             offs_n, offs_m0, d_row, full_hi, hi, nq, Nq, nk, qk_scale,
-            BLOCK_M, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, CHECK_M, PAD_D, USE_TMA, VARLEN)
+            BLOCK_M, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, CHECK_M, PAD_D,
+            USE_TMA, VARLEN)
 
     dk = dk * sm_scale
     if PAD_D:
@@ -224,7 +230,7 @@ def _attn_bwd_dq_tiles(
     offs_m, offs_n0, d_col,
     lo, hi, Nk, qk_scale,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-    WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
     PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # For key blocks [lo, hi):  P = 2^(s - lse2),  dP = dO V^T,
@@ -241,7 +247,7 @@ def _attn_bwd_dq_tiles(
                         BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True, VARLEN)
         qk = tl.dot(q, kT)
         if SOFTCAP > 0:
-            th = _softcap_tanh(qk, qk_scale)
+            th = _softcap_tanh(qk, qk_scale, TANH_APPROX)
             p = tl.math.exp2(th * (SOFTCAP * 1.4426950408889634) - lse2[:, None])
         else:
             p = tl.math.exp2(qk * qk_scale - lse2[:, None])
@@ -269,20 +275,20 @@ def _attn_bwd_dq_kernel(
     stride_dob, stride_doh, stride_don, stride_dod,
     stride_dqb, stride_dqh, stride_dqn, stride_dqd,
     # meta
-    CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
+    SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
 ):
     # With USE_TMA, K and V are tensor descriptors of the whole (B, Hkv, Nk, D) tensors.
     VARLEN: tl.constexpr = CU_Q is not None
-    b, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL)
+    b, h, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL)
     if VARLEN:
         if start_m >= nq:
             return
         row_m = q0 + start_m
     else:
         row_m = start_m
-    h = tl.program_id(1)
     H = tl.num_programs(1)
     b64 = tl.cast(b, tl.int64)
     h64 = h.to(tl.int64)
@@ -318,20 +324,20 @@ def _attn_bwd_dq_kernel(
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
             offs_m, offs_n0, d_col, lo, full_lo, nk, qk_scale, BLOCK_N, BLOCK_D, True,
-            CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, PAD_D, USE_TMA, VARLEN)
+            CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, PAD_D, USE_TMA, VARLEN)
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
             offs_m, offs_n0, d_col, full_lo, full_hi, nk, qk_scale, BLOCK_N, BLOCK_D, False,
-            CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, PAD_D, USE_TMA, VARLEN)
+            CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, PAD_D, USE_TMA, VARLEN)
     else:
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
             offs_m, offs_n0, d_col, 0, full_hi, nk, qk_scale, BLOCK_N, BLOCK_D, False,
-            CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, PAD_D, USE_TMA, VARLEN)
+            CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, PAD_D, USE_TMA, VARLEN)
     dq = _attn_bwd_dq_tiles(
         dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
         offs_m, offs_n0, d_col, full_hi, hi, nk, qk_scale, BLOCK_N, BLOCK_D, True,
-        CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, PAD_D, USE_TMA, VARLEN)
+        CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, PAD_D, USE_TMA, VARLEN)
 
     dq = dq * sm_scale
     if PAD_D:

@@ -48,7 +48,8 @@ def fixed_configs(block_d: int, row_keys: int | None = None, busy_dkdv: bool = F
     (about how many keys a query row sees: `_row_keys`; None: many) picks the forward's tile
     where the best one depends on it. busy_dkdv: a softcap (tanh's tile) or packed sequences
     (their bounds in every masked tile) add to the dK/dV pass's live registers, and at D=128 its
-    one-warpgroup tile then spills (ptxas, sm_90: 52-64 B); it takes two warpgroups there (none).
+    one-warpgroup 64x64 tile then spills (ptxas, sm_90: 140-224 B with a softcap); it takes 128
+    keys on two warpgroups there and streams 32-row query blocks (`_BUSY_DKDV`).
     The dict is shared between calls: read it, do not change it."""
     return _fixed_configs(block_d, _interpreting(), row_keys is not None and row_keys <= SHORT_ROWS, busy_dkdv)
 
@@ -69,11 +70,19 @@ def _row_keys(Nq: int, Nk: int, causal: bool, window_left: int = -1, window_righ
     return keys
 
 
+# The busy dK/dV tile at D=128: 128 keys a program on two warpgroups, 64 rows each, 32 query
+# rows streamed. Spill-free on both load paths with a softcap, packed sequences or both
+# (ptxas, sm_90: 241-255 registers; with 3 stages, packed and softcapped spills 16 B through
+# descriptors). Not 64 keys on two warpgroups: a 64-row S^T = K Q^T cannot be split by rows
+# between two warpgroups (wgmma's 64-row minimum), so Triton gives both the whole tile and
+# each computes S^T, dP^T, the tanh and the exponentials of all 64 x 64 pairs.
+_BUSY_DKDV = TileConfig(32, 128, 8, 2)
+
+
 @functools.lru_cache(maxsize=None)
 def _fixed_configs(block_d: int, interpreting: bool, short: bool = False, busy_dkdv: bool = False) -> dict[str, TileConfig]:
     if busy_dkdv and not interpreting and 64 < block_d <= 128:
-        return {**_fixed_configs(block_d, False, short), "dkdv": TileConfig(64, 64, 8, 2),
-                "dkdv_tma": TileConfig(64, 64, 8, 2)}
+        return {**_fixed_configs(block_d, False, short), "dkdv": _BUSY_DKDV, "dkdv_tma": _BUSY_DKDV}
     if interpreting:
         return {"fwd": TileConfig(32, 16), "fwd_tma": TileConfig(32, 16), "dkdv": TileConfig(16, 32),
                 "dkdv_tma": TileConfig(16, 32), "dq": TileConfig(32, 16), "dq_tma": TileConfig(32, 16)}

@@ -33,20 +33,22 @@ def _attn_fwd_qk(
 def _attn_fwd_softmax(
     qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale,
     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
-    SOFTCAP: tl.constexpr, SCALE_POS: tl.constexpr, EMPTY_ROWS: tl.constexpr,
+    SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr, SCALE_POS: tl.constexpr, EMPTY_ROWS: tl.constexpr,
 ):
     # The online-softmax step of the key block at start_n (see the module docstring).
     # MASKED blocks hide the keys `_visible` hides; only they can leave a row with no key
     # seen yet (EMPTY_ROWS), which `_row_base` keeps finite.
     if SOFTCAP > 0:
-        qk = _softcap_tanh(qk, qk_scale) * (SOFTCAP * 1.4426950408889634)
+        # The row max is taken on tanh (c log2(e) > 0 keeps the order), so that the score
+        # th c log2(e) - base is one FMA an element.
+        th = _softcap_tanh(qk, qk_scale, TANH_APPROX)
         if MASKED:
             offs_n = start_n + offs_n0
             ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, True, False)
-            qk = tl.where(ok, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
+            th = tl.where(ok, th, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(th, 1) * (SOFTCAP * 1.4426950408889634))
         base = _row_base(m_new, EMPTY_ROWS and MASKED)
-        qk = qk - base[:, None]
+        qk = th * (SOFTCAP * 1.4426950408889634) - base[:, None]
     elif MASKED:
         offs_n = start_n + offs_n0
         ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, True, False)
@@ -89,7 +91,7 @@ def _attn_fwd_tiles(
     offs_m, offs_n0, d_row, d_col,
     lo, hi, Nk, qk_scale,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-    WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
     SCALE_POS: tl.constexpr, EMPTY_ROWS: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
     VARLEN: tl.constexpr,
 ):
@@ -101,7 +103,7 @@ def _attn_fwd_tiles(
                           BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, VARLEN)
         p, alpha, l_i, m_i = _attn_fwd_softmax(qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale,
                                                MASKED, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP,
-                                               SCALE_POS, EMPTY_ROWS)
+                                               TANH_APPROX, SCALE_POS, EMPTY_ROWS)
         acc = _attn_fwd_pv(acc, alpha, p, v_src, stride_vn, v_offs, b, hk, key0, start_n,
                            offs_n0, d_row, Nk, BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, VARLEN)
     return acc, l_i, m_i
@@ -121,21 +123,21 @@ def _attn_fwd_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_on, stride_od,
-    # meta: the mask (`mask.py`; -1: that side of the window unbounded), the softcap, tiles
+    # meta: the mask (`mask.py`; -1: that side of the window unbounded), the softcap and its
+    # tanh (`scores.py`), tiles
     CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
-    SCALE_POS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
+    TANH_APPROX: tl.constexpr, SCALE_POS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
 ):
     VARLEN: tl.constexpr = CU_Q is not None
     EMPTY_ROWS: tl.constexpr = VARLEN or WINDOW_LEFT >= 0
-    b, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL)
+    b, h, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL)
     if VARLEN:
         if start_m >= nq:
             return
         row_m = q0 + start_m
     else:
         row_m = start_m
-    h = tl.program_id(1)
     H = tl.num_programs(1)
     hk = h // GROUP
     b64 = tl.cast(b, tl.int64)
@@ -171,23 +173,23 @@ def _attn_fwd_kernel(
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
             offs_m, offs_n0, d_row, d_col, lo, full_lo, nk, qk_scale,
-            BLOCK_N, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, SCALE_POS, EMPTY_ROWS,
+            BLOCK_N, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, SCALE_POS, EMPTY_ROWS,
             PAD_D, USE_TMA, VARLEN)
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
             offs_m, offs_n0, d_row, d_col, full_lo, full_hi, nk, qk_scale,
-            BLOCK_N, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, SCALE_POS, EMPTY_ROWS,
+            BLOCK_N, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, SCALE_POS, EMPTY_ROWS,
             PAD_D, USE_TMA, VARLEN)
     else:
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
             offs_m, offs_n0, d_row, d_col, 0, full_hi, nk, qk_scale,
-            BLOCK_N, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, SCALE_POS, EMPTY_ROWS,
+            BLOCK_N, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, SCALE_POS, EMPTY_ROWS,
             PAD_D, USE_TMA, VARLEN)
     acc, l_i, m_i = _attn_fwd_tiles(
         acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
         offs_m, offs_n0, d_row, d_col, full_hi, hi, nk, qk_scale,
-        BLOCK_N, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, SCALE_POS, EMPTY_ROWS,
+        BLOCK_N, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, SCALE_POS, EMPTY_ROWS,
         PAD_D, USE_TMA, VARLEN)
 
     o = _rows_out(acc, l_i, EMPTY_ROWS)

@@ -37,8 +37,17 @@ def _packed(t: torch.Tensor) -> torch.Tensor:
 
 def _qk_scale(scale: float, softcap: float) -> float:
     """What the kernels multiply Q K^T by: scale log2(e), or with a softcap c the tanh's
-    input factor 2 scale log2(e) / c (scores.py)."""
-    return 2.0 * scale * LOG2E / softcap if softcap else scale * LOG2E
+    input factor scale / c (scores.py)."""
+    return scale / softcap if softcap else scale * LOG2E
+
+
+def _score_flags(causal: bool, window_left: int, window_right: int, softcap: float) -> dict:
+    """The constexprs of the mask and the score function that every pass's kernel takes.
+    TANH_APPROX: the softcap's tanh through the GPU's tanh.approx instruction, except where the
+    kernels run through the interpreter, which cannot run PTX (scores.py); plain kernels keep
+    False, so they compile as one variant whatever runs them."""
+    return dict(CAUSAL=causal, WINDOW_LEFT=window_left, WINDOW_RIGHT=window_right, SOFTCAP=softcap,
+                TANH_APPROX=softcap > 0 and not _interpreting())
 
 
 # ---------------------------------------------------------------------------------------
@@ -121,8 +130,8 @@ def _forward(q, k, v, o, lse, scale: float, flags: tuple, varlen: tuple | None,
     cu_q, cu_k, seqs = varlen or (None, None, None)
     args = (q_in, k_in, v_in, o, lse, cu_q, cu_k, Nq, Nk, D, H // Hkv, _qk_scale(scale, softcap), seqs,
             *q.stride(), *k.stride(), *v.stride(), *o.stride())
-    constexprs = dict(CAUSAL=causal, WINDOW_LEFT=window_left, WINDOW_RIGHT=window_right, SOFTCAP=softcap,
-                      SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D, USE_TMA=use_tma)
+    constexprs = dict(_score_flags(*flags), SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D,
+                      USE_TMA=use_tma)
     if config is None and _autotune_enabled():
         Launch("attention_fwd", _attn_fwd_tuned, lambda meta: _query_grid(Nq, meta["BLOCK_M"], H, B, seqs),
                args, constexprs, num_warps=None, num_stages=None)()
@@ -241,7 +250,7 @@ def _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, scale: float, flags: tuple,
     if Nq == 0:
         dk.zero_(), dv.zero_()
         return
-    causal, window_left, window_right, softcap = flags
+    causal, _, _, softcap = flags
     lse = lse.contiguous()
     dlse = None if dlse is None else dlse.contiguous()
     block_d = _block_d(D)
@@ -261,8 +270,7 @@ def _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, scale: float, flags: tuple,
         attention_bwd_gluon(do, q, k, v, lse, delta, dq, dk, dv, causal, scale)
         return
 
-    common = dict(CAUSAL=causal, WINDOW_LEFT=window_left, WINDOW_RIGHT=window_right, SOFTCAP=softcap,
-                  BLOCK_D=block_d, PAD_D=pad_d)
+    common = dict(_score_flags(*flags), BLOCK_D=block_d, PAD_D=pad_d)
     qk_scale = _qk_scale(scale, softcap)
     tma_dkdv, tma_dq = _use_tma(tma, q, do), _use_tma(tma, k, v)
     dkdv_cfg = dkdv_config or fixed["dkdv_tma" if tma_dkdv else "dkdv"]
@@ -270,7 +278,8 @@ def _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, scale: float, flags: tuple,
     dkdv_args = (q_in, k, v, do_in, dk, dv, lse, delta, cu_q, cu_k, Nq, Nk, D, group, qk_scale, scale, seqs,
                  *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride())
     # Query rows are masked (CHECK_M) unless every query block is full: always for packed
-    # sequences, whose lengths the host does not know.
+    # sequences, whose lengths the host does not know (the kernel then masks only the query
+    # blocks that may reach past their sequence's end).
     if dkdv_config is None and tuned:
         Launch("attention_bwd_dkdv", _attn_bwd_dkdv_tuned,
                lambda meta: _query_grid(Nk, meta["BLOCK_N"], Hkv, B, seqs), dkdv_args,

@@ -122,16 +122,30 @@ def _query_range(start_n, Nq, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUS
 @triton.jit
 def _program_tile(CU_A, CU_B, SEQS, Na, Nb, BLOCK: tl.constexpr, REVERSE: tl.constexpr):
     # The tile this program owns along its own axis (queries in the forward and dQ pass, keys
-    # in the dK/dV pass; "b" is the other operand): (batch, start, a0, na, b0, nb), with
-    # `start` local to the sequence, a0, b0 the sequence's first row in the packed tensors
-    # and na, nb its lengths. REVERSE: the last tiles (the longest causal rows) start first.
+    # in the dK/dV pass; "b" is the other operand): (batch, head, start, a0, na, b0, nb), with
+    # `head` the index along the grid's head axis, `start` local to the sequence, a0, b0 the
+    # sequence's first row in the packed tensors and na, nb its lengths. REVERSE: the last
+    # tiles (the longest causal rows) start first.
     # Dense batches: program (i, head, batch), a0 = b0 = 0. Packed sequences (CU_A given):
-    # sequence s owns programs [cu_a[s] // BLOCK + s, ...), one per BLOCK rows; these ranges
-    # never overlap and the grid needs cdiv(total, BLOCK) + SEQS programs, so the launcher
+    # sequence s owns tiles [cu_a[s] // BLOCK + s, ...), one per BLOCK rows; these ranges
+    # never overlap and the grid needs cdiv(total, BLOCK) + SEQS tiles a head, so the launcher
     # needs no maximum length (nor a copy of cu_seqlens to the host). A binary search finds
-    # s; programs past a sequence's last tile get start >= na. Sequence bounds are clamped to
+    # s; tiles past a sequence's last one get start >= na. Sequence bounds are clamped to
     # [0, Na] and [0, Nb] (the totals), so bad cu_seqlens cannot send a tile out of bounds.
-    pid = tl.program_id(0)
+    # Packed programs take their (tile, head) with the head varying fastest in the order the
+    # GPU starts programs (x, then y): every head's copy of a tile starts together, so the
+    # costliest tiles of a long sequence (causal: the first key blocks, the last query
+    # blocks) start when that sequence's turn comes, for all heads at once, instead of the
+    # last head's starting near the end of the grid and running alone (the tail of a batch
+    # whose sequences differ in length; a dense batch's tiles differ less).
+    if CU_A is not None:
+        heads = tl.num_programs(1)
+        order = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+        head = order % heads
+        pid = order // heads
+    else:
+        head = tl.program_id(1)
+        pid = tl.program_id(0)
     if REVERSE:
         pid = tl.num_programs(0) - 1 - pid
     if CU_A is not None:
@@ -156,7 +170,7 @@ def _program_tile(CU_A, CU_B, SEQS, Na, Nb, BLOCK: tl.constexpr, REVERSE: tl.con
         nb = Nb
         start = pid * BLOCK
         batch = tl.program_id(2)
-    return batch, start, a0, na, b0, nb
+    return batch, head, start, a0, na, b0, nb
 
 
 @triton.jit

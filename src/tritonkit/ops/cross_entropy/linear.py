@@ -110,7 +110,7 @@ def _chunked(hidden, weight, target, bias, ignore_index, label_smoothing, softca
     want_hidden, want_weight, want_bias = want
     grad_hidden = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if want_hidden else None
     grad_weight = torch.empty_like(weight) if want_weight else None  # weight's layout, as autograd prefers
-    grad_bias32 = torch.zeros(n_classes, dtype=torch.float32, device=hidden.device) if want_bias else None
+    grad_bias32 = None  # fp32 accumulator, started by the first chunk's sum
     any_grad = want_hidden or want_weight or want_bias
     step = chunk_tokens or chunk_tokens_for(n_tokens, n_classes, hidden.element_size())
     buffer = torch.empty((min(step, n_tokens), n_classes), dtype=hidden.dtype, device=hidden.device)
@@ -133,9 +133,12 @@ def _chunked(hidden, weight, target, bias, ignore_index, label_smoothing, softca
             else:
                 grad_weight.addmm_(logits.t(), h)
         if want_bias:
-            grad_bias32 += logits.sum(0, dtype=torch.float32)
+            rows = logits.sum(0, dtype=torch.float32)
+            grad_bias32 = rows if grad_bias32 is None else grad_bias32.add_(rows)
     if want_weight and n_tokens == 0:
         grad_weight.zero_()
+    if want_bias and grad_bias32 is None:  # no tokens
+        grad_bias32 = torch.zeros(n_classes, dtype=torch.float32, device=hidden.device)
     grad_bias = grad_bias32.to(hidden.dtype) if want_bias else None
     return grad_hidden, grad_weight, grad_bias
 
@@ -207,6 +210,9 @@ def linear_cross_entropy_bwd(grad_loss: torch.Tensor, hidden: torch.Tensor, weig
 def _setup_context(ctx, inputs, output):
     hidden, weight, target, bias, *options, want_h, want_w, want_b, chunk_tokens = inputs
     ctx.mark_non_differentiable(*output[1:])
+    # The backward reads only the loss's gradient: without this, autograd would allocate and
+    # fill a zero tensor for each other output, grad_weight's size among them, every call.
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(hidden, weight, target, bias, *output[1:])
     ctx.options = (*options, want_h, want_w, want_b, chunk_tokens)
     ctx.wants = (want_h, want_w, want_b and bias is not None)

@@ -78,6 +78,7 @@ def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: tor
 def _setup_context(ctx, inputs, output):
     logits, target, ignore_index, label_smoothing, reduction, softcap, inplace = inputs
     ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)  # lse's gradient is never read: no zero tensor for it
     ctx.save_for_backward(logits, target, output[1])
     ctx.options = (ignore_index, label_smoothing, reduction, softcap)
     ctx.inplace = inplace
