@@ -169,17 +169,24 @@ def _check_softcap(q, k, v, causal, softcap, scale=None):
     return o, lse
 
 
-@pytest.mark.gpu
-@needs_hopper
-@pytest.mark.parametrize("B, H, Hkv, Nq, Nk, D, causal, softcap, scale", [
+# (B, H, Hkv, Nq, Nk, D, causal, softcap, scale): the softcap cases of the forward and (at its
+# head dims) the backward (tests/test_gluon_attention_bwd.py)
+SOFTCAP_CASES = [
     (2, 4, 2, 333, 333, 128, True, 50.0, None),    # Gemma 2's cap, ragged, GQA
     (1, 2, 2, 200, 515, 128, False, 50.0, None),   # Nq < Nk, full
-    (3, 4, 1, 515, 200, 256, True, 30.0, None),    # D=256 (64-key blocks), Nq > Nk, MQA
-    (2, 4, 2, 300, 300, 64, True, 5.0, 1.0),       # scale 1, cap 5: most scores on the bent part
+    (1, 2, 2, 200, 515, 128, True, 50.0, None),    # Nq < Nk, causal (keys no query sees)
+    (3, 4, 1, 515, 200, 64, True, 30.0, None),     # D=64, Nq > Nk, MQA
+    (3, 4, 1, 515, 200, 256, True, 30.0, None),    # D=256 (64-key blocks)
+    (2, 4, 2, 300, 300, 128, True, 5.0, 1.0),      # scale 1, cap 5: most scores on the bent part
     (2, 4, 2, 300, 300, 128, False, 8.0, -0.5),    # a negative scale: tanh is odd, the max still on tanh
-    (1, 2, 2, 2111, 2111, 128, True, 50.0, None),  # many laps of the K/V ring
+    (1, 2, 2, 1100, 1100, 128, True, 50.0, None),  # several laps of the rings
     (4, 16, 8, 777, 777, 128, False, 20.0, None),  # persistent programs taking several tiles
-])
+]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("B, H, Hkv, Nq, Nk, D, causal, softcap, scale", SOFTCAP_CASES)
 def test_softcap_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal, softcap, scale):
     _check_softcap(*_qkv(B, H, Hkv, Nq, Nk, D), causal, softcap, scale)
 
