@@ -12,6 +12,7 @@ the `_restore` fixture undoes the class-level changes after.
 from __future__ import annotations
 
 import copy
+import operator
 import subprocess
 import sys
 
@@ -95,9 +96,12 @@ def _run(model, ids, labels, **kwargs):
     return logits, loss.detach(), grads
 
 
-def _compare(family, parts, ids, labels, dtype=torch.float32, valid=None, **kwargs):
-    """Patched (with `parts`) against unpatched, both against the unpatched model in float64."""
+def _compare(family, parts, ids, labels, dtype=torch.float32, valid=None, setup=None, **kwargs):
+    """Patched (with `parts`) against unpatched, both against the unpatched model in float64;
+    `setup(model)` prepares the unpatched model before it is copied (hooks, checkpointing)."""
     base = _model(family, dtype)
+    if setup is not None:
+        setup(base)
     ref = _run(copy.deepcopy(base).double(), ids, labels, **kwargs)
     theirs = _run(base, ids, labels, **kwargs)
     model = tkt.patch(copy.deepcopy(base), **parts)
@@ -151,7 +155,8 @@ def test_packed_sequences(family):
     position_ids = torch.cat([torch.arange(n, device=DEVICE) for n in lengths])[None]
     labels = ids.clone()
     labels[0, torch.cumsum(torch.tensor(lengths), 0)[:-1].to(DEVICE)] = -100  # no token predicts across a boundary
-    _compare(family, {}, ids, labels, position_ids=position_ids)
+    # use_cache=False as Trainer sets it: transformers detects packed rows only without a cache.
+    _compare(family, {}, ids, labels, position_ids=position_ids, use_cache=False)
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma2"])
@@ -295,3 +300,198 @@ def test_attn_implementation_and_patch_classes():
 def test_import_tritonkit_does_not_import_transformers():
     code = "import sys, tritonkit; assert 'transformers' not in sys.modules, 'transformers imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_training_step_builds_no_cache():
+    # transformers' default (config.use_cache) would copy every layer's keys and values into a
+    # DynamicCache (two cats a layer) in a training step; the patched loss path asks for none.
+    _skip_missing("linear_cross_entropy")
+    model = tkt.patch(_model("llama"))
+    ids = torch.randint(3, 1000, (1, 8), device=DEVICE)
+    assert model(input_ids=ids, labels=ids).past_key_values is None
+    assert model(input_ids=ids, labels=ids, use_cache=True).past_key_values is not None
+
+
+# ---------------------------------------------------------------- residual adds inside the norms
+
+class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts aten ops by name, with the shapes of their outputs."""
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.seen.append((func.overloadpacket.__name__, tuple(out.shape) if isinstance(out, torch.Tensor) else None))
+        return out
+
+    def count(self, name, shape=None):
+        return sum(1 for n, s in self.seen if n == name and (shape is None or s == shape))
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_training_step_has_no_residual_add_and_no_cache_cat(family, monkeypatch):
+    _skip_missing("rms_norm", "linear_cross_entropy")
+    from tritonkit.transformers import _residual
+    ids = torch.randint(3, 1000, (2, 16), device=DEVICE)
+    hidden = (2, 16, SMALL["hidden_size"])
+
+    def count(model):  # forward adds and 4D cats, backward adds and fills, of a training step
+        with _Ops() as forward:
+            loss = model(input_ids=ids, labels=_labels(ids)).loss
+        with _Ops() as backward:
+            loss.backward()
+        fills = sum(backward.count(n) for n in ("zeros", "zeros_like", "new_zeros", "zero_", "fill_", "full"))
+        return (forward.count("add", hidden), sum(1 for n, s in forward.seen if n == "cat" and len(s) == 4),
+                backward.count("add", hidden), fills)
+
+    theirs, ours = count(_model(family)), count(tkt.patch(_model(family)))
+    monkeypatch.setattr(_residual, "layer_fits", lambda *args: False)  # everything patched but the layers
+    unfused = count(tkt.patch(_model(family)))
+    layers = SMALL["num_hidden_layers"]
+    assert unfused[0] == 2 * layers and ours[0] == 0, (unfused, ours)  # the adds went into the norms
+    # Backward, autograd summed each residual's two gradients; the fused norms add them in-kernel
+    # (the embedding's, which feeds the first norm and the first add, is still summed by autograd).
+    assert unfused[2] - ours[2] == 2 * layers - 1, (unfused, ours)
+    # The projections of one input (q/k/v, gate/up) sum their input gradients in the GEMMs: the
+    # embedding's two gradients are the one add left.
+    assert ours[2] == 1, ours
+    assert theirs[1] > 0 and ours[1] == 0, (theirs, ours)  # no DynamicCache copies in a training step
+    assert ours[3] == 0, ours  # no zero gradients materialised (the embedding's own zeroing is inside its op)
+
+
+def test_residual_fusion_with_hooks_checkpointing_and_hidden_states():
+    _skip_missing("rms_norm")
+    ids = torch.randint(3, 1000, (2, 12), device=DEVICE)
+    norms = _only("norms")
+
+    def replacing_hook(model):  # a hook that returns a new output: the next norm computes from it
+        model.model.layers[0].register_forward_hook(lambda module, args, out: out * 1.5)
+    _compare("llama", norms, ids, _labels(ids), setup=replacing_hook)
+    # Checkpointing recomputes each layer in backward (every part: the grouped projections too).
+    _compare("llama", {}, ids, _labels(ids), setup=lambda m: m.gradient_checkpointing_enable())
+
+    # A hook that changes the output in place: the norm computed with the sum is stale and must not be used.
+    base = _model("llama").eval()
+    base.model.layers[0].register_forward_hook(lambda module, args, out: out.mul_(1.5))
+    patched = tkt.patch(copy.deepcopy(base), **norms)
+    with torch.no_grad():
+        ref = base.double()(input_ids=ids, output_hidden_states=True)
+        theirs = copy.deepcopy(base).float()(input_ids=ids, output_hidden_states=True)
+        ours = patched(input_ids=ids, output_hidden_states=True)
+    assert_close_to_reference(ours.logits, ref.logits, theirs.logits, what="logits")
+    for i, (o, r, t) in enumerate(zip(ours.hidden_states, ref.hidden_states, theirs.hidden_states, strict=True)):
+        assert_close_to_reference(o, r, t, what=f"hidden state {i}")
+    assert all(getattr(m, "_tritonkit_ahead", None) is None for m in patched.modules())  # nothing left behind
+
+
+def test_residual_fusion_under_torch_compile():
+    _skip_missing("rms_norm", "linear_cross_entropy")
+    ids = torch.randint(3, 1000, (2, 12), device=DEVICE)
+    hidden = (2, 12, SMALL["hidden_size"])
+    model = tkt.patch(_model("llama"))
+    eager = _run(model, ids, _labels(ids))
+    adds = []
+
+    def backend(gm, example_inputs):  # the forward graphs: no add of hidden states (the fusion traced)
+        adds.extend(n for n in gm.graph.nodes if n.target in (torch.add, operator.add)
+                    and n.meta.get("example_value") is not None and tuple(n.meta["example_value"].shape) == hidden)
+        return gm
+    compiled = _run(torch.compile(model, backend=backend), ids, _labels(ids))
+    assert not adds, adds
+    assert torch.allclose(compiled[1], eager[1], rtol=1e-6)
+    for name, grad in eager[2].items():
+        assert torch.allclose(compiled[2]["_orig_mod." + name], grad, rtol=1e-5, atol=1e-7), name
+
+
+def test_residual_fusion_by_patch_classes_and_unpatch():
+    _skip_missing("rms_norm")
+    llama = tkt.family_of("llama")
+    layer_cls, base_cls = llama.cls("DecoderLayer"), llama.cls("PreTrainedModel")
+    forward = layer_cls.forward
+    report = tkt.patch_classes("llama", rope=False, mlp=False, loss=False)
+    assert "residual adds" in report.replaced["norms"] and "q/k/v" in report.replaced["attention"], report
+    torch.manual_seed(0)
+    built = transformers.AutoModelForCausalLM.from_config(_config("llama")).to(DEVICE)
+    layers = built.model.layers
+    assert [getattr(layer, "_tritonkit_next_norm") for layer in layers] == [layers[1].input_layernorm,
+                                                                            built.model.norm]
+    assert layer_cls.forward is not forward
+    attn = layers[0].self_attn
+    assert all(getattr(p, "_tritonkit_group")[0] == (attn.q_proj, attn.k_proj, attn.v_proj)
+               for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+    ids = torch.randint(3, 1000, (2, 8), device=DEVICE)
+    with torch.no_grad():
+        ours = built(input_ids=ids).logits
+    tkt.unpatch_classes("llama")
+    assert layer_cls.forward is forward and "post_init" not in vars(base_cls)
+    with torch.no_grad():
+        theirs = built(input_ids=ids).logits
+    assert torch.allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_layer_of_another_form_keeps_its_adds():
+    from tritonkit.transformers import _residual
+
+    def forward(self, hidden_states, **kwargs):  # a form with one more step: not fused
+        return self.mlp(self.input_layernorm(hidden_states)) * self.scale
+    assert not _residual.layer_fits(forward, ((), "post_attention_layernorm", ()))
+    llama = tkt.family_of("llama")
+    assert _residual.layer_fits(llama.cls("DecoderLayer").forward, llama.layer)
+
+
+# ---------------------------------------------------------------- projections of one input
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_shared_linear_matches_separate_linears(bias):
+    from tritonkit.transformers import _projections
+    x = torch.randn(2, 7, 24, device=DEVICE, requires_grad=True)
+    mods = [torch.nn.Linear(24, n, bias=bias, device=DEVICE) for n in (16, 8, 8)]
+    ups = [torch.randn(2, 7, n, device=DEVICE) for n in (16, 8, 8)]
+    params = [p for m in mods for p in m.parameters()]
+
+    def grads(fn, use=(0, 1, 2), dtype=torch.float32):
+        xx = x.detach().to(dtype).requires_grad_()
+        ps = [p.detach().to(dtype).requires_grad_() for p in params]
+        per = 2 if bias else 1
+        copies = []
+        for i, m in enumerate(mods):
+            c = torch.nn.Linear(m.in_features, m.out_features, bias=bias, device=DEVICE, dtype=dtype)
+            c.weight, c.bias = (torch.nn.Parameter(ps[per * i]), torch.nn.Parameter(ps[per * i + 1]) if bias else None)
+            copies.append(c)
+        outs = fn(xx, copies)
+        loss = sum((outs[i] * ups[i].to(dtype)).sum() for i in use)  # outputs not in `use` get no gradient
+        inputs = [xx, *[p for c in copies for p in c.parameters()]]
+        return outs, torch.autograd.grad(loss, inputs, allow_unused=True)
+
+    separate = lambda xx, ms: tuple(m(xx) for m in ms)  # noqa: E731
+    shared = lambda xx, ms: _projections.shared_linear(xx, ms)  # noqa: E731
+    compiled = torch.compile(shared, backend="aot_eager", fullgraph=True)
+    for use in ((0, 1, 2), (0, 2)):
+        ref_out, ref = grads(separate, use, torch.float64)
+        theirs_out, theirs = grads(separate, use)
+        for fn in (shared, compiled):
+            ours_out, ours = grads(fn, use)
+            for o, t in zip(ours_out, theirs_out):
+                assert torch.equal(o, t)  # the same F.linear calls
+            for o, r, t in zip(ours, ref, theirs):
+                if t is None:  # an unused output's weight: eager gives None, AOTAutograd zeros
+                    assert o is None if fn is shared else not o.any()
+                else:
+                    assert_close_to_reference(o, r, t, eps=eps_for(torch.float32, gradient=True), what="gradient")
+
+
+def test_grouped_projections_fall_back_off_the_training_path():
+    from tritonkit.transformers import _projections
+    attn = tkt.patch(_model("llama")).model.layers[0].self_attn
+    x = torch.randn(1, 5, SMALL["hidden_size"], device=DEVICE)
+    with torch.no_grad():  # evaluation and generate: the plain linears, nothing left on the modules
+        assert torch.equal(attn.k_proj(x), torch.nn.functional.linear(x, attn.k_proj.weight))
+    assert all(getattr(m, "_tritonkit_ahead") is None for m in (attn.q_proj, attn.k_proj, attn.v_proj))
+    q = attn.q_proj(x)  # the group's first call leaves k and v for their modules' calls on the same x
+    assert getattr(attn.k_proj, "_tritonkit_ahead")[0] is x
+    assert torch.equal(attn.v_proj(x), torch.nn.functional.linear(x, attn.v_proj.weight))
+    y = x.clone()  # another tensor: k is computed anew, and what was left is dropped
+    assert torch.equal(attn.k_proj(y), torch.nn.functional.linear(y, attn.k_proj.weight))
+    assert getattr(attn.k_proj, "_tritonkit_ahead") is None and q.shape[-1] == attn.q_proj.out_features
+    assert not _projections.shareable((attn.q_proj, torch.nn.Linear(4, 4).double()), x)

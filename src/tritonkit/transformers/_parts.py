@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 import tritonkit
 
+from . import _ahead, _projections, _residual
+
 # transformers' activation names -> (tritonkit op, its extra arguments)
 _GATED = {
     "silu": ("swiglu", {}),
@@ -40,31 +42,33 @@ def gated_op(config):
 
 # ---------------------------------------------------------------- RMSNorm
 
-def _eps(norm: torch.nn.Module) -> float:
-    eps = getattr(norm, "variance_epsilon", None)
-    return norm.eps if eps is None else eps
-
-
 def make_rms_norm_forward(original, weight_offset: float):
     """RMSNorm through tritonkit.rms_norm: x / rms(x) * (weight_offset + w).
 
     weight_offset 0 is Llama's form (Llama, Mistral, Qwen2/3, Phi-3), 1 is Gemma's (1 + w), which
     transformers computes in float32 and casts once, as tritonkit does. A weight whose dtype
     differs from the input's (transformers then returns the promoted dtype) takes the original.
+    An input whose norm the previous decoder layer computed with its residual add
+    (`_residual.add_ahead`) returns that result.
     """
     @functools.wraps(original)
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        ahead = _ahead.take(self, hidden_states)
+        if ahead is not None:
+            return ahead
         if hidden_states.dtype != self.weight.dtype:
             return original(self, hidden_states)
-        return tritonkit.rms_norm(hidden_states, self.weight, _eps(self), weight_offset=weight_offset)
+        return tritonkit.rms_norm(hidden_states, self.weight, _residual.eps_of(self), weight_offset=weight_offset)
     forward._tritonkit_original = original
+    setattr(forward, _residual.OFFSET, weight_offset)
     return forward
 
 
 # ---------------------------------------------------------------- gated MLP
 
 def make_mlp_forward(original, gated, packed: bool):
-    """down(act(gate(x)) * up(x)) with the activation and product in one tritonkit op.
+    """down(act(gate(x)) * up(x)) with the activation and product in one tritonkit op, and gate and
+    up as one `_projections.shared_linear` (one input gradient) when it applies.
 
     packed: one gate_up projection with [gate, up] along the last dim (Phi-3), given whole to the op.
     gated: the op (from `gated_op`), or None to choose it from the module's config at each call
@@ -76,6 +80,9 @@ def make_mlp_forward(original, gated, packed: bool):
             return original(self, x)
         if packed:
             return self.down_proj(op(self.gate_up_proj(x)))  # the op splits [gate, up] into views
+        pair = (self.gate_proj, self.up_proj)
+        if _projections.shareable(pair, x):  # one input gradient for both (see _projections)
+            return self.down_proj(op(*_projections.shared_linear(x, pair)))
         return self.down_proj(op(self.gate_proj(x), self.up_proj(x)))
     functools.update_wrapper(forward, original)
     forward._tritonkit_original = original
@@ -84,12 +91,17 @@ def make_mlp_forward(original, gated, packed: bool):
 
 # ---------------------------------------------------------------- rotary application
 
+_ROPE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
 def make_rope(original):
     """transformers' `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)` through tritonkit.rope."""
     @functools.wraps(original)
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
         unsqueeze_dim = args[0] if args else kwargs.get("unsqueeze_dim", 1)
-        if unsqueeze_dim != 1 or len(args) > 1 or set(kwargs) - {"unsqueeze_dim"}:
+        if unsqueeze_dim != 1 or len(args) > 1 or set(kwargs) - {"unsqueeze_dim"} \
+                or any(t.dtype not in _ROPE_DTYPES for t in (q, k, cos, sin)):
+            # Family-wide: another model of the family (float64, say) keeps transformers' function.
             return original(q, k, cos, sin, *args, **kwargs)
         return tritonkit.rope(q, k, cos.unsqueeze(1), sin.unsqueeze(1))
     apply_rotary_pos_emb._tritonkit_original = original
@@ -101,7 +113,8 @@ def make_rope(original):
 def make_causal_lm_forward(original, final_softcap_attr: str | None):
     """The CausalLM forward: with labels and gradients on, hidden states -> linear_cross_entropy.
 
-    The (tokens x vocabulary) logits are never built: the output's `logits` is None. Without
+    The (tokens x vocabulary) logits are never built: the output's `logits` is None, and no KV
+    cache is built unless `use_cache=True` or `past_key_values` is passed. Without
     labels, or under no_grad (evaluation, where the logits are often wanted and cost no saved
     activations), the original forward runs unchanged. `num_items_in_batch` (transformers'
     gradient-accumulation count) turns the mean into sum / num_items_in_batch, as transformers does.
@@ -117,13 +130,18 @@ def make_causal_lm_forward(original, final_softcap_attr: str | None):
             return original(self, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                             past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels,
                             use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
+        if use_cache is None and past_key_values is None:
+            # A training step asks for no cache; transformers' default (config.use_cache) would build a
+            # DynamicCache and copy every layer's keys and values into it (two cats a layer), kept
+            # alive with the output. An explicit use_cache=True still gets one.
+            use_cache = False
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache,
                              **kwargs)
         hidden = outputs.last_hidden_state
         ignore_index = kwargs.get("ignore_index", -100)
         if shift_labels is None:  # tokens < n predict token n; the last one predicts nothing
-            shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+            shift_labels = F.pad(labels[..., 1:], (0, 1), value=ignore_index)  # contiguous: no copy to flatten
         num_items = kwargs.get("num_items_in_batch")
         softcap = getattr(self.config, final_softcap_attr, None) if final_softcap_attr else None
         loss = tritonkit.linear_cross_entropy(

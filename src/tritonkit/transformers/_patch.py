@@ -12,7 +12,7 @@ import torch
 
 import tritonkit
 
-from . import _attention, _parts
+from . import _attention, _parts, _projections, _residual
 
 logger = logging.getLogger("tritonkit.transformers")
 
@@ -28,6 +28,9 @@ class Family:
     packed_mlp: bool = False     # Phi-3: one gate_up projection
     final_softcap: str | None = None  # config attribute capping the logits (Gemma 2 and 3)
     attn_softcap: str | None = None   # config attribute capping the attention scores (Gemma 2 and 3)
+    # The decoder layer's residual form (see _residual.make_decoder_layer_forward): modules on the
+    # attention output before its add, the norm that add feeds, modules on the MLP output before its add.
+    layer: tuple = ((), "post_attention_layernorm", ())
 
     @property
     def module(self) -> types.ModuleType:
@@ -37,16 +40,19 @@ class Family:
         return getattr(self.module, f"{self.prefix}{suffix}")
 
 
+_SANDWICH = (("post_attention_layernorm",), "pre_feedforward_layernorm", ("post_feedforward_layernorm",))  # Gemma 2/3
+
 FAMILIES = {f.name: f for f in (
     Family("llama", "Llama"),
     Family("mistral", "Mistral"),
     Family("qwen2", "Qwen2"),
     Family("qwen3", "Qwen3"),
     Family("gemma2", "Gemma2", norm_offset=1.0, final_softcap="final_logit_softcapping",
-           attn_softcap="attn_logit_softcapping"),
+           attn_softcap="attn_logit_softcapping", layer=_SANDWICH),
     Family("gemma3", "Gemma3", norm_offset=1.0, final_softcap="final_logit_softcapping",
-           attn_softcap="attn_logit_softcapping"),
-    Family("phi3", "Phi3", packed_mlp=True),
+           attn_softcap="attn_logit_softcapping", layer=_SANDWICH),
+    Family("phi3", "Phi3", packed_mlp=True, layer=(("resid_attn_dropout",), "post_attention_layernorm",
+                                                   ("resid_mlp_dropout",))),
 )}
 
 
@@ -148,12 +154,16 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
           mlp: bool = True, loss: bool = True) -> torch.nn.Module:
     """Put tritonkit's ops into a loaded transformers model, in place; returns the model.
 
-    attention: the model's attention implementation becomes "tritonkit" (this model only).
-    norms: each of the family's RMSNorm modules runs tritonkit.rms_norm (this model only).
+    attention: the model's attention implementation becomes "tritonkit", and the q/k/v projections
+        sum their input gradients in their GEMMs (_projections.py) (this model only).
+    norms: each of the family's RMSNorm modules runs tritonkit.rms_norm, and the decoder layers'
+        residual adds run inside the norms that read their sums (rms_norm(residual=); see
+        _residual.py) (this model only).
     rope: the family's `apply_rotary_pos_emb` runs tritonkit.rope; transformers calls it as a
         module-level function, so this is family-wide (every model of the family in the process;
         `unpatch_classes` restores it). The result is the same function of its inputs.
-    mlp: the gated MLP's activation-times-up runs tritonkit.swiglu / geglu (this model only).
+    mlp: the gated MLP's activation-times-up runs tritonkit.swiglu / geglu, gate and up with one
+        input gradient (this model only).
     loss: with labels and gradients on, the causal-LM loss runs tritonkit.linear_cross_entropy on
         the hidden states; the output's `logits` is then None (this model only).
 
@@ -174,7 +184,9 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
         detail, why = _attention_state(fam, config)
         if detail:
             model.set_attn_implementation(_attention.NAME)
-            report.replaced["attention"] = detail
+            grouped = _projections.group_attention(model, fam.cls("Attention"))
+            report.replaced["attention"] = detail + (f"; q/k/v projections of {grouped} layers with one input "
+                                                     "gradient" if grouped else "")
         else:
             report.left["attention"] = why
 
@@ -186,7 +198,8 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
             for m in found:
                 forward = _parts.make_rms_norm_forward(_original(norm_cls.forward), fam.norm_offset)
                 m.forward = types.MethodType(forward, m)
-            report.replaced["norms"] = f"tritonkit.rms_norm in {len(found)} {norm_cls.__name__}"
+            report.replaced["norms"] = (f"tritonkit.rms_norm in {len(found)} {norm_cls.__name__}"
+                                        + _patch_layers(fam, model))
         else:
             report.left["norms"] = why or f"no {norm_cls.__name__} in the model"
 
@@ -225,6 +238,39 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
     return model
 
 
+def _layer_forward(fam: Family):
+    """The fused-residual forward of the family's decoder layer, or None if its form is not the known one."""
+    original = _original(fam.cls("DecoderLayer").forward)
+    if not _residual.layer_fits(original, fam.layer):
+        return None
+    return _residual.make_decoder_layer_forward(original, fam.layer)
+
+
+def _patch_layers(fam: Family, model: torch.nn.Module) -> str:
+    """Fuse the residual adds of the model's decoder layers into their norms; the report's words."""
+    layer_cls = fam.cls("DecoderLayer")
+    forward = _layer_forward(fam)
+    found = [m for m in model.modules() if isinstance(m, layer_cls)]
+    if forward is None or not found:
+        return f"; residual adds left ({layer_cls.__name__} is not of the known form)" if found else ""
+    for m in found:
+        m.forward = types.MethodType(forward, m)
+    linked = _residual.link(model, layer_cls, fam.cls("RMSNorm"))
+    return (f", with the residual adds of {len(found)} {layer_cls.__name__} (rms_norm(residual=))"
+            + ("" if linked else "; the adds between layers left (a distributed run, or no layers followed by a norm)"))
+
+
+def _on_init(base: type, setup) -> None:
+    """Run setup(model) at the end of every __init__ of the family's models (their post_init)."""
+    post_init = base.post_init
+
+    def wrapper(self, *args, **kwargs):
+        out = post_init(self, *args, **kwargs)
+        setup(self)
+        return out
+    _set(base, "post_init", wrapper)
+
+
 def _patch_rope(fam: Family) -> None:
     module = fam.module
     current = module.apply_rotary_pos_emb
@@ -260,7 +306,10 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
         base = fam.cls("PreTrainedModel")
         if detail and hasattr(base, "get_correct_attn_implementation"):
             _set(base, "get_correct_attn_implementation", _default_to_tritonkit(base.get_correct_attn_implementation))
-            report.replaced["attention"] = detail + " (the default implementation of the family)"
+            attention_cls = fam.cls("Attention")
+            _on_init(base, lambda model: _projections.group_attention(model, attention_cls))
+            report.replaced["attention"] = (detail + " (the default implementation of the family); q/k/v "
+                                            "projections with one input gradient")
         else:
             report.left["attention"] = why or "pass attn_implementation='tritonkit' to from_pretrained"
     if norms:
@@ -269,6 +318,14 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
             norm_cls = fam.cls("RMSNorm")
             _set(norm_cls, "forward", _parts.make_rms_norm_forward(_original(norm_cls.forward), fam.norm_offset))
             report.replaced["norms"] = f"tritonkit.rms_norm in {norm_cls.__name__}"
+            layer_cls, base = fam.cls("DecoderLayer"), fam.cls("PreTrainedModel")
+            forward = _layer_forward(fam)
+            if forward is None:
+                report.replaced["norms"] += f"; residual adds left ({layer_cls.__name__} is not of the known form)"
+            else:
+                _set(layer_cls, "forward", forward)
+                _on_init(base, lambda model: _residual.link(model, layer_cls, norm_cls))
+                report.replaced["norms"] += f", with the residual adds of {layer_cls.__name__} (rms_norm(residual=))"
         else:
             report.left["norms"] = why
     if rope:
