@@ -243,7 +243,8 @@ def _dkdv_kernel(
     # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
     # scale); n_kb: key blocks of 128 per kv head
     Nq, H, Hkv, GROUP, qk_scale, sm_scale, n_kb,
-    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -443,7 +444,8 @@ def _dq_kernel(
     # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
     # scale); n_m: row blocks of 128 per head
     Nq, Nk, H, GROUP, qk_scale, sm_scale, n_m,
-    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -493,8 +495,8 @@ def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             _descriptor(v, ROWS_PER_WARPGROUP), _descriptor(dk, ROWS_PER_WARPGROUP),
             _descriptor(dv, ROWS_PER_WARPGROUP), lse, delta, Nq, H, Hkv, H // Hkv, kernel_qk_scale(scale, softcap),
             scale, n_kb)
-    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
-                  num_warps=4)
+    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
+                  PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
     return (n_kb * Hkv * B, ), args, kwargs
 
 
@@ -510,8 +512,8 @@ def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(do, ROWS_PER_WARPGROUP), _descriptor(k, block_n),
             _descriptor(v, block_n), _descriptor(dq, ROWS_PER_WARPGROUP), lse, delta, Nq, Nk, H, H // Hkv,
             kernel_qk_scale(scale, softcap), scale, n_m)
-    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
-                  num_warps=4)
+    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
+                  PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
     return (n_m * H * B, ), args, kwargs
 
 
@@ -551,6 +553,7 @@ def attention_bwd_gluon(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
     for name, kernel, (grid, args, kwargs) in (
             ("attention_bwd_dkdv_gluon", _dkdv_kernel,
              dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale, softcap)),
-            ("attention_bwd_dq_gluon", _dq_kernel, dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale, softcap))):
+            ("attention_bwd_dq_gluon", _dq_kernel,
+             dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale, softcap))):
         num_warps = kwargs.pop("num_warps")
         Launch(name, kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()
