@@ -4,7 +4,7 @@ Gluon kernels do not run under Triton's interpreter. On any machine the kernels 
 for sm_90 and their structure is pinned (warp partitions and their setmaxnreg budgets, wgmma
 waits that leave a product in flight, no spills, shared memory within Hopper's 227 KB).
 Correctness is checked on a Hopper GPU (gpu-marked): against the float64 reference and
-against the Triton path, whose backward consumes the same lse.
+against the Triton path, whose backward consumes the same lse; with a softcap too.
 """
 
 import math
@@ -20,12 +20,12 @@ from tritonkit.ops.attention import attention_fwd, attention_reference
 from _tolerance import assert_close_to_reference
 
 
-def _compiled(D: int, causal: bool, Nq: int = 333, Nk: int = 517):
+def _compiled(D: int, causal: bool, Nq: int = 333, Nk: int = 517, softcap: float = 0.0):
     q = torch.empty(2, 4, Nq, D, dtype=torch.bfloat16)
     k = torch.empty(2, 2, Nk, D, dtype=torch.bfloat16)
     v = torch.empty_like(k)
     o, lse = torch.empty_like(q), torch.empty(2, 4, Nq)
-    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, D ** -0.5)
+    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, D ** -0.5, softcap)
     return compile_sm90(gluon_fwd._attn_fwd_kernel, args, kwargs)
 
 
@@ -33,6 +33,24 @@ def _compiled(D: int, causal: bool, Nq: int = 333, Nk: int = 517):
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_structure_for_sm90(D, causal):
     kernel = _compiled(D, causal)
+    _check_structure(kernel, D)
+    assert "tanh.approx" not in kernel.ptx          # the softcap's code is constexpr-guarded away
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_softcap_structure_for_sm90(D):
+    # The softcap (Gemma 2's 50) in the same structure: one tanh.approx.f32 a score, the
+    # instruction the Triton kernels use on the GPU, within the same registers (no spills).
+    kernel = _compiled(D, True, softcap=50.0)
+    _check_structure(kernel, D)
+    assert "tanh.approx.f32" in kernel.ptx
+    # Its qk_scale is the tanh's input factor scale / c (the cap folded in, as the Triton path's).
+    q = torch.empty(1, 2, 64, D, dtype=torch.bfloat16)
+    _, args, kwargs = gluon_fwd.launch_args(q, q, q, q, torch.empty(1, 2, 64), True, 0.125, 50.0)
+    assert kwargs["SOFTCAP"] == 50.0 and args[9] == 0.125 / 50.0
+
+
+def _check_structure(kernel, D):
     ttgir = kernel.asm["ttgir"]
     # Three partitions: the default (consumer warpgroup 0) and two workers, a 4-warp consumer
     # and the 1-warp producer, with the register budgets that sum within 64K per SM.
@@ -130,6 +148,56 @@ def test_float16_negative_scale_and_packed_layout(D):
     qkv = torch.randn(2, 300, 3, 4, D, dtype=torch.bfloat16, device="cuda")
     q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
     _check(q, k, v, False)
+
+
+def _check_softcap(q, k, v, causal, softcap, scale=None):
+    """The softcapped forward against the float64 reference (torch's error in the same dtype,
+    with the same cap, the yardstick) and against the Triton path's softcap."""
+    assert gluon_fwd.supported(q, k, v, causal, scale)
+    o, lse = attention_fwd(q, k, v, causal, scale, softcap=softcap, gluon=True)
+    kw = dict(softcap=softcap, return_lse=True)
+    ref, ref_lse = attention_reference(q, k, v, causal, scale, **kw)
+    same, same_lse = attention_reference(q, k, v, causal, scale, upcast=False, **kw)
+    assert_close_to_reference(o, ref, same)
+    assert lse.dtype == torch.float32 and lse.shape == q.shape[:3]
+    assert_close_to_reference(lse, ref_lse, same_lse.float(), what="lse")
+    # Both paths use tanh.approx.f32 and the same base-2 scores: lse (which the backward reads)
+    # agrees as closely as without a softcap.
+    o_t, lse_t = attention_fwd(q, k, v, causal, scale, softcap=softcap, gluon=False)
+    torch.testing.assert_close(lse, lse_t, atol=2e-3, rtol=0)
+    torch.testing.assert_close(o.float(), o_t.float(), atol=2e-2, rtol=2e-2)
+    return o, lse
+
+
+# (B, H, Hkv, Nq, Nk, D, causal, softcap, scale): the softcap cases of the forward and (at its
+# head dims) the backward (tests/test_gluon_attention_bwd.py)
+SOFTCAP_CASES = [
+    (2, 4, 2, 333, 333, 128, True, 50.0, None),    # Gemma 2's cap, ragged, GQA
+    (1, 2, 2, 200, 515, 128, False, 50.0, None),   # Nq < Nk, full
+    (1, 2, 2, 200, 515, 128, True, 50.0, None),    # Nq < Nk, causal (keys no query sees)
+    (3, 4, 1, 515, 200, 64, True, 30.0, None),     # D=64, Nq > Nk, MQA
+    (3, 4, 1, 515, 200, 256, True, 30.0, None),    # D=256 (64-key blocks)
+    (2, 4, 2, 300, 300, 128, True, 5.0, 1.0),      # scale 1, cap 5: most scores on the bent part
+    (2, 4, 2, 300, 300, 128, False, 8.0, -0.5),    # a negative scale: tanh is odd, the max still on tanh
+    (1, 2, 2, 1100, 1100, 128, True, 50.0, None),  # several laps of the rings
+    (4, 16, 8, 777, 777, 128, False, 20.0, None),  # persistent programs taking several tiles
+]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("B, H, Hkv, Nq, Nk, D, causal, softcap, scale", SOFTCAP_CASES)
+def test_softcap_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal, softcap, scale):
+    _check_softcap(*_qkv(B, H, Hkv, Nq, Nk, D), causal, softcap, scale)
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_softcap_float16_and_deterministic():
+    q, k, v = _qkv(2, 4, 2, 300, 300, 128, torch.float16)
+    first = _check_softcap(q, k, v, True, 5.0, scale=1.0)
+    second = attention_fwd(q, k, v, True, 1.0, softcap=5.0, gluon=True)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
 
 
 @pytest.mark.gpu

@@ -3,7 +3,7 @@
 On any machine both kernels are compiled for sm_90 and their structure is pinned (warp
 partitions and setmaxnreg budgets, wgmma waits that leave products in flight, spills, shared
 memory within Hopper's 227 KB). Correctness on a Hopper GPU (gpu-marked): against the float64
-reference gradients, against the Triton backward, and bitwise run to run.
+reference gradients, against the Triton backward, and bitwise run to run; with a softcap too.
 """
 
 import re
@@ -14,12 +14,12 @@ import torch
 from tritonkit.gluon import attention_bwd as gluon_bwd
 from tritonkit.gluon import attention_fwd as gluon_fwd
 from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT, compile_sm90
-from tritonkit.ops.attention import attention_bwd, attention_fwd
+from tritonkit.ops.attention import attention_bwd, attention_fwd, attention_reference
 
 from _tolerance import assert_close_to_reference, eps_for
 from test_attention import sdpa
 from test_attention_backward import grads, reference_grads
-from test_gluon_attention import _qkv, needs_hopper
+from test_gluon_attention import SOFTCAP_CASES, _qkv, needs_hopper
 
 # ptxas spills a few loop-invariant shared-memory descriptors of the dK/dV kernel at D=128 (the
 # dK and dV accumulators take 128 of the 240 registers): reloaded from L1 each query block.
@@ -27,14 +27,14 @@ from test_gluon_attention import _qkv, needs_hopper
 DKDV_SPILL_BOUND = {64: 0, 128: 512}
 
 
-def _compiled(kernel: str, D: int, causal: bool, Nq: int = 333, Nk: int = 517):
+def _compiled(kernel: str, D: int, causal: bool, Nq: int = 333, Nk: int = 517, softcap: float = 0.0):
     q = torch.empty(2, 4, Nq, D, dtype=torch.bfloat16)
     k = torch.empty(2, 2, Nk, D, dtype=torch.bfloat16)
     lse = torch.empty(2, 4, Nq)
     if kernel == "dkdv":
-        grid, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, D ** -0.5)
+        grid, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, D ** -0.5, softcap)
         return compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
-    grid, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, lse, lse, causal, D ** -0.5)
+    grid, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, lse, lse, causal, D ** -0.5, softcap)
     return compile_sm90(gluon_bwd._dq_kernel, args, kwargs)
 
 
@@ -43,6 +43,22 @@ def _compiled(kernel: str, D: int, causal: bool, Nq: int = 333, Nk: int = 517):
 @pytest.mark.parametrize("D", [64, 128])
 def test_structure_for_sm90(kernel, D, causal):
     compiled = _compiled(kernel, D, causal)
+    _check_structure(compiled, kernel, D)
+    assert "tanh.approx" not in compiled.ptx        # the softcap's code is constexpr-guarded away
+
+
+@pytest.mark.parametrize("kernel", ["dkdv", "dq"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_softcap_structure_for_sm90(kernel, D):
+    # The capped scores recomputed from the raw Q K^T with the forward's tanh.approx.f32, in the
+    # same structure and within the same spill bounds (the dK/dV tile at D=128 keeps tanh's
+    # tile beside dK, dV and dP^T: more of its loop-invariant values go to L1, within the bound).
+    compiled = _compiled(kernel, D, True, softcap=50.0)
+    _check_structure(compiled, kernel, D)
+    assert "tanh.approx.f32" in compiled.ptx
+
+
+def _check_structure(compiled, kernel, D):
     ttgir = compiled.asm["ttgir"]
     # The default partition (consumer warpgroup 0), a 4-warp consumer and the 1-warp producer,
     # with register budgets that sum within 64K per SM.
@@ -124,6 +140,42 @@ def test_float16_negative_scale_and_packed_layout():
     qkv = torch.randn(2, 300, 3, 4, 64, dtype=torch.bfloat16, device="cuda")
     q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
     _check(q, k, v, False)
+
+
+def _check_softcap(q, k, v, causal, softcap, scale=None):
+    """The softcapped backward (from the Gluon forward's lse) against the float64 reference's
+    gradients (torch's in the same dtype, with the same cap, the yardstick), against the Triton
+    backward's softcap, and bitwise run to run."""
+    do = torch.randn_like(q)
+    o, lse = attention_fwd(q, k, v, causal, scale, softcap=softcap, gluon=True)
+    assert gluon_bwd.supported(do, q, k, v, o, lse, causal, scale)
+    got = attention_bwd(do, q, k, v, o, lse, causal, scale, softcap=softcap, gluon=True)
+    reference = lambda *t: attention_reference(*t, causal, scale, upcast=False, softcap=softcap)  # noqa: E731
+    wide = grads(reference, [t.double() for t in (q, k, v)], do.double())
+    theirs = grads(reference, (q, k, v), do)
+    for name, ours, ref, same, like in zip(("dq", "dk", "dv"), got, wide, theirs, (q, k, v)):
+        assert ours.dtype == like.dtype and ours.shape == like.shape, name
+        assert_close_to_reference(ours, ref, same, eps=eps_for(q.dtype, gradient=True), what=name)
+    triton_grads = attention_bwd(do, q, k, v, o, lse, causal, scale, softcap=softcap, gluon=False)
+    for name, ours, theirs_t in zip(("dq", "dk", "dv"), got, triton_grads):
+        torch.testing.assert_close(ours.float(), theirs_t.float(), atol=3e-2, rtol=3e-2, msg=name)
+    again = attention_bwd(do, q, k, v, o, lse, causal, scale, softcap=softcap, gluon=True)
+    for a, b in zip(got, again):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("B, H, Hkv, Nq, Nk, D, causal, softcap, scale",
+                         [case for case in SOFTCAP_CASES if case[5] in gluon_bwd.HEAD_DIMS])
+def test_softcap_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal, softcap, scale):
+    _check_softcap(*_qkv(B, H, Hkv, Nq, Nk, D), causal, softcap, scale)
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_softcap_float16():
+    _check_softcap(*_qkv(2, 4, 2, 300, 300, 128, torch.float16), True, 5.0, scale=1.0)
 
 
 @pytest.mark.gpu

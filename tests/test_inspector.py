@@ -211,9 +211,11 @@ def test_attention_softcap_uses_the_tanh_instruction_and_a_spill_free_dkdv_tile(
     # Compiled for the GPU, the softcap's tanh is one tanh.approx.f32 an element (the
     # interpreter, which cannot run PTX, takes the exact formula: ops/attention/scores.py), in
     # every pass; at D=128 its dK/dV tile streams 32-row query blocks past 128 keys on two
-    # warpgroups, without spilling.
+    # warpgroups, without spilling. (The Triton kernels: on sm_90 the Gluon forward takes this
+    # call; tests/test_inspector_gluon.py has its softcap.)
     reports = [r for p in ("fwd_softcap", "bwd_softcap")
-               for r in compile_report("attention", pass_=p, dtype="bf16", shape=(2, 8, 1024, 128), tma=tma)
+               for r in compile_report("attention", pass_=p, dtype="bf16", shape=(2, 8, 1024, 128), tma=tma,
+                                       path="triton")
                if r.launch in ("attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq")]
     assert {r.launch for r in reports} == {"attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq"}
     for r in reports:

@@ -79,6 +79,25 @@ def test_backward_causal_d128_takes_the_gluon_kernels_and_their_structure():
     _check_warp_specialized(reports["attention_bwd_dq_gluon"])
 
 
+@pytest.mark.parametrize("D", [128, 256])
+def test_softcap_takes_the_gluon_forward_with_the_tanh_instruction(D):
+    # The softcap (the catalogue's 50) in the warp-specialized forward: the same partitions and
+    # registers, no spills, one tanh.approx.f32 a score, the cap folded into qk_scale.
+    (report,) = _reports("fwd_softcap", D, True)
+    assert report.launch == "attention_fwd_gluon" and "softcap 50" in report.path_reason
+    _check_warp_specialized(report)
+    assert report.constexprs["SOFTCAP"] == "50.0" and "tanh.approx.f32" in report.asm["ptx"]
+
+
+def test_softcap_backward_causal_d128_takes_the_gluon_kernels():
+    reports = _by_launch(_reports("bwd_softcap", 128, True))
+    assert set(reports) == {"attention_bwd_preprocess", "attention_bwd_dkdv_gluon", "attention_bwd_dq_gluon"}
+    for launch, bound in (("attention_bwd_dkdv_gluon", DKDV_SPILL_BOUND), ("attention_bwd_dq_gluon", 0)):
+        report = reports[launch]
+        _check_warp_specialized(report, spill_bound=bound)
+        assert "softcap 50" in report.path_reason and "tanh.approx.f32" in report.asm["ptx"], launch
+
+
 def _choice(pass_: str, **request) -> _launch.PathChoice:
     """The path the pass's dispatch chooses on sm_90, recorded without compiling."""
     launches = record("attention", pass_, InspectRequest(**request), arch=90)
@@ -90,6 +109,8 @@ def test_the_path_and_its_reason():
     aligned = dict(shape=(1, 2, 4096, 128), dtype=torch.bfloat16)
     assert _choice("fwd", **aligned).path == "gluon"
     assert _choice("bwd", causal=True, **aligned).path == "gluon"
+    assert _choice("fwd_softcap", **aligned).path == "gluon"                  # both paths take a softcap
+    assert _choice("bwd_softcap", causal=True, **aligned).path == "gluon"
     cases = [
         (("fwd", dict(aligned, offset=1)), "q cannot be read by TMA in place"),   # a view at an odd offset
         (("fwd", dict(aligned, shape=(1, 2, 4096, 64))), "head dim 64"),

@@ -5,7 +5,11 @@ Same contract as the Triton launcher `tritonkit.ops.attention.attention_bwd`:
 (B, H, Nq) float32 in natural-log units, as both forwards store it. With
 P = exp(scale * Q K^T - lse) (causal: zero above the top-left diagonal), delta = rowsum(dO * O):
   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - delta),  dK = scale * dS^T Q,  dQ = scale * dS K,
-dK and dV summed over the query heads of each kv head (GQA) in a fixed order.
+dK and dV summed over the query heads of each kv head (GQA) in a fixed order. With a softcap c
+(SOFTCAP = c, a constexpr, 0 for none) the scores are c tanh(t), t = scale * Q K^T / c, recomputed
+from the raw Q K^T with the forward's `tanh.approx.f32`: P = exp(c tanh(t) - lse), and dS carries
+the capped score's derivative, dS = P (1 - tanh(t)^2) (dP - delta), folded into P once P has gone
+to dV's product.
 
 Three launches, none with atomics, so the same inputs give bitwise the same gradients:
 1. delta: the Triton path's preprocess kernel.
@@ -48,8 +52,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .._launch import Launch
 from .._layout import cdiv
+from ..ops.attention.scores import kernel_qk_scale
 from .attention_fwd import (
-    _GL_DTYPES, CONSUMER_REGS, LOG2E, PRODUCER_REGS, ROWS_PER_WARPGROUP, _descriptor, _tile, _tma_view,
+    _GL_DTYPES, CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, _descriptor, _softcap_tanh, _tile, _tma_view,
     _wgmma_layout, tma_refusal)
 
 HEAD_DIMS = (64, 128)
@@ -119,7 +124,7 @@ def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_b
 
 @gluon.jit
 def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs, ready, empty,
-               LSE, DELTA, Nq, qk_scale, key0, MASKED: gl.constexpr):
+               LSE, DELTA, Nq, qk_scale, key0, MASKED: gl.constexpr, SOFTCAP: gl.constexpr):
     # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
     # product, dS^T under dV's; everything retires before the slot (and p_buf, ds_buf) is
     # released, the other warpgroup's products covering this one's last wait.
@@ -145,7 +150,11 @@ def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, d
     dpt = warpgroup_mma(v_half, do.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
                         use_acc=False, is_async=True)
     st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
-    pt = gl.exp2(st * qk_scale - gl.expand_dims(gl.convert_layout(lse2, col_layout), 0))
+    if SOFTCAP > 0:
+        tht = _softcap_tanh(st, qk_scale)
+        pt = gl.exp2(tht * (SOFTCAP * 1.4426950408889634) - gl.expand_dims(gl.convert_layout(lse2, col_layout), 0))
+    else:
+        pt = gl.exp2(st * qk_scale - gl.expand_dims(gl.convert_layout(lse2, col_layout), 0))
     if MASKED:
         cols = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
         keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
@@ -154,6 +163,10 @@ def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, d
     # would stay live beside dK, dV, P^T and dP^T while their products run (past 240 registers
     # at D=128).
     p_buf.store(pt.to(p_buf.dtype))
+    if SOFTCAP > 0:
+        # dS's factor 1 - tanh^2, folded in before dV's product is issued: tanh's tile is dead
+        # while that product and dP^T's hold their registers.
+        pt = pt * (1.0 - tht * tht)
     fence_async_shared()
     dv = warpgroup_mma(p_buf, do, dv, is_async=True)
     dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))
@@ -167,7 +180,8 @@ def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, d
 
 @gluon.jit
 def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty,
-                   dk_desc, dv_desc, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+                   dk_desc, dv_desc, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
+                   SOFTCAP: gl.constexpr):
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     HEAD_DIM: gl.constexpr = q_bufs.shape[2]
     KEYS: gl.constexpr = k_smem.shape[1]
@@ -190,11 +204,11 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, p_smem, ds_smem, q_bufs, do
         row_base = (b.to(gl.int64) * H + hk * GROUP + g) * Nq
         for i in range(lo, band):
             dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs,
-                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, True)
+                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, True, SOFTCAP)
             c += 1
         for i in range(band, n_mb):
             dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs,
-                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, False)
+                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, False, SOFTCAP)
             c += 1
     dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
     # dK, dV through this warpgroup's own halves of K and V (no product reads them any more)
@@ -209,16 +223,16 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, p_smem, ds_smem, q_bufs, do
 
 @gluon.jit
 def _dkdv_consumer0(k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
     _dkdv_consumer(0, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL)
+                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP)
 
 
 @gluon.jit
 def _dkdv_consumer1(k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
     _dkdv_consumer(1, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL)
+                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP)
 
 
 @gluon.jit
@@ -226,9 +240,11 @@ def _dkdv_kernel(
     # descriptors of the whole (B, H, Nq, D) q, do and (B, Hkv, Nk, D) k, v, dk, dv; LSE, DELTA:
     # (B, H, Nq) float32
     q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA,
-    # shapes and scales (qk_scale = scale * log2 e); n_kb: key blocks of 128 per kv head
+    # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
+    # scale); n_kb: key blocks of 128 per kv head
     Nq, H, Hkv, GROUP, qk_scale, sm_scale, n_kb,
-    CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -253,9 +269,9 @@ def _dkdv_kernel(
         mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
     gl.warp_specialize([
         (_dkdv_consumer0, (k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL)),
+                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP)),
         (_dkdv_consumer1, (k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL)),
+                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP)),
         (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
                           n_kb, Hkv, GROUP, Nq, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -314,11 +330,16 @@ def _dq_scores(j, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG: gl.cons
 
 @gluon.jit
 def _dq_ds(st, dp, lse2, delta, row0, col0, Nk, qk_scale, a_layout: gl.constexpr, dtype: gl.constexpr,
-           MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-    # dS = P * (dP - delta) with P = 2^(S qk_scale - lse2); masked blocks zero P for keys past
-    # Nk (their K rows are zeros, but 2^(-lse2) could overflow) and, causal, after the query.
+           MASKED: gl.constexpr, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
+    # dS = P * (dP - delta) with P = 2^(S qk_scale - lse2) (softcap: P = 2^(tanh(S qk_scale) c
+    # log2 e - lse2), times 1 - tanh^2); masked blocks zero P for keys past Nk (their K rows are
+    # zeros, but 2^(-lse2) could overflow) and, causal, after the query.
     s_layout: gl.constexpr = st.type.layout
-    p = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 1))
+    if SOFTCAP > 0:
+        th = _softcap_tanh(st, qk_scale)
+        p = gl.exp2(th * (SOFTCAP * 1.4426950408889634) - gl.expand_dims(lse2, 1))
+    else:
+        p = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 1))
     if MASKED:
         cols = col0 + gl.arange(0, st.shape[1], layout=gl.SliceLayout(0, s_layout))
         keep = gl.expand_dims(cols < Nk, 0)
@@ -326,13 +347,15 @@ def _dq_ds(st, dp, lse2, delta, row0, col0, Nk, qk_scale, a_layout: gl.constexpr
             rows = row0 + gl.arange(0, st.shape[0], layout=gl.SliceLayout(1, s_layout))
             keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
         p = gl.where(keep, p, 0.0)
+    if SOFTCAP > 0:
+        p = p * (1.0 - th * th)
     ds = p * (dp - gl.expand_dims(delta, 1))
     return gl.convert_layout(ds.to(dtype), a_layout)
 
 
 @gluon.jit
 def _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn, WG: gl.constexpr,
-              row0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+              row0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
     # Block j >= 1: S(j), dP(j) and dS(j-1) K(j-1) in flight together; dS(j) formed under the
     # last of them.
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -341,7 +364,7 @@ def _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_t
     st, dp, dq = _dq_scores(j, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG, dq, dsb, True)
     st, dp = warpgroup_mma_wait(num_outstanding=1, deps=(st, dp))
     dsb_next = _dq_ds(st, dp, lse2, delta, row0, j * BLOCK_N, Nk, qk_scale, a_layout, q.dtype,
-                      MASKED, CAUSAL)
+                      MASKED, CAUSAL, SOFTCAP)
     # dsb is the register operand of the product in flight: a dependency of the wait that
     # retires it, so its registers are not reused before the tensor cores have read them.
     dq, dsb = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dsb))
@@ -351,7 +374,7 @@ def _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_t
 
 @gluon.jit
 def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE,
-                 DELTA, n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+                 DELTA, n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
     BLOCK_M: gl.constexpr = q_smem.shape[1]
     HEAD_DIM: gl.constexpr = q_smem.shape[2]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -377,16 +400,16 @@ def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, rea
     st, dp, dq = _dq_scores(0, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG, dq, dq, False)
     st, dp = warpgroup_mma_wait(num_outstanding=0, deps=(st, dp))
     if n_full > 0:
-        dsb = _dq_ds(st, dp, lse2, delta, row0, 0, Nk, qk_scale, a_layout, q.dtype, False, CAUSAL)
+        dsb = _dq_ds(st, dp, lse2, delta, row0, 0, Nk, qk_scale, a_layout, q.dtype, False, CAUSAL, SOFTCAP)
     else:
-        dsb = _dq_ds(st, dp, lse2, delta, row0, 0, Nk, qk_scale, a_layout, q.dtype, True, CAUSAL)
+        dsb = _dq_ds(st, dp, lse2, delta, row0, 0, Nk, qk_scale, a_layout, q.dtype, True, CAUSAL, SOFTCAP)
     # Blocks 1 .. n_full-1 need no mask; n_full .. n_kv-1 are the diagonal band and ragged tail.
     for j in range(1, n_full):
         dq, dsb = _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn, WG,
-                            row0, Nk, qk_scale, False, CAUSAL)
+                            row0, Nk, qk_scale, False, CAUSAL, SOFTCAP)
     for j in range(gl.maximum(n_full, 1), n_kv):
         dq, dsb = _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn, WG,
-                            row0, Nk, qk_scale, True, CAUSAL)
+                            row0, Nk, qk_scale, True, CAUSAL, SOFTCAP)
     last = (n_kv - 1) % STAGES
     dq = warpgroup_mma(dsb, k_bufs.index(last), dq, is_async=True)
     dq, dsb = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dsb))
@@ -401,16 +424,16 @@ def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, rea
 
 @gluon.jit
 def _dq_consumer0(q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
-                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
     _dq_consumer(0, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
-                 Nk, qk_scale, sm_scale, CAUSAL)
+                 Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP)
 
 
 @gluon.jit
 def _dq_consumer1(q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
-                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr):
+                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
     _dq_consumer(1, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
-                 Nk, qk_scale, sm_scale, CAUSAL)
+                 Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP)
 
 
 @gluon.jit
@@ -418,9 +441,11 @@ def _dq_kernel(
     # descriptors of the whole (B, H, Nq, D) q, do, dq and (B, Hkv, Nk, D) k, v; LSE, DELTA:
     # (B, H, Nq) float32
     q_desc, do_desc, k_desc, v_desc, dq_desc, LSE, DELTA,
-    # shapes and scales (qk_scale = scale * log2 e); n_m: row blocks of 128 per head
+    # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
+    # scale); n_m: row blocks of 128 per head
     Nq, Nk, H, GROUP, qk_scale, sm_scale, n_m,
-    CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -445,9 +470,9 @@ def _dq_kernel(
         mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
     gl.warp_specialize([
         (_dq_consumer0, (q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H,
-                         Nq, Nk, qk_scale, sm_scale, CAUSAL)),
+                         Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP)),
         (_dq_consumer1, (q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H,
-                         Nq, Nk, qk_scale, sm_scale, CAUSAL)),
+                         Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP)),
         (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty,
                         n_m, H, GROUP, Nk, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -459,32 +484,36 @@ def _dq_kernel(
 
 def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dk: torch.Tensor,
                      dv: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, causal: bool,
-                     scale: float) -> tuple[tuple, tuple, dict]:
-    """(grid, positional args, keyword args) of the dK/dV launch (also what `compile_sm90` takes)."""
+                     scale: float, softcap: float = 0.0) -> tuple[tuple, tuple, dict]:
+    """(grid, positional args, keyword args) of the dK/dV launch (also what `compile_sm90` takes);
+    softcap: the cap c, 0 for none."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     block_m, stages, _, _ = tile_config(D)
     n_kb = cdiv(Nk, KEYS_PER_PROGRAM)
     args = (_descriptor(q, block_m), _descriptor(do, block_m), _descriptor(k, ROWS_PER_WARPGROUP),
             _descriptor(v, ROWS_PER_WARPGROUP), _descriptor(dk, ROWS_PER_WARPGROUP),
-            _descriptor(dv, ROWS_PER_WARPGROUP), lse, delta, Nq, H, Hkv, H // Hkv, scale * LOG2E, scale, n_kb)
-    kwargs = dict(CAUSAL=bool(causal), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
-                  num_warps=4)
+            _descriptor(dv, ROWS_PER_WARPGROUP), lse, delta, Nq, H, Hkv, H // Hkv, kernel_qk_scale(scale, softcap),
+            scale, n_kb)
+    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
+                  PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
     return (n_kb * Hkv * B, ), args, kwargs
 
 
 def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dq: torch.Tensor,
-                   lse: torch.Tensor, delta: torch.Tensor, causal: bool, scale: float) -> tuple[tuple, tuple, dict]:
-    """(grid, positional args, keyword args) of the dQ launch (also what `compile_sm90` takes)."""
+                   lse: torch.Tensor, delta: torch.Tensor, causal: bool, scale: float,
+                   softcap: float = 0.0) -> tuple[tuple, tuple, dict]:
+    """(grid, positional args, keyword args) of the dQ launch (also what `compile_sm90` takes);
+    softcap: the cap c, 0 for none."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     _, _, block_n, stages = tile_config(D)
     n_m = cdiv(Nq, QUERIES_PER_PROGRAM)
     args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(do, ROWS_PER_WARPGROUP), _descriptor(k, block_n),
             _descriptor(v, block_n), _descriptor(dq, ROWS_PER_WARPGROUP), lse, delta, Nq, Nk, H, H // Hkv,
-            scale * LOG2E, scale, n_m)
-    kwargs = dict(CAUSAL=bool(causal), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
-                  num_warps=4)
+            kernel_qk_scale(scale, softcap), scale, n_m)
+    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
+                  PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
     return (n_m * H * B, ), args, kwargs
 
 
@@ -514,14 +543,17 @@ def supported(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 def attention_bwd_gluon(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
                         delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool,
-                        scale: float) -> None:
+                        scale: float, softcap: float = 0.0) -> None:
     """The dK/dV and dQ passes on Hopper, writing dq, dk, dv (allocated like q, k, v by the
     Triton launcher), deterministic, from the Triton preprocess's delta (B, H, Nq) float32
-    (rowsum(dO * O), less lse's upstream gradient) and the forward's lse. Called by the
+    (rowsum(dO * O), less lse's upstream gradient) and the forward's lse (softcap: the cap c the
+    forward used, 0 for none). Called by the
     attention dispatch (`tritonkit.ops.attention.paths`) only where `supported(...)` is true;
     inputs are not validated again here."""
     for name, kernel, (grid, args, kwargs) in (
-            ("attention_bwd_dkdv_gluon", _dkdv_kernel, dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale)),
-            ("attention_bwd_dq_gluon", _dq_kernel, dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale))):
+            ("attention_bwd_dkdv_gluon", _dkdv_kernel,
+             dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale, softcap)),
+            ("attention_bwd_dq_gluon", _dq_kernel,
+             dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale, softcap))):
         num_warps = kwargs.pop("num_warps")
         Launch(name, kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()

@@ -1,10 +1,12 @@
 """Attention forward for Hopper (sm_90) in Gluon, FlashAttention-3 style.
 
 Same contract as the Triton launcher `tritonkit.ops.attention.attention_fwd`:
-o[b, h, i] = sum_j softmax_j(scale * q[b, h, i] . k[b, hk, j]) v[b, hk, j],  hk = h // (H // Hkv),
-causal top-left aligned (query i sees keys j <= i, as SDPA's is_causal), and
-lse[b, h, i] = log sum_j exp(scale * s_ij) in natural-log units, float32, which the Triton
-backward reads.
+o[b, h, i] = sum_j softmax_j(s_ij) v[b, hk, j],  s_ij = scale * q[b, h, i] . k[b, hk, j],
+hk = h // (H // Hkv), causal top-left aligned (query i sees keys j <= i, as SDPA's is_causal), and
+lse[b, h, i] = log sum_j exp(s_ij) in natural-log units, float32, which both backwards read.
+With a softcap c (Gemma 2; SOFTCAP = c, a constexpr, 0 for none) the scores are c tanh(s_ij / c),
+in the softmax and in lse alike; tanh is the GPU's `tanh.approx.f32`, as in the Triton kernels
+(`tritonkit.ops.attention.scores` has the formula and its accuracy).
 
 A tile is 128 query rows of one (batch, head). Full attention runs a persistent grid (one
 program per SM, taking tiles round-robin); causal, one tile per program, longest first. Each
@@ -47,8 +49,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .._launch import Launch, target_capability
 from .._layout import cdiv
+from ..ops.attention.scores import kernel_qk_scale
 
-LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 ROWS_PER_WARPGROUP = 64      # wgmma's M per warpgroup: 4 warps x 16 rows
 ROWS_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP
@@ -147,18 +149,35 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
 
 
 @gluon.jit
+def _softcap_tanh(qk, cap_in):
+    # tanh(y), y = qk * cap_in = scale q.k / c, for raw scores qk: one tanh.approx.f32 (a MUFU
+    # operation) an element, the instruction the Triton kernels use on the GPU, so that both
+    # paths' forwards and backwards agree on P.
+    return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [qk * cap_in], dtype=gl.float32,
+                                     is_pure=True, pack=1)
+
+
+@gluon.jit
 def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale,
-                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr):
     # Online softmax of one key block in base 2 (qk_scale = scale * log2 e):
     #   m' = max(m, max_j s_j * qk_scale),  p_j = 2^(s_j * qk_scale - m'),
     #   alpha = 2^(m - m'),  l' = alpha * l + sum_j p_j.
     # With a positive scale the row maximum is taken on the raw scores and scaled once, and
-    # s * qk_scale - m' is one fused multiply-add per score.
+    # s * qk_scale - m' is one fused multiply-add per score. With a softcap (qk_scale = scale / c)
+    # the base-2 score is tanh(qk qk_scale) c log2 e: the row maximum is taken on tanh (c > 0
+    # keeps the order) and scaled once the same way.
     BLOCK_M: gl.constexpr = qk.shape[0]
     BLOCK_N: gl.constexpr = qk.shape[1]
     s_layout: gl.constexpr = qk.type.layout
-    if not SCALE_POS:
-        qk = qk * qk_scale
+    MAX_SCALED: gl.constexpr = SCALE_POS or SOFTCAP > 0
+    if SOFTCAP > 0:
+        qk = _softcap_tanh(qk, qk_scale)
+        row_scale = SOFTCAP * 1.4426950408889634
+    else:
+        row_scale = qk_scale
+        if not SCALE_POS:
+            qk = qk * qk_scale
     if MASKED:
         cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         keep = gl.expand_dims(cols < Nk, 0)
@@ -166,9 +185,9 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale,
             rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
             keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
         qk = gl.where(keep, qk, float("-inf"))
-    if SCALE_POS:
-        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * qk_scale)
-        p = gl.exp2(qk * qk_scale - gl.expand_dims(m_new, 1))
+    if MAX_SCALED:
+        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * row_scale)
+        p = gl.exp2(qk * row_scale - gl.expand_dims(m_new, 1))
     else:
         m_new = gl.maximum(m_i, gl.max(qk, axis=1))
         p = gl.exp2(qk - gl.expand_dims(m_new, 1))
@@ -180,7 +199,7 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale,
 @gluon.jit
 def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
                     my_turn, other_turn, WG: gl.constexpr, row0, Nk, qk_scale,
-                    MASKED: gl.constexpr, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+                    MASKED: gl.constexpr, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr):
     # Block j >= 1 of a tile (c: the same block counted over the program's tiles): S(j) and
     # P(j-1) V(j-1) in flight together, softmax(j) under the latter.
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -203,7 +222,8 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
     mbarrier.arrive(other_turn, count=1)
     qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk, ))
     mbarrier.arrive(k_empty.index(s), count=1)
-    p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS)
+    p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS,
+                                       SOFTCAP)
     pb_next = gl.convert_layout(p.to(q.dtype), p_layout)
     # pb is the register operand of the product in flight: a dependency of the wait that
     # retires it, so its registers are not reused before the tensor cores have read them.
@@ -216,7 +236,7 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
 @gluon.jit
 def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
                    v_empty, my_turn, other_turn, o_desc, LSE, H, Nq, Nk, qk_scale,
-                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr):
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -239,9 +259,9 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     if n_full > 0:
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, 0, Nk, qk_scale, False, CAUSAL, SCALE_POS)
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, 0, Nk, qk_scale, False, CAUSAL, SCALE_POS, SOFTCAP)
     else:
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, 0, Nk, qk_scale, True, CAUSAL, SCALE_POS)
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, 0, Nk, qk_scale, True, CAUSAL, SCALE_POS, SOFTCAP)
     pb = gl.convert_layout(p.to(q.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
@@ -249,11 +269,11 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
     for j in range(1, n_full):
         acc, pb, m_i, l_i = _consumer_block(c + j, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
-                                            False, CAUSAL, SCALE_POS)
+                                            False, CAUSAL, SCALE_POS, SOFTCAP)
     for j in range(gl.maximum(n_full, 1), n_kv):
         acc, pb, m_i, l_i = _consumer_block(c + j, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS)
+                                            True, CAUSAL, SCALE_POS, SOFTCAP)
 
     # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
     # every S product has retired) and a TMA store that drops rows past Nq.
@@ -276,7 +296,7 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
               turn, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale,
-              CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+              CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr):
     BLOCK_M: gl.constexpr = q_smem.shape[1]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     q = q_smem.index(WG)
@@ -286,7 +306,8 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
         mbarrier.wait(q_ready.index(WG), ti & 1)
         _consumer_tile(WG, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                       turn.index(WG), turn.index(1 - WG), o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)
+                       turn.index(WG), turn.index(1 - WG), o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS,
+                       SOFTCAP)
         tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
         mbarrier.arrive(q_empty.index(WG), count=1)
         c += n_kv
@@ -295,27 +316,30 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
 
 @gluon.jit
 def _consumer0(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-               n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+               n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
+               SOFTCAP: gl.constexpr):
     _consumer(0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)
+              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP)
 
 
 @gluon.jit
 def _consumer1(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-               n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr):
+               n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
+               SOFTCAP: gl.constexpr):
     _consumer(1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)
+              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP)
 
 
 @gluon.jit
 def _attn_fwd_kernel(
     # tensor descriptors of the whole (B, H, N, D) q, k, v, o; LSE: (B, H, Nq) float32
     q_desc, k_desc, v_desc, o_desc, LSE,
-    # shapes and scale (GROUP = query heads per kv head; qk_scale = scale * log2 e); tiles:
-    # n_m row blocks of 128 per head, n_tiles = n_m * H * B, taken round-robin by the programs
+    # shapes and scale (GROUP = query heads per kv head; qk_scale = scale * log2 e, or with a
+    # softcap c scale / c); tiles: n_m row blocks of 128 per head, n_tiles = n_m * H * B, taken
+    # round-robin by the programs
     Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles,
-    # meta
-    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, STAGES: gl.constexpr,
+    # meta (SOFTCAP: the cap c, 0 for none)
+    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
@@ -348,9 +372,9 @@ def _attn_fwd_kernel(
 
     gl.warp_specialize([
         (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
-                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)),
+                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP)),
         (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
-                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS)),
+                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
                      v_empty, n_tiles, n_m, H, GROUP, Nk, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -427,18 +451,18 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
 
 
 def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                causal: bool, scale: float) -> tuple[tuple, tuple, dict]:
+                causal: bool, scale: float, softcap: float = 0.0) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args) of one forward launch: the launcher's, and what
-    `tritonkit.gluon.compile` compiles for sm_90 without a GPU."""
+    `tritonkit.gluon.compile` compiles for sm_90 without a GPU. softcap: the cap c, 0 for none."""
     B, H, Nq, D = q.shape
     block_n, stages = tile_config(D)
     n_m = cdiv(Nq, ROWS_PER_PROGRAM)
     n_tiles = n_m * H * B
     args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(k, block_n), _descriptor(v, block_n),
-            _descriptor(o, ROWS_PER_WARPGROUP), lse, Nq, k.shape[2], H, H // k.shape[1], scale * LOG2E,
-            n_m, n_tiles)
-    kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
-                  PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+            _descriptor(o, ROWS_PER_WARPGROUP), lse, Nq, k.shape[2], H, H // k.shape[1],
+            kernel_qk_scale(scale, softcap), n_m, n_tiles)
+    kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap), STAGES=stages,
+                  CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
     # Full attention: persistent, one program per SM (one fits: 240+240+24 registers x 128
     # threads) taking tiles round-robin, so a program's next K/V blocks load under its last
     # tile's epilogue. Causal: one tile per program, longest first, which the hardware's block
@@ -456,11 +480,11 @@ def _num_sms(device: torch.device) -> int:
 
 
 def attention_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                        causal: bool, scale: float) -> None:
+                        causal: bool, scale: float, softcap: float = 0.0) -> None:
     """The forward on Hopper, writing o (like q, as the Triton launcher allocates it) and lse
     (B, H, Nq) float32, natural log, exactly as `tritonkit.ops.attention.attention_fwd` defines
-    them. Called by the attention dispatch (`tritonkit.ops.attention.paths`) only where
+    them (softcap: the cap c, 0 for none). Called by the attention dispatch (`tritonkit.ops.attention.paths`) only where
     `supported(q, k, v, causal, scale)` is true; inputs are not validated again here."""
-    grid, args, kwargs = launch_args(q, k, v, o, lse, causal, scale)
+    grid, args, kwargs = launch_args(q, k, v, o, lse, causal, scale, softcap)
     num_warps = kwargs.pop("num_warps")
     Launch("attention_fwd_gluon", _attn_fwd_kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()

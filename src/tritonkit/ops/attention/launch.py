@@ -26,19 +26,12 @@ from .configs import (DKDV_TUNED_ROWS, TileConfig, _attn_bwd_dkdv_tuned, _attn_b
 from .descriptors import _descriptor, _use_tma
 from .forward import _attn_fwd_kernel
 from .paths import gluon_backward, gluon_forward
-
-LOG2E = 1.4426950408889634
+from .scores import kernel_qk_scale
 
 
 def _packed(t: torch.Tensor) -> torch.Tensor:
     """A (total, H, D) tensor of packed sequences as the kernels' (1, H, total, D) view."""
     return t.permute(1, 0, 2).unsqueeze(0)
-
-
-def _qk_scale(scale: float, softcap: float) -> float:
-    """What the kernels multiply Q K^T by: scale log2(e), or with a softcap c the tanh's
-    input factor scale / c (scores.py)."""
-    return scale / softcap if softcap else scale * LOG2E
 
 
 def _score_flags(causal: bool, window_left: int, window_right: int, softcap: float) -> dict:
@@ -112,7 +105,7 @@ def _forward(q, k, v, o, lse, scale: float, flags: tuple, varlen: tuple | None,
     causal, window_left, window_right, softcap = flags
     if gluon_forward(q, k, v, scale, flags, varlen, config, tma, gluon).path == "gluon":
         from ...gluon.attention_fwd import attention_fwd_gluon
-        attention_fwd_gluon(q, k, v, o, lse, causal, scale)
+        attention_fwd_gluon(q, k, v, o, lse, causal, scale, softcap)
         return
     block_d = _block_d(D)
     use_tma = _use_tma(tma, q, k, v)
@@ -128,7 +121,7 @@ def _forward(q, k, v, o, lse, scale: float, flags: tuple, varlen: tuple | None,
         q_in = _descriptor(q, tile.block_m, block_d)
         k_in, v_in = (_descriptor(t, tile.block_n, block_d) for t in (k, v))
     cu_q, cu_k, seqs = varlen or (None, None, None)
-    args = (q_in, k_in, v_in, o, lse, cu_q, cu_k, Nq, Nk, D, H // Hkv, _qk_scale(scale, softcap), seqs,
+    args = (q_in, k_in, v_in, o, lse, cu_q, cu_k, Nq, Nk, D, H // Hkv, kernel_qk_scale(scale, softcap), seqs,
             *q.stride(), *k.stride(), *v.stride(), *o.stride())
     constexprs = dict(_score_flags(*flags), SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D,
                       USE_TMA=use_tma)
@@ -267,11 +260,11 @@ def _backward(do, q, k, v, o, lse, dlse, dq, dk, dv, scale: float, flags: tuple,
            dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)()
     if gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon).path == "gluon":
         from ...gluon.attention_bwd import attention_bwd_gluon
-        attention_bwd_gluon(do, q, k, v, lse, delta, dq, dk, dv, causal, scale)
+        attention_bwd_gluon(do, q, k, v, lse, delta, dq, dk, dv, causal, scale, softcap)
         return
 
     common = dict(_score_flags(*flags), BLOCK_D=block_d, PAD_D=pad_d)
-    qk_scale = _qk_scale(scale, softcap)
+    qk_scale = kernel_qk_scale(scale, softcap)
     tma_dkdv, tma_dq = _use_tma(tma, q, do), _use_tma(tma, k, v)
     dkdv_cfg = dkdv_config or fixed["dkdv_tma" if tma_dkdv else "dkdv"]
     q_in, do_in = (_descriptor(t, dkdv_cfg.block_m, block_d) if tma_dkdv else t for t in (q, do))

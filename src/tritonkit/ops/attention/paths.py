@@ -1,7 +1,7 @@
 """Which kernels run an attention pass: the Gluon kernels written for Hopper
 (`tritonkit.gluon`, FlashAttention-3's warp-specialized structure), or the Triton kernels of
 this package, which run everywhere else: other GPUs, the interpreter, layouts a tensor
-descriptor cannot read, windows, softcap, packed sequences, explicit tiles.
+descriptor cannot read, windows, packed sequences, explicit tiles. Both take a softcap.
 
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
 the H200 (BENCHMARKS.md, "Attention on Hopper: Gluon and Triton paths"): the forward at head
@@ -26,12 +26,12 @@ GLUON_BACKWARD_HEAD_DIMS = (128,)
 
 
 def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None) -> str | None:
-    """Why the call is not a plain one the Gluon kernels take (no window, no softcap, not
-    packed, no tile forced, descriptors allowed), or None."""
-    _, window_left, window_right, softcap = flags
+    """Why the call is not one the Gluon kernels take (no window, not packed, no tile forced,
+    descriptors allowed; a softcap they take), or None."""
+    _, window_left, window_right, _ = flags
     for refused, why in ((varlen is not None, "packed sequences (varlen)"), (config is not None, "an explicit tile"),
                          (tma is False, "tma=False (the pointer path)"),
-                         (window_left >= 0 or window_right >= 0, "a sliding window"), (softcap != 0, "a softcap")):
+                         (window_left >= 0 or window_right >= 0, "a sliding window")):
         if refused:
             return f"{why}: only the Triton kernels have it"
     return None
@@ -52,7 +52,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
     if refused:
         return _refused("forward", refused, gluon)
     return _chosen("forward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), head dim {q.shape[-1]}, "
-                   f"{_dtype(q)}, q, k, v readable by TMA")
+                   f"{_dtype(q)}, {_softcap(flags)}q, k, v readable by TMA")
 
 
 def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
@@ -72,7 +72,7 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     if refused:
         return _refused("backward", refused, gluon)
     return _chosen("backward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {'causal, ' if causal else ''}"
-                   f"head dim {q.shape[-1]}, {_dtype(q)}, q, k, v, do readable by TMA")
+                   f"head dim {q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v, do readable by TMA")
 
 
 def _refused(which: str, refused: str, gluon: bool | None) -> PathChoice:
@@ -80,7 +80,7 @@ def _refused(which: str, refused: str, gluon: bool | None) -> PathChoice:
     if gluon:
         raise ValueError(f"gluon=True, but the Gluon {which} cannot take this call: {refused} (it needs a Hopper "
                          "GPU (sm_90), float16/bfloat16 tensors that tensor descriptors can read, a head dim it "
-                         "supports, and no window, softcap, packed sequences or explicit tiles)")
+                         "supports, and no window, packed sequences or explicit tiles)")
     return _chosen(which, False, refused)
 
 
@@ -93,6 +93,10 @@ def _chosen(which: str, gluon: bool, reason: str) -> PathChoice:
 
 def _dims(dims: tuple[int, ...]) -> str:
     return " and ".join(map(str, dims))
+
+
+def _softcap(flags: tuple) -> str:
+    return f"softcap {flags[3]:g}, " if flags[3] else ""
 
 
 def _dtype(t: torch.Tensor) -> str:

@@ -22,6 +22,14 @@ tanh(y) comes from one of two formulas, chosen by a constexpr (TANH_APPROX):
 import triton
 import triton.language as tl
 
+LOG2E = 1.4426950408889634
+
+
+def kernel_qk_scale(scale: float, softcap: float) -> float:
+    """What the kernels (Triton and Gluon) multiply Q K^T by: scale log2(e), or with a softcap
+    c > 0 the tanh's input factor scale / c."""
+    return scale / softcap if softcap else scale * LOG2E
+
 
 @triton.jit
 def _softcap_tanh(qk, cap_in, TANH_APPROX: tl.constexpr):
