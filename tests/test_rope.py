@@ -164,9 +164,11 @@ def test_bad_input_names_the_argument(device):
 
 
 def test_tile_config():
-    # Llama-3-8B: every q head at a position in one tile, one position a program.
+    # Llama-3-8B (32/8 heads): tiles of k's 8 heads, 4 positions a program; without GQA every
+    # head at a position in one tile.
     meta = rope_module._tile_config(4 * 2048, 32, 8, 128, 128)
-    assert (meta["BLOCK_S"], meta["BLOCK_HQ"], meta["BLOCK_HK"], meta["BLOCK_HALF"]) == (1, 32, 8, 64)
+    assert (meta["BLOCK_S"], meta["BLOCK_H"], meta["BLOCK_HALF"]) == (4, 8, 64)
+    assert rope_module._tile_config(4 * 2048, 32, 32, 128, 128)["BLOCK_S"] == 1
     assert rope_module._tile_config(100, 2, 1, 16, 16)["BLOCK_S"] == 128  # small heads: positions stack
 
 

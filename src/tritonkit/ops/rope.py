@@ -102,7 +102,7 @@ def _rope_kernel(
     qs_b, qs_n, qs_h, qs_d, ks_b, ks_n, ks_h, ks_d, qos_b, qos_n, qos_h, qos_d, kos_b, kos_n, kos_h, kos_d,
     cs_b, cs_n, cs_r, ss_b, ss_n, ss_r,
     # meta
-    BLOCK_S: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
     BLOCK_PASS: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_PASS: tl.constexpr, BACKWARD: tl.constexpr,
 ):
     # 64-bit offsets: q may hold more than 2**31 elements.
@@ -116,21 +116,23 @@ def _rope_kernel(
         s1, s2 = -s2, -s1
     _rope_heads(q_ptr, qo_ptr, b * qs_b + n * qs_n, b * qos_b + n * qos_n, pos_ok, c1, c2, s1, s2,
                 n_q_heads, head_dim, half, qs_h, qs_d, qos_h, qos_d,
-                BLOCK_S, BLOCK_HQ, BLOCK_HALF, BLOCK_PASS, INTERLEAVED, HAS_PASS)
+                BLOCK_S, BLOCK_H, BLOCK_HALF, BLOCK_PASS, INTERLEAVED, HAS_PASS)
     _rope_heads(k_ptr, ko_ptr, b * ks_b + n * ks_n, b * kos_b + n * kos_n, pos_ok, c1, c2, s1, s2,
                 n_k_heads, head_dim, half, ks_h, ks_d, kos_h, kos_d,
-                BLOCK_S, BLOCK_HK, BLOCK_HALF, BLOCK_PASS, INTERLEAVED, HAS_PASS)
+                BLOCK_S, BLOCK_H, BLOCK_HALF, BLOCK_PASS, INTERLEAVED, HAS_PASS)
 
 
 @functools.lru_cache(maxsize=1024)
 def _tile_config(n_pos: int, q_heads: int, k_heads: int, head_dim: int, rot: int) -> dict[str, int]:
-    """Block sizes: all of q's heads at a position in one tile where TILE_ELEMENTS hold them
-    (32 heads of 128 do), and positions stacked until a tile holds TILE_ELEMENTS."""
+    """Block sizes: q and k both in tiles of as many heads as k has (at most TILE_ELEMENTS's
+    worth), and positions stacked until a tile holds TILE_ELEMENTS. One head count for both
+    keeps k's tiles as large as q's: with GQA's few k heads in a tile of one position, a
+    thread would load k in 64-bit pieces instead of 128-bit ones."""
     block_half = next_power_of_2(rot // 2)
     per_head = 2 * block_half
-    block_hq = min(next_power_of_2(q_heads), max(1, TILE_ELEMENTS // per_head))
-    block_s = min(next_power_of_2(n_pos), max(1, TILE_ELEMENTS // (per_head * block_hq)))
-    return dict(BLOCK_S=block_s, BLOCK_HQ=block_hq, BLOCK_HK=min(next_power_of_2(k_heads), block_hq),
+    block_h = min(next_power_of_2(q_heads), next_power_of_2(k_heads), max(1, TILE_ELEMENTS // per_head))
+    block_s = min(next_power_of_2(n_pos), max(1, TILE_ELEMENTS // (per_head * block_h)))
+    return dict(BLOCK_S=block_s, BLOCK_H=block_h,
                 BLOCK_HALF=block_half, BLOCK_PASS=next_power_of_2(max(1, head_dim - rot)))
 
 
