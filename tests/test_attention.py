@@ -353,7 +353,7 @@ def test_fixed_forward_tile_follows_head_dim_and_keys_a_row_sees(device):
     # 128-row tiles where they see more.
     def tile(D, N, causal=False):
         q = torch.empty(1, 2, N, D, dtype=torch.bfloat16, device=device)  # never read: only recorded
-        launch = recorded_fwd(q, q, q, causal=causal)
+        launch = recorded_fwd(q, q, q, causal=causal, gluon=False)  # the Triton kernel's tiles
         assert launch.constexprs["USE_TMA"]
         return launch.constexprs["BLOCK_M"], launch.constexprs["BLOCK_N"], launch.num_warps
     assert tile(64, 4096) == tile(64, 16384, True) == (64, 128, 4)
@@ -368,7 +368,7 @@ def test_tuner_tries_the_fixed_tile_first(N, causal, monkeypatch, device):
     # lengths from the runtime arguments as Autotuner.prune_configs passes them.
     monkeypatch.setenv("TRITONKIT_AUTOTUNE", "1")
     q = torch.empty(1, 2, N, 128, dtype=torch.bfloat16, device=device)  # only recorded
-    launch = recorded_fwd(q, q, q, causal=causal)
+    launch = recorded_fwd(q, q, q, causal=causal, gluon=False)  # the Triton kernel's tuner
     tuner = launch.kernel
     tuner.nargs = dict(zip(tuner.arg_names, launch.args))
     try:
@@ -461,7 +461,7 @@ def test_autotuned_forward_reaches_the_cached_launcher_with_the_same_bits(monkey
     tuner = attention_module._attn_fwd_tuned
     two = [c.triton_config() for c in (TileConfig(64, 128, 4, 2), TileConfig(128, 64, 8, 3))]
     monkeypatch.setattr(tuner, "configs", [c for c in tuner.configs if c in two])
-    monkeypatch.setattr(tuner, "cache", {})
+    monkeypatch.setattr(tuner, "cache", type(tuner.cache)(tuner.cache.at))  # no choice made yet
     monkeypatch.setenv("TRITONKIT_AUTOTUNE", "1")
     q, k, v = make_qkv(1, 4, 2, 300, 300, 64, torch.bfloat16, device)
     outs = [attention_fwd(q, k, v, True) for _ in range(2)]
