@@ -24,7 +24,7 @@ def peer_compile(fn: Callable) -> Callable:
     """torch.compile of a peer, built lazily so a case that never runs never compiles."""
     compiled = None
 
-    def call(*args):
+    def call(*args, **kwargs):
         nonlocal compiled
         if compiled is None:
             # Every case compiles the same function for a new shape; past dynamo's recompile
@@ -33,6 +33,6 @@ def peer_compile(fn: Callable) -> Callable:
                 if hasattr(torch._dynamo.config, limit):
                     setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 256))
             compiled = torch.compile(fn, dynamic=False)
-        return compiled(*args)
+        return compiled(*args, **kwargs)
 
     return call

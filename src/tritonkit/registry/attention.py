@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from ..ops.attention import attention, attention_bwd, attention_fwd, attention_reference
 from . import BenchCase, InspectRequest, OpEntry
 from ._accuracy import Comparison, relative_error
+from ._inputs import peer_compile
 from ._fuzz import HALVES, FuzzCase, FuzzInputs, describe
 
 NAIVE_LIMIT_BYTES = 16 << 30  # naive eager runs only where B*H*Nq*Nk fp32 scores fit in this
@@ -96,13 +97,13 @@ def _sdpa(backend: Any) -> Callable:
 def flex_peer(mask_mod: Callable | None, nq: int, nk: int, device: torch.device,
               score_mod: Callable | None = None) -> Callable | None:
     """FlexAttention with a block mask built once from mask_mod (None: no mask) and the given
-    score_mod, compiled once (both outside the timed call): f(q, k, v, causal_) -> out."""
+    score_mod, compiled on first use (outside the timed calls): f(q, k, v, causal_) -> out."""
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     except ImportError:
         return None
     mask = None if mask_mod is None else create_block_mask(mask_mod, None, None, nq, nk, device=device)
-    compiled = torch.compile(flex_attention, dynamic=False)
+    compiled = peer_compile(flex_attention)  # past dynamo's recompile limit too: every case is a new shape
 
     def run(q, k, v, causal_):
         return compiled(q, k, v, block_mask=mask, score_mod=score_mod, enable_gqa=q.shape[1] != k.shape[1])
