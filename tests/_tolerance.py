@@ -42,6 +42,11 @@ def assert_close_to_reference(out: torch.Tensor, ref: torch.Tensor, torch_out: t
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     eps = eps_for(out.dtype) if eps is None else eps
     ours = relative_error(out, ref)
-    theirs = relative_error(torch_out, ref)
+    if _accuracy.mismatch(torch_out, ref) is None:
+        theirs = relative_error(torch_out, ref)
+    else:
+        # torch overflowed in this dtype (fp16 cross-entropy's label-smoothing sum, say) where
+        # the float64 reference is finite: its error is no yardstick, one rounding is.
+        theirs = torch.finfo(out.dtype).eps / 2
     assert ours <= 2 * theirs + eps, (
         f"{what}: relative error {ours:.3e} exceeds 2 x torch's {theirs:.3e} + {eps:.1e}")
