@@ -31,6 +31,7 @@ from ..._checks import check_same_device, check_tensor
 from ..._op import Op
 from .kernel import (as_float_options, check_options, check_target, check_target_values, launch_rows, reduce_rows, same_dtype,
                      valid_count)
+from .scale import scale_by
 
 # Logits buffer per chunk. grad_weight += dlogits^T @ hidden_c reads and writes all of
 # grad_weight (4*V*H bytes in bf16) for 2*V*H*chunk flops: it is bound by memory rather than
@@ -176,26 +177,29 @@ def linear_cross_entropy_bwd(grad_loss: torch.Tensor, hidden: torch.Tensor, weig
                              want_bias: bool = True, chunk_tokens: int | None = None, *, in_place: bool = False):
     """Launcher for the backward pass: (grad_hidden, grad_weight, grad_bias), empty where not
     wanted. Mean and sum: the forward's gradients times the 0-d grad_loss. With in_place (the
-    eager road) grad_loss is read on the host (one sync) and the forward's tensors are returned
-    themselves, untouched when it is 1 and multiplied in place otherwise: no second
-    weight-sized buffer. Without (the custom op), new tensors. None: the chunks are recomputed
-    and each row's dlogits scaled by its grad_loss before the products."""
+    eager road) grad_loss is read on the host (one sync; not while a CUDA graph is captured) and
+    the forward's tensors are returned themselves, untouched when it is 1 and multiplied in
+    place otherwise: no second weight-sized buffer. Without (the custom op), new tensors, the
+    scale read on the device. None: the chunks are recomputed and each row's dlogits scaled
+    by its grad_loss before the products."""
     if reduction != "none":
         if grad_loss.dim() != 0:
             raise ValueError(f"grad_loss has shape {tuple(grad_loss.shape)}; reduction={reduction!r} gives a 0-d loss")
         grads = (grad_hidden, grad_weight, grad_bias)
-        # One host sync: reading the scale lets loss.backward()'s upstream 1 return the saved
-        # gradients untouched (no pass over grad_weight), and any other scale multiply as a
-        # host scalar (a vectorised kernel; a 0-d fp32 device tensor against bf16 takes
-        # torch's slower mixed-dtype path). Both roads multiply by the same host scalar, so
-        # they give the same bits.
-        scale = grad_loss.item()
         if not in_place:
             # The custom op (torch.compile's road) may not alias or mutate its inputs: new tensors.
-            return tuple(g * scale for g in grads)
-        if scale != 1.0:
+            return tuple(scale_by(g, grad_loss) for g in grads)
+        # The eager road reads the scale on the host (one sync) where it may: loss.backward()'s
+        # upstream 1 then returns the saved gradients untouched, no pass over grad_weight.
+        # A CUDA graph capture may not sync: there the multiply runs whatever the scale (by 1
+        # it changes no bit). Both roads multiply with the same kernel: the same bits.
+        capturing = grad_loss.is_cuda and torch.cuda.is_current_stream_capturing()
+        if capturing or grad_loss.item() != 1.0:
             for g in grads:
-                g.mul_(scale)
+                scale_by(g, grad_loss, out=g)
+                # A kernel's write is invisible to autograd: bump the version as mul_ would, so a
+                # second backward through this graph is refused rather than given scaled tensors.
+                torch.autograd.graph.increment_version(g)
         return grads
     _check(hidden, weight, target, bias, chunk_tokens)
     if grad_loss.shape != (hidden.shape[0],):
@@ -300,9 +304,10 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     The gradients are made during the forward when anything requires grad; the backward
     reads the upstream gradient on the host (one sync) and returns them as they are when it
     is 1 (loss.backward()), else multiplied in place (a second backward through the same graph
-    then raises). Under torch.compile the backward returns new, scaled tensors (a custom op may
-    not mutate what it saved): a second weight-sized buffer there. reduction="none" recomputes
-    the chunks in the backward instead.
+    then raises). While a CUDA graph is captured it multiplies in place without the host read.
+    Under torch.compile the backward returns new, scaled tensors (a custom op may not mutate
+    what it saved), reading the scale on the device: a second weight-sized buffer there.
+    reduction="none" recomputes the chunks in the backward instead.
 
     Raises TypeError for a float target or mismatched dtypes, ValueError for shape mismatches,
     bad options, and (CPU tensors, where checking costs no host sync) target values out of
