@@ -239,7 +239,8 @@ def test_partial_requires_grad(device):
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_roads_agree_for_saved_gradients(reduction, device):
     # Mean and sum scale the forward's saved gradients: in place on the eager road, into new
-    # tensors through the custom op (as under torch.compile). The same bits either way.
+    # tensors through the custom op (as under torch.compile), the scale read on the device
+    # there. The same bits either way on the GPU.
     h, w, b = lce_inputs(7, 12, 400, True, torch.bfloat16, device)
     target = make_target(7, 400, "some", device)
     results = []
@@ -248,7 +249,10 @@ def test_roads_agree_for_saved_gradients(reduction, device):
         loss = call(inputs[0], inputs[1], target, inputs[2], IGNORE, 0.1, reduction, 3.0, True, True, True, 3)[0]
         results.append((loss, *torch.autograd.grad(loss, inputs, torch.tensor(1.7, device=device))))
     for a, c in zip(*results):
-        assert torch.equal(a, c)
+        if ON_GPU or a.dtype != torch.bfloat16:
+            assert torch.equal(a, c)
+        else:  # the custom op's device multiply truncates to bf16 under the interpreter: one step
+            assert ((a.float() - c.float()).abs() <= torch.finfo(a.dtype).eps * a.float().abs()).all()
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
@@ -288,13 +292,7 @@ def test_upstream_scale_is_exact(scale, device):
     up = torch.tensor(scale, device=device)
     scaled = torch.autograd.grad(tritonkit.linear_cross_entropy(*inputs[:2], target, bias=inputs[2]), inputs, up)
     for one, ours in zip(ones, scaled):
-        want = (one.float() * up).to(one.dtype)
-        if ON_GPU:
-            assert torch.equal(ours, want)
-        else:  # the interpreter truncates float32 to bfloat16 where the GPU rounds: one step at most
-            step = torch.finfo(one.dtype).eps * want.float().abs().clamp_min(torch.finfo(one.dtype).tiny)
-            assert ((ours.float() - want.float()).abs() <= step).all()
-            assert torch.equal(ours.float().abs() <= (one.float() * up).abs(), torch.ones_like(ours, dtype=torch.bool))
+        assert torch.equal(ours, (one.float() * up).to(one.dtype))
 
 
 @pytest.mark.gpu

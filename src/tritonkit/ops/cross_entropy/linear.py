@@ -190,16 +190,21 @@ def linear_cross_entropy_bwd(grad_loss: torch.Tensor, hidden: torch.Tensor, weig
             # The custom op (torch.compile's road) may not alias or mutate its inputs: new tensors.
             return tuple(scale_by(g, grad_loss) for g in grads)
         # The eager road reads the scale on the host (one sync) where it may: loss.backward()'s
-        # upstream 1 then returns the saved gradients untouched, no pass over grad_weight.
-        # A CUDA graph capture may not sync: there the multiply runs whatever the scale (by 1
-        # it changes no bit). Both roads multiply with the same kernel: the same bits.
-        capturing = grad_loss.is_cuda and torch.cuda.is_current_stream_capturing()
-        if capturing or grad_loss.item() != 1.0:
+        # upstream 1 then returns the saved gradients untouched, no pass over grad_weight, and
+        # any other scale multiplies as a host scalar (float32 products rounded once, as the
+        # device kernel's). A CUDA graph capture may not sync: there the kernel multiplies
+        # whatever the scale (by 1 it changes no bit).
+        if grad_loss.is_cuda and torch.cuda.is_current_stream_capturing():
             for g in grads:
                 scale_by(g, grad_loss, out=g)
-                # A kernel's write is invisible to autograd: bump the version as mul_ would, so a
+                # A kernel's write is invisible to autograd: bump the version as mul_ does, so a
                 # second backward through this graph is refused rather than given scaled tensors.
                 torch.autograd.graph.increment_version(g)
+            return grads
+        scale = grad_loss.item()
+        if scale != 1.0:
+            for g in grads:
+                g.mul_(scale)
         return grads
     _check(hidden, weight, target, bias, chunk_tokens)
     if grad_loss.shape != (hidden.shape[0],):
