@@ -82,6 +82,14 @@ def test_bench_rejects_unknown_ops(capsys):
     assert "unknown op(s) matmul" in capsys.readouterr().err
 
 
+def test_blocks_names_the_block_ops(capsys):
+    # `tritonkit bench blocks` stands for the block ops; on the CPU the first run checks them.
+    assert runner.main(["blocks"]) == 0
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()
+            if line and not line[0].isspace() and line.split()[0] in registry.entries()]
+    assert rows == list(runner.GROUPS["blocks"])
+
+
 def test_host_time_of_a_call(monkeypatch):
     # On a GPU: calls queued back to back, the GPU synchronised only before and after.
     calls, syncs = [], []

@@ -155,13 +155,18 @@ def _summary(results: list[Measurement], ceilings: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+# Names that stand for several ops.
+GROUPS = {"blocks": ("rms_norm", "layer_norm", "rope", "swiglu", "geglu", "cross_entropy", "linear_cross_entropy")}
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "train":  # whole training steps, not kernel calls: their own runner
         from .train import main as train_main
         return train_main(argv[1:])
     parser = argparse.ArgumentParser(prog="tritonkit bench", description=__doc__)
     parser.add_argument("ops", nargs="*", default=["all"],
-                        help="op names or all; `tritonkit bench train` runs whole training steps")
+                        help="op names, all, or blocks (the transformer block's ops besides attention); "
+                             "`tritonkit bench train` runs whole training steps")
     parser.add_argument("--backward", action="store_true", help="attention: backward cases only")
     parser.add_argument("--forward", action="store_true", help="only forward cases")
     parser.add_argument("--filter", default="", help="only cases whose label contains this text")
@@ -174,10 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     catalogue = entries()
-    names = list(catalogue) if "all" in args.ops else args.ops
+    names = list(catalogue) if "all" in args.ops else [n for group in args.ops for n in GROUPS.get(group, (group,))]
     unknown = [n for n in names if n not in catalogue]
     if unknown:
-        parser.error(f"unknown op(s) {', '.join(unknown)}; known: {', '.join(catalogue)}, all")
+        parser.error(f"unknown op(s) {', '.join(unknown)}; known: {', '.join(catalogue)}, "
+                     f"{', '.join(GROUPS)}, all")
 
     device = _runtime.default_device()
     on_gpu = device.type == "cuda"
