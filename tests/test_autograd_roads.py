@@ -11,6 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import tritonkit
 from tritonkit import registry
 from tritonkit._op import DECLARED
+from _cuda_graphs import capture
 from test_attention import make_qkv
 
 SAMPLED = [name for name, entry in registry.entries().items() if entry.sample is not None]
@@ -215,15 +216,7 @@ def test_forward_and_backward_replay_in_a_cuda_graph(name, device):
         ups = [torch.ones_like(o) for o in grad_outs]
         return (*outs, *torch.autograd.grad(grad_outs, inputs, ups, allow_unused=True))
 
-    side = torch.cuda.Stream()  # warm-up (compiles) on a side stream, as torch's docs ask
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture(step)
     with torch.no_grad():  # new values in the same buffers, then replay
         for t in inputs:
             t.copy_(torch.randn_like(t))

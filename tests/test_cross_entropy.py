@@ -9,6 +9,7 @@ from tritonkit.ops.cross_entropy import (cross_entropy_bwd, cross_entropy_fwd, c
                                          linear_cross_entropy_fwd, linear_cross_entropy_reference)
 from tritonkit.ops.cross_entropy import linear
 from tritonkit.ops.cross_entropy.linear import _LINEAR_CROSS_ENTROPY, chunk_tokens_for
+from _cuda_graphs import capture
 from _tolerance import assert_close_to_reference, eps_for
 from conftest import ON_GPU
 
@@ -310,15 +311,7 @@ def test_mean_and_sum_capture_in_a_cuda_graph(reduction, device):
                                               chunk_tokens=64)
         return (loss, *torch.autograd.grad(loss, inputs, up))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture(step)
     with torch.no_grad():
         for t in inputs:
             t.copy_(torch.randn_like(t))
