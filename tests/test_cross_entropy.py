@@ -240,8 +240,7 @@ def test_partial_requires_grad(device):
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_roads_agree_for_saved_gradients(reduction, device):
     # Mean and sum scale the forward's saved gradients: in place on the eager road, into new
-    # tensors through the custom op (as under torch.compile), the scale read on the device
-    # there. The same bits either way on the GPU.
+    # tensors through the custom op (as under torch.compile). The same bits either way.
     h, w, b = lce_inputs(7, 12, 400, True, torch.bfloat16, device)
     target = make_target(7, 400, "some", device)
     results = []
@@ -250,10 +249,7 @@ def test_roads_agree_for_saved_gradients(reduction, device):
         loss = call(inputs[0], inputs[1], target, inputs[2], IGNORE, 0.1, reduction, 3.0, True, True, True, 3)[0]
         results.append((loss, *torch.autograd.grad(loss, inputs, torch.tensor(1.7, device=device))))
     for a, c in zip(*results):
-        if ON_GPU or a.dtype != torch.bfloat16:
-            assert torch.equal(a, c)
-        else:  # the custom op's device multiply truncates to bf16 under the interpreter: one step
-            assert ((a.float() - c.float()).abs() <= torch.finfo(a.dtype).eps * a.float().abs()).all()
+        assert torch.equal(a, c)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
@@ -294,6 +290,27 @@ def test_upstream_scale_is_exact(scale, device):
     scaled = torch.autograd.grad(tritonkit.linear_cross_entropy(*inputs[:2], target, bias=inputs[2]), inputs, up)
     for one, ours in zip(ones, scaled):
         assert torch.equal(ours, (one.float() * up).to(one.dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_device_scale_kernel(dtype, device):
+    # What a captured backward multiplies with: the scale read on the device, each element a
+    # float32 product rounded once (the interpreter truncates to bf16/fp16: one step at most),
+    # into a new tensor of the gradient's layout or in place; a transposed gradient too.
+    from tritonkit.ops.cross_entropy.scale import scale_by
+    grad = torch.randn(37, 300, device=device).to(dtype).t()  # dense, not contiguous
+    scale = torch.tensor(-0.37, device=device)
+    want = (grad.float() * scale).to(dtype)
+    step = 0.0 if dtype == torch.float32 else torch.finfo(dtype).eps
+    out = scale_by(grad, scale)
+    assert out.stride() == grad.stride()
+    assert ((out.float() - want.float()).abs() <= step * want.float().abs()).all()
+    if ON_GPU:
+        assert torch.equal(out, want)
+    same = grad.clone()
+    assert scale_by(same, scale, out=same) is same and torch.equal(same, out)
+    with pytest.raises(ValueError, match="dense"):
+        scale_by(torch.randn(8, 8, device=device)[:, ::2], scale)
 
 
 @pytest.mark.gpu

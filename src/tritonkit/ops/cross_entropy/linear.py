@@ -179,22 +179,28 @@ def linear_cross_entropy_bwd(grad_loss: torch.Tensor, hidden: torch.Tensor, weig
     wanted. Mean and sum: the forward's gradients times the 0-d grad_loss. With in_place (the
     eager road) grad_loss is read on the host (one sync; not while a CUDA graph is captured) and
     the forward's tensors are returned themselves, untouched when it is 1 and multiplied in
-    place otherwise: no second weight-sized buffer. Without (the custom op), new tensors, the
-    scale read on the device. None: the chunks are recomputed and each row's dlogits scaled
-    by its grad_loss before the products."""
+    place otherwise: no second weight-sized buffer. Without (the custom op), new tensors.
+    While a CUDA graph is captured, on both roads, the scale is read on the device instead.
+    None: the chunks are recomputed and each row's dlogits scaled by its grad_loss before the
+    products."""
     if reduction != "none":
         if grad_loss.dim() != 0:
             raise ValueError(f"grad_loss has shape {tuple(grad_loss.shape)}; reduction={reduction!r} gives a 0-d loss")
         grads = (grad_hidden, grad_weight, grad_bias)
+        # A CUDA graph capture (torch.compile's mode="reduce-overhead", a captured step) may not
+        # sync: there a kernel reads the scale on the device and multiplies whatever it is (by
+        # 1 it changes no bit). Elsewhere the scale is read on the host (one sync): an upstream
+        # 1 (loss.backward()) then returns the eager road's saved gradients untouched, no pass
+        # over grad_weight, and any other scale multiplies as a host scalar. Both multiplies
+        # are float32 products rounded once: the same bits.
+        capturing = grad_loss.is_cuda and torch.cuda.is_current_stream_capturing()
         if not in_place:
             # The custom op (torch.compile's road) may not alias or mutate its inputs: new tensors.
-            return tuple(scale_by(g, grad_loss) for g in grads)
-        # The eager road reads the scale on the host (one sync) where it may: loss.backward()'s
-        # upstream 1 then returns the saved gradients untouched, no pass over grad_weight, and
-        # any other scale multiplies as a host scalar (float32 products rounded once, as the
-        # device kernel's). A CUDA graph capture may not sync: there the kernel multiplies
-        # whatever the scale (by 1 it changes no bit).
-        if grad_loss.is_cuda and torch.cuda.is_current_stream_capturing():
+            if capturing:
+                return tuple(scale_by(g, grad_loss) for g in grads)
+            scale = grad_loss.item()
+            return tuple(g * scale for g in grads)
+        if capturing:
             for g in grads:
                 scale_by(g, grad_loss, out=g)
                 # A kernel's write is invisible to autograd: bump the version as mul_ does, so a
@@ -311,7 +317,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     is 1 (loss.backward()), else multiplied in place (a second backward through the same graph
     then raises). While a CUDA graph is captured it multiplies in place without the host read.
     Under torch.compile the backward returns new, scaled tensors (a custom op may not mutate
-    what it saved), reading the scale on the device: a second weight-sized buffer there.
+    what it saved): a second weight-sized buffer there.
     reduction="none" recomputes the chunks in the backward instead.
 
     Raises TypeError for a float target or mismatched dtypes, ValueError for shape mismatches,
