@@ -26,6 +26,12 @@ def _leaves(args):
             for a in args]
 
 
+def _sampled_leaves(name, device):
+    """The op's registry sample as fresh leaves, and those of them that require a gradient."""
+    args = _leaves(registry.get(name).sample(device))
+    return args, [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+
+
 def _run(call, args, upstream_seed):
     """The call's outputs and the gradients of every floating-point tensor argument, for a
     random upstream gradient on each differentiable output."""
@@ -66,11 +72,10 @@ def test_eager_calls_do_not_dispatch_the_custom_ops(name, monkeypatch, device):
         raise AssertionError(f"eager call of {name} went through its custom op")
 
     monkeypatch.setattr(op, "forward_op", refuse)
-    args = _leaves(registry.get(name).sample(device))
+    args, inputs = _sampled_leaves(name, device)
     outs = op(*args)
     first = outs[0] if isinstance(outs, tuple) else outs
     assert first.grad_fn is not None and type(first.grad_fn).__name__.startswith(op.function.__name__)
-    inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
     torch.autograd.grad(first, inputs, torch.randn_like(first), allow_unused=True)
     with torch.no_grad():  # the launcher alone
         outs = op(*args)
@@ -100,8 +105,7 @@ def test_backward_of_the_first_output_makes_no_zero_gradients(name, device):
     # (ctx.set_materialize_grads(False)): an allocation and a fill per output and call, a
     # weight-sized one for linear_cross_entropy's saved gradients.
     op = _declared(name)
-    args = _leaves(registry.get(name).sample(device))
-    inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    args, inputs = _sampled_leaves(name, device)
 
     def first_output():
         outs = op(*args)
@@ -205,8 +209,7 @@ def test_forward_and_backward_replay_in_a_cuda_graph(name, device):
     # steps in CUDA graphs: every launch (Triton's, a side stream, host tensor descriptors
     # passed by value) must capture and replay to the eager result, for every op.
     op = _declared(name)
-    args = _leaves(registry.get(name).sample(device))
-    inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    args, inputs = _sampled_leaves(name, device)
 
     def step():
         outs = op(*args)

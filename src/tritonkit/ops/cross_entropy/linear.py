@@ -193,14 +193,11 @@ def linear_cross_entropy_bwd(grad_loss: torch.Tensor, hidden: torch.Tensor, weig
         # 1 (loss.backward()) then returns the eager road's saved gradients untouched, no pass
         # over grad_weight, and any other scale multiplies as a host scalar. Both multiplies
         # are float32 products rounded once: the same bits.
-        capturing = grad_loss.is_cuda and torch.cuda.is_current_stream_capturing()
-        if not in_place:
-            # The custom op (torch.compile's road) may not alias or mutate its inputs: new tensors.
-            if capturing:
+        # Without in_place (the custom op, torch.compile's road) it may not alias or mutate its
+        # inputs: new tensors.
+        if grad_loss.is_cuda and torch.cuda.is_current_stream_capturing():
+            if not in_place:
                 return tuple(scale_by(g, grad_loss) for g in grads)
-            scale = grad_loss.item()
-            return tuple(g * scale for g in grads)
-        if capturing:
             for g in grads:
                 scale_by(g, grad_loss, out=g)
                 # A kernel's write is invisible to autograd: bump the version as mul_ does, so a
@@ -208,6 +205,8 @@ def linear_cross_entropy_bwd(grad_loss: torch.Tensor, hidden: torch.Tensor, weig
                 torch.autograd.graph.increment_version(g)
             return grads
         scale = grad_loss.item()
+        if not in_place:
+            return tuple(g * scale for g in grads)
         if scale != 1.0:
             for g in grads:
                 g.mul_(scale)
