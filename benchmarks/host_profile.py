@@ -24,6 +24,21 @@ from tritonkit import _launch  # noqa: E402
 from tritonkit.ops import attention as A  # noqa: E402
 
 
+class _Allocating(torch.autograd.Function):
+    """The floor of any Python-level autograd op on this host: a forward and backward that
+    allocate what a norm's do (y and a statistic; dx and dW) and launch nothing."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w, torch.empty(x.shape[0], dtype=torch.float32, device=x.device))
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, _ = ctx.saved_tensors
+        return torch.empty_like(x), torch.empty_like(w)
+
+
 def norm_cases(device):
     """Forward + backward of each norm (random upstream gradients), tritonkit's and torch's."""
     shape = (8192, 4096) if device.type == "cuda" else (64, 256)
@@ -41,10 +56,15 @@ def norm_cases(device):
         h = x + r
         return norm(h), h
 
+    x0, w0 = x.detach(), w.detach()
+    yield "rms_norm fwd, no grad", lambda: tritonkit.rms_norm(x0, w0)
+    yield "rms_norm fwd, grad recorded", lambda: tritonkit.rms_norm(x, w)
     yield "rms_norm fwd+bwd", lambda: step(tritonkit.rms_norm(x, w), (x, w))
     yield "rms_norm +res fwd+bwd", lambda: step(tritonkit.rms_norm(x, w, residual=r), (x, w, r))
     yield "layer_norm fwd+bwd", lambda: step(tritonkit.layer_norm(x, w, b), (x, w, b))
     yield "layer_norm +res fwd+bwd", lambda: step(tritonkit.layer_norm(x, w, b, residual=r), (x, w, b, r))
+    yield "F.rms_norm fwd, grad recorded", lambda: F.rms_norm(x, hidden, w, 1e-6)
+    yield "Python autograd.Function, no kernels, fwd+bwd", lambda: step(_Allocating.apply(x, w), (x, w))
     yield "F.rms_norm fwd+bwd", lambda: step(F.rms_norm(x, hidden, w, 1e-6), (x, w))
     yield "F.rms_norm +res fwd+bwd", lambda: step(torch_residual(lambda h: F.rms_norm(h, hidden, w, 1e-6)), (x, w, r))
     yield "F.layer_norm fwd+bwd", lambda: step(F.layer_norm(x, hidden, w, b), (x, w, b))
