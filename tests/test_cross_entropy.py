@@ -214,9 +214,9 @@ def test_chunk_sizes_agree(device):
 
 
 def test_default_chunk_follows_the_memory_target():
-    assert chunk_tokens_for(8192, 128256, 2) == 512    # 128 MiB of bf16 logits
-    assert chunk_tokens_for(8192, 32000, 2) == 2048
-    assert chunk_tokens_for(8192, 1_000_000, 4) == 128  # never below one GEMM tile
+    assert chunk_tokens_for(8192, 128256, 2) == 2048   # 512 MiB of bf16 logits
+    assert chunk_tokens_for(8192, 32000, 2) == 8192     # the whole batch: one chunk
+    assert chunk_tokens_for(8192, 4_000_000, 4) == 128  # never below one GEMM tile
     assert chunk_tokens_for(7, 1000, 4) == 7
 
 

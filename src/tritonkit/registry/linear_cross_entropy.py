@@ -16,8 +16,8 @@ from .cross_entropy import describe_options, fuzz_target
 from ._inputs import offset_view, peer_compile
 from ._peers import liger
 
-# One chunk of logits at a Llama-3 vocabulary (512 tokens of 128256 bf16 classes).
-INSPECT_SHAPE = (512, 128256)
+# One chunk of logits at a Llama-3 vocabulary (the default 2048 tokens of 128256 bf16 classes).
+INSPECT_SHAPE = (2048, 128256)
 
 
 def _inspect_inputs(request: InspectRequest, device: torch.device):

@@ -17,7 +17,7 @@ recomputes the chunks' logits: a fourth matrix product, the price of exact gradi
 
 Memory (bf16, vocabulary V, hidden H, T tokens): grad_weight V*H*2 bytes (the output itself),
 grad_hidden T*H*2, and one chunk buffer (chunk_tokens rows, by default CHUNK_BYTES): at
-V = 128256, H = 4096, T = 8192, 0.98 GiB + 64 MiB + 125 MiB (512 tokens of 250.5 KiB). The
+V = 128256, H = 4096, T = 8192, 0.98 GiB + 64 MiB + 500 MiB (2048 tokens of 250.5 KiB). The
 eager backward returns those same gradients (no second buffer). grad_weight is accumulated
 in weight's dtype: an fp32 accumulator would double the largest term.
 """
@@ -36,9 +36,11 @@ from .scale import scale_by
 # Logits buffer per chunk. grad_weight += dlogits^T @ hidden_c reads and writes all of
 # grad_weight (4*V*H bytes in bf16) for 2*V*H*chunk flops: it is bound by memory rather than
 # by the tensor cores below chunk = 2 * rate / bandwidth tokens, about 2 * 687e12 / 4.2e12 =
-# 330 on the H200 (its bf16 GEMM rate and copy bandwidth). 128 MiB gives 512 tokens at
-# V = 128256, ~1.6x past that point; smaller chunks cost time there, larger ones memory.
-CHUNK_BYTES = 128 << 20
+# 330 on the H200 (its bf16 GEMM rate and copy bandwidth), and each chunk's re-read of
+# grad_weight costs a share of its product's time that falls as 1 / chunk above that.
+# 512 MiB gives 2048 tokens at V = 128256, where the three products run near their full
+# rate; smaller chunks cost time, larger ones memory (docs/block-ops.md has the trade).
+CHUNK_BYTES = 512 << 20
 CHUNK_MULTIPLE = 128     # chunk rows rounded to whole GEMM tiles
 MIN_CHUNK_TOKENS = 128
 
@@ -305,11 +307,11 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     float32: () for mean and sum, target's shape for none.
 
     chunk_tokens: tokens per chunk of logits (a positive int), the trade of memory for time:
-    the default, None, takes 128 MiB of logits (512 tokens at V = 128256 in bf16). Memory
+    the default, None, takes 512 MiB of logits (2048 tokens at V = 128256 in bf16). Memory
     beyond the inputs is the gradients themselves plus chunk_tokens * V * element size; below
     ~330 tokens on an H200 the grad_weight product is bound by memory and the call slows
-    (docs/block-ops.md has the arithmetic). 256 matches Liger Kernel's memory at Llama-3's
-    head; larger chunks than the default buy little time.
+    (docs/block-ops.md has the arithmetic and the measured trade). 256 matches Liger Kernel's
+    memory at Llama-3's head, at about 1.4x the default's time.
 
     The gradients are made during the forward when anything requires grad; the backward
     reads the upstream gradient on the host (one sync) and returns them as they are when it
