@@ -14,8 +14,6 @@ A row whose target is ignore_index has loss 0 and gradient 0.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -27,11 +25,6 @@ from ..._layout import next_power_of_2
 TARGET_DTYPES = (torch.int64, torch.int32)
 REDUCTIONS = ("mean", "sum", "none")
 MAX_BLOCK = 8192   # columns a program holds per step: 16 fp32 values a thread at 16 warps
-MAX_WARPS = 16
-# Resident programs an SM: 0 launches one program a row; n > 0 launches n * SMs persistent
-# programs that walk the rows. Pass 2 re-reads a row pass 1 has just read: with fewer rows in
-# flight at once, more of that second read finds the row still in L2.
-PROGRAMS_PER_SM = 0
 
 
 @triton.jit
@@ -53,7 +46,7 @@ def _cross_entropy_kernel(
     # tensor, MEAN); upstream: the upstream gradient of each row's loss (UPSTREAM)
     logits_ptr, grad_ptr, target_ptr, loss_ptr, lse_ptr, count_ptr, upstream_ptr,
     # shape
-    n_rows, n_cols,
+    n_cols,
     # strides in elements (upstream_stride 0: one scalar for every row)
     l_row, l_col, g_row, g_col, t_stride, upstream_stride,
     # options
@@ -64,70 +57,67 @@ def _cross_entropy_kernel(
     WRITE_GRAD: tl.constexpr, MEAN: tl.constexpr, UPSTREAM: tl.constexpr, SMOOTH: tl.constexpr,
     SOFTCAP: tl.constexpr,
 ):
-    # Program p takes rows p, p + P, p + 2P, ... (P programs; one a row by default). Per row,
-    # pass 1 walks the row in BLOCK columns keeping the running max m and sum s of exp(z - m)
-    # (rescaled by exp(m_old - m_new) when the max grows); pass 2 walks it again (from L2
-    # where pass 1 just left it, if few enough rows are in flight) and writes the gradient,
-    # in place if asked.
-    for r in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        row = r + tl.zeros([], tl.int64)  # 64-bit row offsets: logits may pass 2^31 elements
-        x_row = logits_ptr + row * l_row
-        target = tl.load(target_ptr + row * t_stride).to(tl.int64)
-        # Out-of-range targets were refused by the launcher (host check or device assert); masking
-        # them here keeps every load in bounds whatever happens.
-        valid = (target != ignore_index) & (target >= 0) & (target < n_cols)
-        cols = tl.arange(0, BLOCK)
-        if COMPUTE_LSE:
-            m = -float("inf")
-            s = 0.0
-            z_sum = 0.0
-            for start in range(0, n_cols, BLOCK):
-                c = start + cols
-                mask = c < n_cols
-                x = tl.load(x_row + c * l_col, mask=mask, other=-float("inf")).to(tl.float32)
-                z = _softcapped(x, softcap, SOFTCAP)
-                if SOFTCAP:
-                    z = tl.where(mask, z, -float("inf"))
-                m_new = tl.maximum(m, tl.max(z, axis=0))
-                # m_new stays -inf only while every logit so far is -inf: nothing to add yet.
-                shift = tl.where(m_new == -float("inf"), 0.0, m_new)
-                s = s * tl.exp(m - shift) + tl.sum(tl.exp(z - shift), axis=0)
-                m = m_new
-                if SMOOTH:
-                    z_sum += tl.sum(tl.where(mask, z, 0.0), axis=0)
-            lse = m + tl.log(s)
-            if STORE_LSE:
-                tl.store(lse_ptr + row, lse)
-        else:
-            lse = tl.load(lse_ptr + row)
-        if WRITE_LOSS:
-            z_t = _softcapped(tl.load(x_row + tl.where(valid, target, 0) * l_col).to(tl.float32), softcap, SOFTCAP)
-            loss = lse - z_t
+    # One program a row. Pass 1 walks the row in BLOCK columns keeping the running max m and
+    # sum s of exp(z - m) (rescaled by exp(m_old - m_new) when the max grows); pass 2 walks it
+    # again (from L2, where pass 1 just left it) and writes the gradient, in place if asked.
+    row = tl.program_id(0).to(tl.int64)
+    x_row = logits_ptr + row * l_row
+    target = tl.load(target_ptr + row * t_stride).to(tl.int64)
+    # Out-of-range targets were refused by the launcher (host check or device assert); masking
+    # them here keeps every load in bounds whatever happens.
+    valid = (target != ignore_index) & (target >= 0) & (target < n_cols)
+    cols = tl.arange(0, BLOCK)
+    if COMPUTE_LSE:
+        m = -float("inf")
+        s = 0.0
+        z_sum = 0.0
+        for start in range(0, n_cols, BLOCK):
+            c = start + cols
+            mask = c < n_cols
+            x = tl.load(x_row + c * l_col, mask=mask, other=-float("inf")).to(tl.float32)
+            z = _softcapped(x, softcap, SOFTCAP)
+            if SOFTCAP:
+                z = tl.where(mask, z, -float("inf"))
+            m_new = tl.maximum(m, tl.max(z, axis=0))
+            # m_new stays -inf only while every logit so far is -inf: nothing to add yet.
+            shift = tl.where(m_new == -float("inf"), 0.0, m_new)
+            s = s * tl.exp(m - shift) + tl.sum(tl.exp(z - shift), axis=0)
+            m = m_new
             if SMOOTH:
-                loss = (1.0 - smoothing) * loss + smoothing * (lse - z_sum / n_cols)
-            tl.store(loss_ptr + row, tl.where(valid, loss, 0.0))
-        if WRITE_GRAD:
-            scale = 1.0
-            if MEAN:
-                # A count of 0 means every row is ignored, and scale is never used.
-                scale = scale / tl.maximum(tl.load(count_ptr).to(tl.float32), 1.0)
-            if UPSTREAM:
-                scale = scale * tl.load(upstream_ptr + row * upstream_stride).to(tl.float32)
-            g_out = grad_ptr + row * g_row
-            for start in range(0, n_cols, BLOCK):
-                c = start + cols
-                mask = c < n_cols
-                x = tl.load(x_row + c * l_col, mask=mask, other=0.0).to(tl.float32)
-                z = _softcapped(x, softcap, SOFTCAP)
-                d = tl.exp(z - lse)
-                if SMOOTH:
-                    d -= smoothing / n_cols
-                d = tl.where(c == target, d - (1.0 - smoothing), d)
-                if SOFTCAP:
-                    d *= 1.0 - (z / softcap) * (z / softcap)
-                # An ignored row gets exact zeros, whatever its logits (even inf or NaN).
-                d = tl.where(valid, d * scale, 0.0)
-                tl.store(g_out + c * g_col, d.to(grad_ptr.dtype.element_ty), mask=mask)
+                z_sum += tl.sum(tl.where(mask, z, 0.0), axis=0)
+        lse = m + tl.log(s)
+        if STORE_LSE:
+            tl.store(lse_ptr + row, lse)
+    else:
+        lse = tl.load(lse_ptr + row)
+    if WRITE_LOSS:
+        z_t = _softcapped(tl.load(x_row + tl.where(valid, target, 0) * l_col).to(tl.float32), softcap, SOFTCAP)
+        loss = lse - z_t
+        if SMOOTH:
+            loss = (1.0 - smoothing) * loss + smoothing * (lse - z_sum / n_cols)
+        tl.store(loss_ptr + row, tl.where(valid, loss, 0.0))
+    if WRITE_GRAD:
+        scale = 1.0
+        if MEAN:
+            # A count of 0 means every row is ignored, and scale is never used.
+            scale = scale / tl.maximum(tl.load(count_ptr).to(tl.float32), 1.0)
+        if UPSTREAM:
+            scale = scale * tl.load(upstream_ptr + row * upstream_stride).to(tl.float32)
+        g_out = grad_ptr + row * g_row
+        for start in range(0, n_cols, BLOCK):
+            c = start + cols
+            mask = c < n_cols
+            x = tl.load(x_row + c * l_col, mask=mask, other=0.0).to(tl.float32)
+            z = _softcapped(x, softcap, SOFTCAP)
+            d = tl.exp(z - lse)
+            if SMOOTH:
+                d -= smoothing / n_cols
+            d = tl.where(c == target, d - (1.0 - smoothing), d)
+            if SOFTCAP:
+                d *= 1.0 - (z / softcap) * (z / softcap)
+            # An ignored row gets exact zeros, whatever its logits (even inf or NaN).
+            d = tl.where(valid, d * scale, 0.0)
+            tl.store(g_out + c * g_col, d.to(grad_ptr.dtype.element_ty), mask=mask)
 
 
 def launch_rows(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, label_smoothing: float,
@@ -142,13 +132,13 @@ def launch_rows(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, l
     if n_rows == 0:
         return
     block = min(MAX_BLOCK, next_power_of_2(n_cols))
-    num_warps = max(1, min(MAX_WARPS, block // 256))
+    num_warps = max(1, min(16, block // 256))
     dummy = logits  # pointers of absent tensors; their flags keep the kernel from touching them
-    Launch(name, _cross_entropy_kernel, (row_programs(logits.device, n_rows),), (
+    Launch(name, _cross_entropy_kernel, (n_rows,), (
         logits, dummy if grad is None else grad, target, dummy if loss is None else loss,
         dummy if lse is None else lse, dummy if count is None else count,
         dummy if upstream is None else upstream,
-        n_rows, n_cols, logits.stride(0), logits.stride(1),
+        n_cols, logits.stride(0), logits.stride(1),
         *(grad.stride() if grad is not None else (0, 0)), target.stride(0),
         upstream.stride(0) if upstream is not None and upstream.dim() else 0,
         ignore_index, float(label_smoothing), float(softcap or 1.0),
@@ -156,22 +146,6 @@ def launch_rows(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, l
             WRITE_LOSS=loss is not None, WRITE_GRAD=grad is not None, MEAN=count is not None,
             UPSTREAM=upstream is not None, SMOOTH=label_smoothing != 0.0, SOFTCAP=softcap is not None),
         num_warps=num_warps, num_stages=1)()
-
-
-def row_programs(device: torch.device, n_rows: int) -> int:
-    """Programs of a row launch: one a row, or PROGRAMS_PER_SM persistent ones an SM. The
-    interpreter gets 3, so that its programs walk several rows as persistent ones do."""
-    if device.type != "cuda":
-        return min(n_rows, 3)
-    if PROGRAMS_PER_SM == 0:
-        return n_rows
-    return min(n_rows, PROGRAMS_PER_SM * _sm_count(device.index))
-
-
-@functools.lru_cache(maxsize=16)
-def _sm_count(index: int | None) -> int:
-    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
-                                            ).multi_processor_count
 
 
 def check_options(ignore_index: object, label_smoothing: object, reduction: object, softcap: object) -> None:
