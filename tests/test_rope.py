@@ -163,13 +163,25 @@ def test_bad_input_names_the_argument(device):
         tritonkit.rope(q, k, cos.requires_grad_(), sin)
 
 
-def test_tile_config():
+def test_bad_tile_names_the_field(device):
+    q, k = torch.randn(1, 2, 3, 8, device=device), torch.randn(1, 1, 3, 8, device=device)
+    cos, sin = make_cos_sin(1, 3, 8, False, torch.float32, device)
+    RopeTile = rope_module.RopeTile
+    cases = [(RopeTile(3, 8), ValueError, "positions"), (RopeTile(4, 0), ValueError, "heads"),
+             (RopeTile(4, 8, 6), ValueError, "num_warps"), (RopeTile(4, 8, 64), ValueError, "num_warps"),
+             (RopeTile(4, 8, 4, -1), ValueError, "programs_per_sm"), (RopeTile(4.0, 8), TypeError, "positions"),
+             (RopeTile(4, True), TypeError, "heads"), ((4, 8, 4), TypeError, "tile")]
+    for tile, error, name in cases:
+        with pytest.raises(error, match=name):
+            rope_module.rope_fwd(q, k, cos, sin, False, tile)
+
+
+def test_default_tile():
     # Llama-3-8B (32/8 heads): tiles of k's 8 heads, 4 positions a program; without GQA every
     # head at a position in one tile.
-    meta = rope_module._tile_config(4 * 2048, 32, 8, 128, 128)
-    assert (meta["BLOCK_S"], meta["BLOCK_H"], meta["BLOCK_HALF"]) == (4, 8, 64)
-    assert rope_module._tile_config(4 * 2048, 32, 32, 128, 128)["BLOCK_S"] == 1
-    assert rope_module._tile_config(100, 2, 1, 16, 16)["BLOCK_S"] == 128  # small heads: positions stack
+    assert rope_module.default_tile(4 * 2048, 32, 8, 128) == rope_module.RopeTile(4, 8, 4, 0)
+    assert rope_module.default_tile(4 * 2048, 32, 32, 128).positions == 1
+    assert rope_module.default_tile(100, 2, 1, 16).positions == 128  # small heads: positions stack
 
 
 def test_masked_lanes_read_nothing_past_the_inputs(device):
