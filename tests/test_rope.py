@@ -1,6 +1,9 @@
 """tritonkit.rope against a float64 Hugging Face-style reference, with torch's own error as the
 yardstick: both rotations, partial rotary, GQA, every cos/sin shape, packed qkv views, gradients."""
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -161,6 +164,43 @@ def test_bad_input_names_the_argument(device):
             tritonkit.rope(*args)
     with pytest.raises(ValueError, match="cos or sin"):
         tritonkit.rope(q, k, cos.requires_grad_(), sin)
+
+
+def _sweep_tiles():
+    """The tiles benchmarks/sweep_rope.py times on the GPU (None: the default)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sweep_rope.py"
+    spec = importlib.util.spec_from_file_location("sweep_rope", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TILES
+
+
+@pytest.mark.parametrize("tile", _sweep_tiles(), ids=str)
+def test_each_swept_tile(tile, device):
+    # Every tile the sweep times, forward and backward through the launchers, on shapes that
+    # make each tile mask: fewer heads than a tile holds (3 kv heads), positions that do not
+    # fill the last block (122 = 2 x 61, 11, 7), a persistent grid whose programs walk several
+    # blocks (one "SM" under the interpreter), partial rotary with R/2 odd, both rotations.
+    from tritonkit._launch import record_launches
+
+    for (B, H, Hkv, N, D, R), interleaved in (((2, 2, 1, 61, 8, 8), False), ((1, 6, 3, 11, 16, 16), True),
+                                              ((1, 4, 1, 7, 12, 6), False)):
+        q, k, _, _ = hf_inputs(B, H, Hkv, N, D, torch.float32, device, offset=1)
+        cos, sin = torch.randn(N, R, device=device), torch.randn(N, R, device=device)  # halves differ
+        ref_q, ref_k = rope_reference(q, k, cos, sin, interleaved)
+        same_q, same_k = rope_reference(q, k, cos, sin, interleaved, upcast=False)
+        with record_launches() as launches:
+            q_rot, k_rot = rope_module.rope_fwd(q, k, cos, sin, interleaved, tile)
+        if tile is not None and tile.programs_per_sm and N == 61 and not ON_GPU:
+            assert launches[0].grid[0] < -(-B * N // tile.positions), "no program walks two blocks"
+        assert_close_to_reference(q_rot, ref_q, same_q, what=f"q, {tile}")
+        assert_close_to_reference(k_rot, ref_k, same_k, what=f"k, {tile}")
+        up_q, up_k = torch.randn_like(q_rot), torch.randn_like(k_rot)
+        leaves = q.double().requires_grad_(), k.double().requires_grad_()
+        exact = torch.autograd.grad(rope_reference(*leaves, cos, sin, interleaved), leaves, (up_q, up_k))
+        dq, dk = rope_module.rope_bwd(up_q, up_k, cos, sin, interleaved, tile)
+        for name, ours, want in (("dq", dq, exact[0]), ("dk", dk, exact[1])):
+            torch.testing.assert_close(ours.double(), want, rtol=1e-5, atol=1e-5, msg=f"{name}, {tile}")
 
 
 def test_bad_tile_names_the_field(device):
