@@ -13,7 +13,8 @@ of one (B, N, (32 + 8) * 128) projection as Hugging Face makes them, rotate-half
 peer) are timed beside a copy of the same bytes, in two rounds; each variant's output is
 checked against the float64 reference before it is timed.
 norms: RMSNorm (weight) and LayerNorm (weight and bias) forward at 8192 x 4096 bf16 beside a
-copy of the same bytes (x read, y written), in three rounds.
+copy of the same bytes (x read, y written), in three rounds, each at 8, 16 (the default) and 32
+elements of a row a thread (16, 8 and 4 warps a 4096-wide row), checked before timing.
 
 Timings are `tritonkit.bench.timing.time_ms`: triton's do_bench, median, the L2 cleared before
 every timed call. GB/s count each tensor read or written once.
@@ -21,6 +22,7 @@ every timed call. GB/s count each tensor read or written once.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import statistics
 import sys
@@ -50,6 +52,7 @@ ROPE_CASE = dict(batch=4, heads=32, kv_heads=8, seq=2048, head_dim=128)
 NORM_SHAPE = (8192, 4096)
 CPU_ROPE_CASE = dict(batch=2, heads=4, kv_heads=2, seq=9, head_dim=16)
 CPU_NORM_SHAPE = (8, 64)
+NORM_PER_THREAD = (8, 16, 32)  # the norms' forward: elements of a row a thread (16: 8 warps a 4096-wide row)
 ROPE_ROUNDS, NORM_ROUNDS = 2, 3
 TOLERANCE = 1e-3  # ours may be off by twice torch's bf16 error plus this (tests/_tolerance.py)
 
@@ -134,8 +137,27 @@ def sweep_rope(device: torch.device, c: dict[str, int]) -> None:
               f"(rounds: {', '.join(f'{v:.0f}' for v in values)})")
 
 
+@contextlib.contextmanager
+def norm_elements_per_thread(n: int):
+    """The norms' forward with `n` elements of a row a thread (their launch helpers' rule:
+    PER_THREAD["fwd"], 16, sets the warps a row: 8 at 4096 columns), for the duration."""
+    from tritonkit.ops.norms import _rows
+
+    saved = _rows.PER_THREAD["fwd"]
+    _rows.PER_THREAD["fwd"] = n
+    _rows.row_config.cache_clear()
+    _rows.fwd_plan.cache_clear()
+    try:
+        yield
+    finally:
+        _rows.PER_THREAD["fwd"] = saved
+        _rows.row_config.cache_clear()
+        _rows.fwd_plan.cache_clear()
+
+
 def sweep_norms(device: torch.device, shape: tuple[int, int]) -> None:
     import tritonkit
+    from tritonkit.ops.norms import _rows
     from tritonkit.ops.norms.layer_norm import layer_norm_reference
     from tritonkit.ops.norms.rms_norm import rms_norm_reference
 
@@ -145,27 +167,39 @@ def sweep_norms(device: torch.device, shape: tuple[int, int]) -> None:
     moved = 2 * x.numel() * x.element_size()
     print(f"norms fwd {shape[0]}x{shape[1]} bf16: {moved:,} bytes (x read, y written; the "
           f"(hidden,) weight and bias and the float32 statistics left out)")
-    cases = {"rms_norm (weight)": (lambda: tritonkit.rms_norm(x, w),
+    norms = {"rms_norm (weight)": (lambda: tritonkit.rms_norm(x, w),
                                    lambda upcast: rms_norm_reference(x, w, upcast=upcast)),
              "layer_norm (weight, bias)": (lambda: tritonkit.layer_norm(x, w, b),
                                            lambda upcast: layer_norm_reference(x, w, b, upcast=upcast))}
-    for label, (fn, ref) in cases.items():
+    default = _rows.PER_THREAD["fwd"]
+    cases = []  # (label, elements a thread, fn)
+    for name, (fn, ref) in norms.items():
         reference = ref(True)
-        error, theirs = relative_error(fn(), reference), relative_error(ref(False), reference)
-        status = "ok" if error <= 2 * theirs + TOLERANCE else "WRONG"
-        print(f"   {label}: relative error {error:.2e} (torch bf16 {theirs:.2e}) {status}")
-    rates: dict[str, list[float]] = {label: [] for label in cases}
+        theirs = relative_error(ref(False), reference)
+        for per_thread in (default, *(n for n in NORM_PER_THREAD if n != default)):
+            with norm_elements_per_thread(per_thread):
+                warps = _rows.row_config(shape[0], shape[1], "fwd")[3]
+                error = relative_error(fn(), reference)
+            label = f"{name}, {per_thread} a thread ({warps} warps){' (default)' if per_thread == default else ''}"
+            if error > 2 * theirs + TOLERANCE:
+                print(f"   {label}: relative error {error:.2e} > 2 x torch bf16's {theirs:.2e}, NOT timed")
+                continue
+            cases.append((label, per_thread, fn))
+    print(f"   {len(cases)} of {len(norms) * (1 + len(set(NORM_PER_THREAD) - {default}))} checked")
+    rates: dict[str, list[float]] = {label: [] for label, _, _ in cases}
     copies = []
     with torch.no_grad():
-        for _ in range(NORM_ROUNDS):
+        for round_ in range(NORM_ROUNDS):
             copies.append(copy_ceiling_gbs(device, moved))
-            for label, (fn, _) in cases.items():
-                rates[label].append(moved / time_ms(fn) / 1e6)
+            for label, per_thread, fn in cases[::-1] if round_ % 2 else cases:
+                with norm_elements_per_thread(per_thread):
+                    rates[label].append(moved / time_ms(fn) / 1e6)
     copy = statistics.median(copies)
     print(f"   same-bytes copy {copy:.0f} GB/s (rounds: {', '.join(f'{v:.0f}' for v in copies)})")
-    for label, (fn, _) in cases.items():
+    for label, per_thread, fn in cases:
         value = statistics.median(rates[label])
-        host = host_ms(fn)
+        with norm_elements_per_thread(per_thread):
+            host = host_ms(fn)
         print(f"   {value:6.0f} GB/s {100 * value / copy:5.1f}% of copy  {label}  "
               f"(rounds: {', '.join(f'{v:.0f}' for v in rates[label])}"
               + (f"; host {host * 1e3:.0f} us a call)" if host is not None else ")"))
