@@ -45,8 +45,9 @@ TILES: list[RopeTile | None] = [
     RopeTile(8, 8, 4), RopeTile(2, 8, 2), RopeTile(4, 8, 8), RopeTile(2, 8, 1),
     RopeTile(4, 1, 1), RopeTile(4, 2, 1), RopeTile(4, 4, 1), RopeTile(2, 4, 1),
     RopeTile(8, 2, 2), RopeTile(8, 4, 2), RopeTile(16, 2, 4), RopeTile(16, 4, 4), RopeTile(32, 2, 8),
-    RopeTile(4, 8, 4, 6), RopeTile(4, 8, 4, 12), RopeTile(4, 2, 1, 24), RopeTile(4, 4, 1, 16),
-    RopeTile(2, 4, 1, 24),
+    RopeTile(8, 8, 2),
+    # persistent grids, for tiles whose blocks outnumber the programs an SM holds at once
+    RopeTile(4, 8, 4, 6), RopeTile(4, 8, 4, 3), RopeTile(2, 8, 2, 12), RopeTile(8, 8, 4, 4), RopeTile(2, 4, 1, 24),
 ]
 ROPE_CASE = dict(batch=4, heads=32, kv_heads=8, seq=2048, head_dim=128)
 NORM_SHAPE = (8192, 4096)
