@@ -101,7 +101,7 @@ def _cos_sin_rows(cos_ptr, sin_ptr, cos_off, sin_off, pos_ok, half, cs_r, ss_r, 
     """c1, c2, s1, s2 of the block's positions: [BLOCK_S, 1, BLOCK_HALF] float32, broadcast over heads."""
     c1, c2 = _cos_sin(cos_ptr, cos_off, pos_ok, half, cs_r, BLOCK_S, BLOCK_HALF, INTERLEAVED)
     s1, s2 = _cos_sin(sin_ptr, sin_off, pos_ok, half, ss_r, BLOCK_S, BLOCK_HALF, INTERLEAVED)
-    if c1.dtype != s1.dtype:
+    if c1.dtype != s1.dtype:  # tl.join takes one dtype
         c1, c2, s1, s2 = c1.to(tl.float32), c2.to(tl.float32), s1.to(tl.float32), s2.to(tl.float32)
     # The loads' layout spreads a row over all threads; the tiles' gives each thread the dims
     # of its heads, so the rows change layout, through shared memory where the tile's warps
