@@ -1,6 +1,9 @@
 """tritonkit.rope against a float64 Hugging Face-style reference, with torch's own error as the
 yardstick: both rotations, partial rotary, GQA, every cos/sin shape, packed qkv views, gradients."""
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -163,13 +166,62 @@ def test_bad_input_names_the_argument(device):
         tritonkit.rope(q, k, cos.requires_grad_(), sin)
 
 
-def test_tile_config():
+def _sweep_tiles():
+    """The tiles benchmarks/sweep_rope.py times on the GPU (None: the default)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sweep_rope.py"
+    spec = importlib.util.spec_from_file_location("sweep_rope", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TILES
+
+
+@pytest.mark.parametrize("tile", _sweep_tiles(), ids=str)
+def test_each_swept_tile(tile, device):
+    # Every tile the sweep times, forward and backward through the launchers, on shapes that
+    # make each tile mask: fewer heads than a tile holds (3 kv heads), positions that do not
+    # fill the last block (122 = 2 x 61, 11, 7), a persistent grid whose programs walk several
+    # blocks (one "SM" under the interpreter), partial rotary with R/2 odd, both rotations.
+    from tritonkit._launch import record_launches
+
+    for (B, H, Hkv, N, D, R), interleaved in (((2, 2, 1, 61, 8, 8), False), ((1, 6, 3, 11, 16, 16), True),
+                                              ((1, 4, 1, 7, 12, 6), False)):
+        q, k, _, _ = hf_inputs(B, H, Hkv, N, D, torch.float32, device, offset=1)
+        cos, sin = torch.randn(N, R, device=device), torch.randn(N, R, device=device)  # halves differ
+        ref_q, ref_k = rope_reference(q, k, cos, sin, interleaved)
+        same_q, same_k = rope_reference(q, k, cos, sin, interleaved, upcast=False)
+        with record_launches() as launches:
+            q_rot, k_rot = rope_module.rope_fwd(q, k, cos, sin, interleaved, tile)
+        if tile is not None and tile.programs_per_sm and N == 61 and not ON_GPU:
+            assert launches[0].grid[0] < -(-B * N // tile.positions), "no program walks two blocks"
+        assert_close_to_reference(q_rot, ref_q, same_q, what=f"q, {tile}")
+        assert_close_to_reference(k_rot, ref_k, same_k, what=f"k, {tile}")
+        up_q, up_k = torch.randn_like(q_rot), torch.randn_like(k_rot)
+        leaves = q.double().requires_grad_(), k.double().requires_grad_()
+        exact = torch.autograd.grad(rope_reference(*leaves, cos, sin, interleaved), leaves, (up_q, up_k))
+        dq, dk = rope_module.rope_bwd(up_q, up_k, cos, sin, interleaved, tile)
+        for name, ours, want in (("dq", dq, exact[0]), ("dk", dk, exact[1])):
+            torch.testing.assert_close(ours.double(), want, rtol=1e-5, atol=1e-5, msg=f"{name}, {tile}")
+
+
+def test_bad_tile_names_the_field(device):
+    q, k = torch.randn(1, 2, 3, 8, device=device), torch.randn(1, 1, 3, 8, device=device)
+    cos, sin = make_cos_sin(1, 3, 8, False, torch.float32, device)
+    RopeTile = rope_module.RopeTile
+    cases = [(RopeTile(3, 8), ValueError, "positions"), (RopeTile(4, 0), ValueError, "heads"),
+             (RopeTile(4, 8, 6), ValueError, "num_warps"), (RopeTile(4, 8, 64), ValueError, "num_warps"),
+             (RopeTile(4, 8, 4, -1), ValueError, "programs_per_sm"), (RopeTile(4.0, 8), TypeError, "positions"),
+             (RopeTile(4, True), TypeError, "heads"), ((4, 8, 4), TypeError, "tile")]
+    for tile, error, name in cases:
+        with pytest.raises(error, match=name):
+            rope_module.rope_fwd(q, k, cos, sin, False, tile)
+
+
+def test_default_tile():
     # Llama-3-8B (32/8 heads): tiles of k's 8 heads, 4 positions a program; without GQA every
     # head at a position in one tile.
-    meta = rope_module._tile_config(4 * 2048, 32, 8, 128, 128)
-    assert (meta["BLOCK_S"], meta["BLOCK_H"], meta["BLOCK_HALF"]) == (4, 8, 64)
-    assert rope_module._tile_config(4 * 2048, 32, 32, 128, 128)["BLOCK_S"] == 1
-    assert rope_module._tile_config(100, 2, 1, 16, 16)["BLOCK_S"] == 128  # small heads: positions stack
+    assert rope_module.default_tile(4 * 2048, 32, 8, 128) == rope_module.RopeTile(4, 8, 4, 0)
+    assert rope_module.default_tile(4 * 2048, 32, 32, 128).positions == 1
+    assert rope_module.default_tile(100, 2, 1, 16).positions == 128  # small heads: positions stack
 
 
 def test_masked_lanes_read_nothing_past_the_inputs(device):

@@ -12,16 +12,19 @@ That is y = x * cos + rotate(x) * sin with rotate(x) = (-x2, x1) in place, for a
 Backward, the transpose of that map: dx1 = dy1 * cos1 + dy2 * sin2, dx2 = dy2 * cos2 - dy1 * sin1,
 the same arithmetic with (sin1, sin2) replaced by (-sin2, -sin1) (the BACKWARD flag).
 
-A program takes BLOCK_S positions (b, n), loads their cos and sin once, and rotates every
-head of q and then of k at those positions in [BLOCK_S, BLOCK_H, R/2] tiles. A tile's last
-dim is a head's dims, contiguous in memory, so Hugging Face's layout (q a (B, N, H, D)
-projection transposed to (B, H, N, D)), packed qkv and plain (B, H, N, D) tensors are all
-read in runs of whole heads. Arithmetic is float32.
+A program takes a block of BLOCK_S positions (b, n), loads their cos and sin once, and
+rotates every head of q and then of k at those positions in [BLOCK_S, BLOCK_H, R/2] tiles;
+on a persistent grid it then takes the blocks P, 2P, ... after its own. A tile's last dim is
+a head's dims, contiguous in memory, so Hugging Face's layout (q a (B, N, H, D) projection
+transposed to (B, H, N, D)), packed qkv and plain (B, H, N, D) tensors are all read in runs
+of whole heads. Arithmetic is float32. The tiling (`RopeTile`) is a launcher argument;
+`default_tile` gives the rule the op uses.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -78,18 +81,39 @@ def _rope_heads(
 @triton.jit
 def _cos_sin(ptr, pos_off, pos_ok, half, r_stride, BLOCK_S: tl.constexpr, BLOCK_HALF: tl.constexpr,
              INTERLEAVED: tl.constexpr):
-    """(values at x1's dims, values at x2's dims) of cos or sin, [BLOCK_S, 1, BLOCK_HALF] float32."""
+    """(values at x1's dims, values at x2's dims) of cos or sin, [BLOCK_S, BLOCK_HALF] in its dtype."""
     if INTERLEAVED:
         r = tl.arange(0, 2 * BLOCK_HALF)[None, :]
         mask = pos_ok[:, None] & (r < 2 * half)
-        v = tl.load(ptr + pos_off[:, None] + r * r_stride, mask=mask, other=0.0).to(tl.float32)
+        v = tl.load(ptr + pos_off[:, None] + r * r_stride, mask=mask, other=0.0)
         v1, v2 = tl.split(tl.reshape(v, (BLOCK_S, BLOCK_HALF, 2)))
     else:
         r = tl.arange(0, BLOCK_HALF)[None, :]
         mask = pos_ok[:, None] & (r < half)
-        v1 = tl.load(ptr + pos_off[:, None] + r * r_stride, mask=mask, other=0.0).to(tl.float32)
-        v2 = tl.load(ptr + pos_off[:, None] + (r + half) * r_stride, mask=mask, other=0.0).to(tl.float32)
-    return v1[:, None, :], v2[:, None, :]
+        v1 = tl.load(ptr + pos_off[:, None] + r * r_stride, mask=mask, other=0.0)
+        v2 = tl.load(ptr + pos_off[:, None] + (r + half) * r_stride, mask=mask, other=0.0)
+    return v1, v2
+
+
+@triton.jit
+def _cos_sin_rows(cos_ptr, sin_ptr, cos_off, sin_off, pos_ok, half, cs_r, ss_r, BLOCK_S: tl.constexpr,
+                  BLOCK_HALF: tl.constexpr, INTERLEAVED: tl.constexpr):
+    """c1, c2, s1, s2 of the block's positions: [BLOCK_S, 1, BLOCK_HALF] float32, broadcast over heads."""
+    c1, c2 = _cos_sin(cos_ptr, cos_off, pos_ok, half, cs_r, BLOCK_S, BLOCK_HALF, INTERLEAVED)
+    s1, s2 = _cos_sin(sin_ptr, sin_off, pos_ok, half, ss_r, BLOCK_S, BLOCK_HALF, INTERLEAVED)
+    if c1.dtype != s1.dtype:  # tl.join takes one dtype
+        c1, c2, s1, s2 = c1.to(tl.float32), c2.to(tl.float32), s1.to(tl.float32), s2.to(tl.float32)
+    # The loads' layout spreads a row over all threads; the tiles' gives each thread the dims
+    # of its heads, so the rows change layout, through shared memory where the tile's warps
+    # hold different heads. Stacked into one tensor first, all four loads are issued before
+    # the first change; changed one at a time, each change waited for its own load in turn
+    # (four round trips to memory at the start of every block instead of one). Changed in
+    # the inputs' dtype: half the shared-memory traffic of float32 for 16-bit tables.
+    v = tl.expand_dims(tl.join(tl.join(c1, c2), tl.join(s1, s2)), 1)
+    c, s = tl.split(v)
+    c1, c2 = tl.split(c)
+    s1, s2 = tl.split(s)
+    return c1.to(tl.float32), c2.to(tl.float32), s1.to(tl.float32), s2.to(tl.float32)
 
 
 @triton.jit
@@ -105,35 +129,70 @@ def _rope_kernel(
     BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
     BLOCK_PASS: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_PASS: tl.constexpr, BACKWARD: tl.constexpr,
 ):
-    # 64-bit offsets: q may hold more than 2**31 elements.
-    pos = tl.program_id(0).to(tl.int64) * BLOCK_S + tl.arange(0, BLOCK_S)
-    pos_ok = pos < n_pos
-    b = pos // seq
-    n = pos % seq
-    c1, c2 = _cos_sin(cos_ptr, b * cs_b + n * cs_n, pos_ok, half, cs_r, BLOCK_S, BLOCK_HALF, INTERLEAVED)
-    s1, s2 = _cos_sin(sin_ptr, b * ss_b + n * ss_n, pos_ok, half, ss_r, BLOCK_S, BLOCK_HALF, INTERLEAVED)
-    if BACKWARD:  # the transpose of the rotation (see the module docstring)
-        s1, s2 = -s2, -s1
-    _rope_heads(q_ptr, qo_ptr, b * qs_b + n * qs_n, b * qos_b + n * qos_n, pos_ok, c1, c2, s1, s2,
-                n_q_heads, head_dim, half, qs_h, qs_d, qos_h, qos_d,
-                BLOCK_S, BLOCK_H, BLOCK_HALF, BLOCK_PASS, INTERLEAVED, HAS_PASS)
-    _rope_heads(k_ptr, ko_ptr, b * ks_b + n * ks_n, b * kos_b + n * kos_n, pos_ok, c1, c2, s1, s2,
-                n_k_heads, head_dim, half, ks_h, ks_d, kos_h, kos_d,
-                BLOCK_S, BLOCK_H, BLOCK_HALF, BLOCK_PASS, INTERLEAVED, HAS_PASS)
+    # Program p takes position blocks p, p + P, p + 2P, ... (P programs; one block each unless
+    # the launcher chose a persistent grid). Positions count in n_pos's integer type, int32
+    # unless B * N passes 2**31 (the loop variable takes the widest of its bounds' types), so
+    # the division by N is 32-bit; element offsets are int64: q may hold more than 2**31 elements.
+    for block in range(tl.program_id(0), tl.cdiv(n_pos, BLOCK_S), tl.num_programs(0)):
+        pos = block * BLOCK_S + tl.arange(0, BLOCK_S)
+        pos_ok = pos < n_pos
+        b = (pos // seq).to(tl.int64)
+        n = (pos % seq).to(tl.int64)
+        c1, c2, s1, s2 = _cos_sin_rows(cos_ptr, sin_ptr, b * cs_b + n * cs_n, b * ss_b + n * ss_n, pos_ok, half,
+                                       cs_r, ss_r, BLOCK_S, BLOCK_HALF, INTERLEAVED)
+        if BACKWARD:  # the transpose of the rotation (see the module docstring)
+            s1, s2 = -s2, -s1
+        _rope_heads(q_ptr, qo_ptr, b * qs_b + n * qs_n, b * qos_b + n * qos_n, pos_ok, c1, c2, s1, s2,
+                    n_q_heads, head_dim, half, qs_h, qs_d, qos_h, qos_d,
+                    BLOCK_S, BLOCK_H, BLOCK_HALF, BLOCK_PASS, INTERLEAVED, HAS_PASS)
+        _rope_heads(k_ptr, ko_ptr, b * ks_b + n * ks_n, b * kos_b + n * kos_n, pos_ok, c1, c2, s1, s2,
+                    n_k_heads, head_dim, half, ks_h, ks_d, kos_h, kos_d,
+                    BLOCK_S, BLOCK_H, BLOCK_HALF, BLOCK_PASS, INTERLEAVED, HAS_PASS)
+
+
+@dataclass(frozen=True)
+class RopeTile:
+    """How a launch tiles the work: blocks of `positions` positions, each tensor's heads in
+    tiles of `heads` ([positions, heads, R/2] elements a half), `num_warps` warps a program,
+    and `programs_per_sm` programs an SM for a persistent grid (0: one program a block).
+    positions, heads and num_warps are powers of two."""
+    positions: int
+    heads: int
+    num_warps: int = 4
+    programs_per_sm: int = 0
+
+    def check(self) -> None:
+        for name in ("positions", "heads", "num_warps", "programs_per_sm"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"tile.{name} must be an int, got {type(value).__name__}")
+        for name, value in (("positions", self.positions), ("heads", self.heads), ("num_warps", self.num_warps)):
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"tile.{name} must be a power of two, got {value}")
+        if self.num_warps > 32:
+            raise ValueError(f"tile.num_warps must be at most 32, got {self.num_warps}")
+        if self.programs_per_sm < 0:
+            raise ValueError(f"tile.programs_per_sm must be >= 0, got {self.programs_per_sm}")
 
 
 @functools.lru_cache(maxsize=1024)
-def _tile_config(n_pos: int, q_heads: int, k_heads: int, head_dim: int, rot: int) -> dict[str, int]:
-    """Block sizes: q and k both in tiles of as many heads as k has (at most TILE_ELEMENTS's
-    worth), and positions stacked until a tile holds TILE_ELEMENTS. One head count for both
-    keeps k's tiles as large as q's: with GQA's few k heads in a tile of one position, a
-    thread would load k in 64-bit pieces instead of 128-bit ones."""
-    block_half = next_power_of_2(rot // 2)
-    per_head = 2 * block_half
+def default_tile(n_pos: int, q_heads: int, k_heads: int, rot: int) -> RopeTile:
+    """The op's tiling: q and k both in tiles of as many heads as k has (at most
+    TILE_ELEMENTS's worth), positions stacked until a tile holds TILE_ELEMENTS, 4 warps, one
+    program a block. One head count for both keeps k's tiles as large as q's: with GQA's few
+    k heads in a tile of one position, a thread would load k in 64-bit pieces instead of
+    128-bit ones."""
+    per_head = 2 * next_power_of_2(rot // 2)
     block_h = min(next_power_of_2(q_heads), next_power_of_2(k_heads), max(1, TILE_ELEMENTS // per_head))
     block_s = min(next_power_of_2(n_pos), max(1, TILE_ELEMENTS // (per_head * block_h)))
-    return dict(BLOCK_S=block_s, BLOCK_H=block_h,
-                BLOCK_HALF=block_half, BLOCK_PASS=next_power_of_2(max(1, head_dim - rot)))
+    return RopeTile(positions=block_s, heads=block_h)
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(device: torch.device) -> int:
+    """The GPU's SMs, for a persistent grid; 1 under the interpreter, so that each of a
+    persistent grid's few programs walks several blocks there too."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
 Meta = tuple  # (shape, strides, dtype, device) of one tensor: meta_of(t)
@@ -217,30 +276,38 @@ def _bnhd(s: tuple[int, ...]) -> tuple[int, int, int, int]:
 
 @functools.lru_cache(maxsize=1024)
 def _plan(q_shape, q_stride, k_shape, k_stride, cos_shape, cos_stride, sin_shape, sin_stride,
-          interleaved: bool, backward: bool) -> tuple:
-    """Everything a call does besides allocating and launching, worked out once per layout:
-    (q out strides, k out strides, grid or None when there is nothing to rotate, the kernel's
-    integer arguments, its constexprs). Arguments already validated."""
+          interleaved: bool, backward: bool, tile: RopeTile | None, device: torch.device) -> tuple:
+    """Everything a call does besides allocating and launching, worked out once per layout
+    and tile (None: `default_tile`): (q out strides, k out strides, grid or None when there
+    is nothing to rotate, the kernel's integer arguments, its constexprs, num_warps).
+    Arguments already validated."""
     batch, q_heads, seq, head_dim = q_shape
     k_heads, rot = k_shape[1], cos_shape[-1]
     n_pos = batch * seq
     qo_stride, ko_stride = _out_strides(q_shape, q_stride), _out_strides(k_shape, k_stride)
     if not (n_pos and (q_heads or k_heads) and head_dim):
-        return qo_stride, ko_stride, None, (), {}
-    meta = _tile_config(n_pos, q_heads, k_heads, head_dim, rot)
+        return qo_stride, ko_stride, None, (), {}, 4
+    tile = tile or default_tile(n_pos, q_heads, k_heads, rot)
+    n_blocks = cdiv(n_pos, tile.positions)
+    programs = min(n_blocks, tile.programs_per_sm * _sm_count(device)) if tile.programs_per_sm else n_blocks
     ints = (n_pos, seq, q_heads, k_heads, head_dim, rot // 2,
             *_bnhd(q_stride), *_bnhd(k_stride), *_bnhd(qo_stride), *_bnhd(ko_stride),
             *_cos_sin_strides("cos", cos_shape, cos_stride, batch, seq),
             *_cos_sin_strides("sin", sin_shape, sin_stride, batch, seq))
-    return (qo_stride, ko_stride, (cdiv(n_pos, meta["BLOCK_S"]),), ints,
-            dict(meta, INTERLEAVED=interleaved, HAS_PASS=rot < head_dim, BACKWARD=backward))
+    constexprs = dict(BLOCK_S=tile.positions, BLOCK_H=tile.heads, BLOCK_HALF=next_power_of_2(rot // 2),
+                      BLOCK_PASS=next_power_of_2(max(1, head_dim - rot)), INTERLEAVED=interleaved,
+                      HAS_PASS=rot < head_dim, BACKWARD=backward)
+    return qo_stride, ko_stride, (programs,), ints, constexprs, tile.num_warps
 
 
 @functools.lru_cache(maxsize=1024)
-def _checked_plan(q: Meta, k: Meta, cos: Meta, sin: Meta, interleaved: bool, backward: bool) -> tuple:
-    """_plan after _validate: a layout, dtype and device validated once is not validated again."""
+def _checked_plan(q: Meta, k: Meta, cos: Meta, sin: Meta, interleaved: bool, backward: bool,
+                  tile: RopeTile | None) -> tuple:
+    """_plan after _validate: a layout, dtype, device and tile validated once is not validated again."""
     _validate(q, k, cos, sin, interleaved)
-    return _plan(q[0], q[1], k[0], k[1], cos[0], cos[1], sin[0], sin[1], interleaved, backward)
+    if tile is not None:
+        tile.check()
+    return _plan(q[0], q[1], k[0], k[1], cos[0], cos[1], sin[0], sin[1], interleaved, backward, tile, q[3])
 
 
 def _check_tensors(*named: tuple[str, object]) -> None:
@@ -249,44 +316,49 @@ def _check_tensors(*named: tuple[str, object]) -> None:
 
 
 def _rotate(q, k, cos, sin, plan: tuple, backward: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    qo_stride, ko_stride, grid, ints, constexprs = plan
+    qo_stride, ko_stride, grid, ints, constexprs, num_warps = plan
     qo = torch.empty_strided(q.shape, qo_stride, dtype=q.dtype, device=q.device)
     ko = torch.empty_strided(k.shape, ko_stride, dtype=k.dtype, device=k.device)
     if grid is not None:
         # cos and sin themselves: their (B, N, R) views start at the same element.
         Launch("rope_bwd" if backward else "rope_fwd", _rope_kernel, grid, (q, k, qo, ko, cos, sin, *ints),
-               constexprs, num_warps=4, num_stages=1)()
+               constexprs, num_warps=num_warps, num_stages=1)()
     return qo, ko
 
 
-def _rotate_validated(q, k, cos, sin, interleaved, backward: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _rotate_validated(q, k, cos, sin, interleaved, backward: bool,
+                      tile: RopeTile | None) -> tuple[torch.Tensor, torch.Tensor]:
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(cos, torch.Tensor)
             and isinstance(sin, torch.Tensor)):
         _check_tensors(("q", q), ("k", k), ("cos", cos), ("sin", sin))
     if type(interleaved) is not bool:  # raises; not in the cache, where 1 == True would share a key
         _validate(meta_of(q), meta_of(k), meta_of(cos), meta_of(sin), interleaved)
-    plan = _checked_plan(meta_of(q), meta_of(k), meta_of(cos), meta_of(sin), interleaved, backward)
+    if tile is not None and type(tile) is not RopeTile:
+        raise TypeError(f"tile must be a RopeTile or None, got {type(tile).__name__}")
+    plan = _checked_plan(meta_of(q), meta_of(k), meta_of(cos), meta_of(sin), interleaved, backward, tile)
     return _rotate(q, k, cos, sin, plan, backward)
 
 
 def rope_fwd(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-             interleaved: bool) -> tuple[torch.Tensor, torch.Tensor]:
+             interleaved: bool, tile: RopeTile | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Launcher for the forward pass: (q rotated, k rotated), each dense in its input's layout
-    ((B, N, H, D) in memory where the input's head stride is below its sequence stride)."""
-    return _rotate_validated(q, k, cos, sin, interleaved, backward=False)
+    ((B, N, H, D) in memory where the input's head stride is below its sequence stride).
+    tile: the kernel's tiling; None takes `default_tile`'s."""
+    return _rotate_validated(q, k, cos, sin, interleaved, False, tile)
 
 
 def rope_bwd(grad_q: torch.Tensor, grad_k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-             interleaved: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launcher for the backward pass: (dq, dk) from the gradients of the rotated q and k."""
-    return _rotate_validated(grad_q, grad_k, cos, sin, interleaved, backward=True)
+             interleaved: bool, tile: RopeTile | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launcher for the backward pass: (dq, dk) from the gradients of the rotated q and k;
+    tile as for rope_fwd."""
+    return _rotate_validated(grad_q, grad_k, cos, sin, interleaved, True, tile)
 
 
 def _rope_bwd_checked(grad_q, grad_k, cos, sin, interleaved):
     """rope_bwd for the eager backward, without validation: cos and sin passed the forward's,
     and autograd hands gradients of the outputs' shapes, dtype and device."""
     plan = _plan(grad_q.shape, grad_q.stride(), grad_k.shape, grad_k.stride(), cos.shape, cos.stride(),
-                 sin.shape, sin.stride(), interleaved, True)
+                 sin.shape, sin.stride(), interleaved, True, None, grad_q.device)
     return _rotate(grad_q, grad_k, cos, sin, plan, backward=True)
 
 
