@@ -217,10 +217,10 @@ def test_bad_tile_names_the_field(device):
 
 
 def test_default_tile():
-    # Llama-3-8B (32/8 heads): tiles of k's 8 heads, 4 positions a program; without GQA every
-    # head at a position in one tile.
-    assert rope_module.default_tile(4 * 2048, 32, 8, 128) == rope_module.RopeTile(4, 8, 4, 0)
-    assert rope_module.default_tile(4 * 2048, 32, 32, 128).positions == 1
+    # Llama-3-8B (32/8 heads): tiles of k's 8 heads, 8 positions a program; without GQA every
+    # head at a position in one tile, two positions.
+    assert rope_module.default_tile(4 * 2048, 32, 8, 128) == rope_module.RopeTile(8, 8, 4, 0)
+    assert rope_module.default_tile(4 * 2048, 32, 32, 128).positions == 2
     assert rope_module.default_tile(100, 2, 1, 16).positions == 128  # small heads: positions stack
 
 
