@@ -3,7 +3,6 @@
 backends and tritonkit's Triton path, all in one process (triton.testing.do_bench, median).
 
   PYTHONPATH=src TRITONKIT_AUTOTUNE=0 python3 benchmarks/bench_gluon_attention.py [--quick] [--backward]
-  PYTHONPATH=src python3 benchmarks/bench_gluon_attention.py --softcap 50 [--head-dims 64,128,256]
 
 TFLOP/s count 4*B*H*Nq*Nk*D (halved when causal). Each row also prints the Gluon output's
 largest difference from cuDNN's. Variants of the tile config (ring depth) are timed beside the
@@ -14,12 +13,6 @@ and FlashAttention-2 backward (autograd through SDPA with the backend forced) an
 backward: TFLOP/s count 10*B*H*Nq*Nk*D (2.5 forwards, halved when causal), medians of a few
 CUDA-event-timed calls (a call at N=16384 takes about a second). Each Gluon stage (preprocess,
 dK/dV, dQ) is also timed alone.
-
---softcap C times the softcapped forward (B=4, 32 query / 8 kv heads, N=4096, causal) beside the
-same kernel without a softcap, for each share of the softmax's exp2s on the FMA pipe
-(EXP2_FMA_COLS of a key block's columns: 0 = all on the MUFU, up to half; the launcher's own share
-marked *), each launched as launch_args builds it with that share. Each row gives TFLOP/s, the
-ratio to the uncapped kernel, and the largest differences of o and lse from the all-MUFU softcap.
 """
 import argparse
 import math
@@ -153,51 +146,16 @@ def backward_main(opts) -> None:
     print(f"elapsed {time.time() - t_start:.0f} s")
 
 
-def softcap_main(opts) -> None:
-    B, H, Hkv, N = 4, 32, 8, 4096
-    flops = 4 * B * H * N * N * 0.5                     # causal; times D below
-    print(f"{'D':>4} {'softcap':>7} {'EXP2_FMA_COLS':>13} | {'TFLOP/s':>7} {'/plain':>6} | "
-          f"{'max|o - o(0)|':>13} {'max|lse - lse(0)|':>17}")
-    for D in opts.head_dims:
-        torch.manual_seed(0)
-        q = torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        block_n, _ = gluon_fwd.tile_config(D)
-        shipped = gluon_fwd.exp2_fma_cols(block_n, opts.softcap)
-        # The uncapped kernel first and again last (the drift over the sweep), the shares between.
-        runs = [(0.0, 0)] + [(opts.softcap, block_n * eighths // 8) for eighths in range(5)] + [(0.0, 0)]
-        plain = all_mufu = None
-        for softcap, share in runs:
-            o, lse = torch.empty_like(q), torch.empty(B, H, N, device="cuda")
-            grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, True, D ** -0.5, softcap)
-            kwargs = dict(kwargs, EXP2_FMA_COLS=share)
-            fn = lambda: gluon_fwd._attn_fwd_kernel[grid](*args, **kwargs)
-            fn()
-            rate = flops * D / triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median") / 1e9
-            plain = plain or rate
-            diffs = ""
-            if softcap:
-                all_mufu = all_mufu or (o.clone(), lse.clone())
-                diffs = (f"{(o.float() - all_mufu[0].float()).abs().max().item():13.2e} "
-                         f"{(lse - all_mufu[1]).abs().max().item():17.2e}")
-            label = f"{share}{'*' if softcap and share == shipped else ''}"
-            print(f"{D:>4} {softcap:>7g} {label:>13} | {rate:7.0f} {rate / plain:6.3f} | {diffs}", flush=True)
-        del q, k, v
-        torch.cuda.empty_cache()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--backward", action="store_true")
-    ap.add_argument("--softcap", type=float, default=0.0)
-    ap.add_argument("--head-dims", type=lambda s: [int(d) for d in s.split(",")], default=[128])
     ap.add_argument("--deadline", type=float, default=240.0)
     opts = ap.parse_args()
-    if opts.backward or opts.softcap:
+    if opts.backward:
         print(f"torch {torch.__version__} triton {triton.__version__} cudnn {torch.backends.cudnn.version()} "
               f"{torch.cuda.get_device_name()}")
-        return backward_main(opts) if opts.backward else softcap_main(opts)
+        return backward_main(opts)
     t_start = time.time()
     print(f"torch {torch.__version__} triton {triton.__version__} cudnn {torch.backends.cudnn.version()} "
           f"{torch.cuda.get_device_name()}")

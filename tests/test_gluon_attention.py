@@ -35,7 +35,6 @@ def test_structure_for_sm90(D, causal):
     kernel = _compiled(D, causal)
     _check_structure(kernel, D)
     assert "tanh.approx" not in kernel.ptx          # the softcap's code is constexpr-guarded away
-    assert "add.rm.f32" not in kernel.ptx           # every exp2 on the MUFU: no FMA-pipe share
 
 
 @pytest.mark.parametrize("D", [64, 128, 256])
@@ -45,16 +44,6 @@ def test_softcap_structure_for_sm90(D):
     kernel = _compiled(D, True, softcap=50.0)
     _check_structure(kernel, D)
     assert "tanh.approx.f32" in kernel.ptx
-    # A share of the softmax's exp2s on the FMA pipe (tritonkit.gluon.exp2): of a thread's
-    # block_n / 2 scores in a key block, those in the first EXP2_FMA_COLS columns take the
-    # polynomial (one add.rm.f32 each, its floor), the others and the rescale alpha of the
-    # thread's two rows the MUFU. The PTX holds 8 softmax steps: in each of the two consumers,
-    # block 0 unmasked and masked and the two key loops.
-    block_n, _ = gluon_fwd.tile_config(D)
-    share = gluon_fwd.exp2_fma_cols(block_n, 50.0)
-    assert 0 < share < block_n and share % 8 == 0
-    assert kernel.ptx.count("add.rm.f32") == 8 * share // 2
-    assert kernel.ptx.count("ex2.approx") == 8 * ((block_n - share) // 2 + 2)
     # Its qk_scale is the tanh's input factor scale / c (the cap folded in, as the Triton path's).
     q = torch.empty(1, 2, 64, D, dtype=torch.bfloat16)
     _, args, kwargs = gluon_fwd.launch_args(q, q, q, q, torch.empty(1, 2, 64), True, 0.125, 50.0)
@@ -161,25 +150,11 @@ def test_float16_negative_scale_and_packed_layout(D):
     _check(q, k, v, False)
 
 
-def _forward_with_share(q, k, v, causal, scale, softcap, share):
-    """The Gluon forward launched with another share of FMA-pipe exp2 columns (EXP2_FMA_COLS)
-    than the launcher's, as the benchmark's sweep launches it."""
-    o, lse = torch.empty_like(q), torch.empty(q.shape[:3], device=q.device)
-    s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, s, softcap)
-    gluon_fwd._attn_fwd_kernel[grid](*args, **dict(kwargs, EXP2_FMA_COLS=share))
-    return o, lse
-
-
-def _check_softcap(q, k, v, causal, softcap, scale=None, share=None):
-    """The softcapped forward (the launcher's, or with `share` FMA-pipe exp2 columns) against
-    the float64 reference (torch's error in the same dtype, with the same cap, the yardstick)
-    and against the Triton path's softcap."""
+def _check_softcap(q, k, v, causal, softcap, scale=None):
+    """The softcapped forward against the float64 reference (torch's error in the same dtype,
+    with the same cap, the yardstick) and against the Triton path's softcap."""
     assert gluon_fwd.supported(q, k, v, causal, scale)
-    if share is None:
-        o, lse = attention_fwd(q, k, v, causal, scale, softcap=softcap, gluon=True)
-    else:
-        o, lse = _forward_with_share(q, k, v, causal, scale, softcap, share)
+    o, lse = attention_fwd(q, k, v, causal, scale, softcap=softcap, gluon=True)
     kw = dict(softcap=softcap, return_lse=True)
     ref, ref_lse = attention_reference(q, k, v, causal, scale, **kw)
     same, same_lse = attention_reference(q, k, v, causal, scale, upcast=False, **kw)
@@ -206,12 +181,6 @@ SOFTCAP_CASES = [
     (2, 4, 2, 300, 300, 128, False, 8.0, -0.5),    # a negative scale: tanh is odd, the max still on tanh
     (1, 2, 2, 1100, 1100, 128, True, 50.0, None),  # several laps of the rings
     (4, 16, 8, 777, 777, 128, False, 20.0, None),  # persistent programs taking several tiles
-    # The FMA-pipe exp2 share: scores spread over the whole cap (exponents down past its clamp at
-    # -127, to -144), and a last key block of one key (the share's other columns all masked)
-    (2, 4, 2, 300, 300, 128, True, 50.0, 3.0),
-    (1, 2, 2, 257, 257, 128, True, 50.0, None),
-    # D=256 (64-key blocks): rows of warpgroup 0 meet fully masked blocks in the causal band
-    (1, 2, 1, 1000, 1000, 256, True, 50.0, 3.0),
 ]
 
 
@@ -220,15 +189,6 @@ SOFTCAP_CASES = [
 @pytest.mark.parametrize("B, H, Hkv, Nq, Nk, D, causal, softcap, scale", SOFTCAP_CASES)
 def test_softcap_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal, softcap, scale):
     _check_softcap(*_qkv(B, H, Hkv, Nq, Nk, D), causal, softcap, scale)
-
-
-@pytest.mark.gpu
-@needs_hopper
-@pytest.mark.parametrize("D, share", [(128, 0), (128, 16), (128, 48), (128, 64), (128, 128), (256, 8), (256, 32)])
-def test_softcap_every_exp2_share(D, share):
-    # Each share the benchmark sweeps (0: every exp2 on the MUFU; all columns: none), on scores
-    # over the whole cap and a ragged causal tail.
-    _check_softcap(*_qkv(2, 4, 2, 333, 333, D), True, 50.0, scale=3.0, share=share)
 
 
 @pytest.mark.gpu

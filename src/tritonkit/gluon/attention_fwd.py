@@ -6,10 +6,7 @@ hk = h // (H // Hkv), causal top-left aligned (query i sees keys j <= i, as SDPA
 lse[b, h, i] = log sum_j exp(s_ij) in natural-log units, float32, which both backwards read.
 With a softcap c (Gemma 2; SOFTCAP = c, a constexpr, 0 for none) the scores are c tanh(s_ij / c),
 in the softmax and in lse alike; tanh is the GPU's `tanh.approx.f32`, as in the Triton kernels
-(`tritonkit.ops.attention.scores` has the formula and its accuracy). Each capped score then costs
-two multi-function-unit (MUFU) operations, tanh and exp2, so a share of a key block's columns
-(EXP2_FMA_COLS, `exp2_fma_cols`) takes its exp2 as a polynomial on the FMA pipe instead
-(`tritonkit.gluon.exp2`: relative error below 1e-4, far under P's bfloat16 rounding).
+(`tritonkit.ops.attention.scores` has the formula and its accuracy).
 
 A tile is 128 query rows of one (batch, head). Full attention runs a persistent grid (one
 program per SM, taking tiles round-robin); causal, one tile per program, longest first. Each
@@ -53,7 +50,6 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from .._launch import Launch, target_capability
 from .._layout import cdiv
 from ..ops.attention.scores import kernel_qk_scale
-from .exp2 import exp2_split
 
 LN2 = 0.6931471805599453
 ROWS_PER_WARPGROUP = 64      # wgmma's M per warpgroup: 4 warps x 16 rows
@@ -72,24 +68,6 @@ def tile_config(head_dim: int) -> tuple[int, int]:
     D=64: 16 KB + 2 x 32 KB (a third buffer measured slower); D=128: 32 KB + 2 x 64 KB; D=256: 64 KB + 2 x 64 KB (64-key blocks,
     so that S (32 registers) beside O (128) and P fit the 240-register budget)."""
     return {64: (128, 2), 128: (128, 2), 256: (64, 2)}[head_dim]
-
-
-def exp2_fma_cols(block_n: int, softcap: float) -> int:
-    """How many of a key block's block_n score columns take 2^x on the FMA pipe
-    (`tritonkit.gluon.exp2.exp2_fma`) rather than the MUFU's ex2: a tuning parameter like a tile
-    size (the benchmark's --softcap sweep launches others).
-
-    With a softcap a score costs two MUFU operations (tanh, exp2), each holding the unit 8 cycles
-    of a warp scheduler (16 lanes a cycle per SM), against about 8 other instructions a score at
-    one issue cycle each: the MUFU bounds the softmax. The polynomial costs 8 issue cycles an
-    element and no MUFU. After the row max, a score on the MUFU costs 8 MUFU cycles and about
-    3.5 issue cycles (its ex2, the FMA forming its exponent, its add into l, half a bf16 pack),
-    one on the FMA pipe 10.5 issue cycles: a share s evens them at 8 (1 - s) = 3.5 + 7 s, s = 0.3;
-    a quarter leaves the MUFU the bound by a little, where in-order issue loses the least to
-    an imperfect interleaving. Without a softcap, 0: one MUFU operation a score, and the plain
-    kernels as they were. A multiple of 8: wgmma's accumulator gives each thread 2 of every 8
-    columns, so halving the columns down to 8 splits each thread's registers and moves no data."""
-    return block_n // 4 if softcap else 0
 
 
 # ---------------------------------------------------------------------------------------
@@ -180,8 +158,8 @@ def _softcap_tanh(qk, cap_in):
 
 
 @gluon.jit
-def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA_COLS: gl.constexpr):
+def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale,
+                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr):
     # Online softmax of one key block in base 2 (qk_scale = scale * log2 e):
     #   m' = max(m, max_j s_j * qk_scale),  p_j = 2^(s_j * qk_scale - m'),
     #   alpha = 2^(m - m'),  l' = alpha * l + sum_j p_j.
@@ -209,17 +187,10 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, 
         qk = gl.where(keep, qk, float("-inf"))
     if MAX_SCALED:
         m_new = gl.maximum(m_i, gl.max(qk, axis=1) * row_scale)
-        x = qk * row_scale - gl.expand_dims(m_new, 1)
+        p = gl.exp2(qk * row_scale - gl.expand_dims(m_new, 1))
     else:
         m_new = gl.maximum(m_i, gl.max(qk, axis=1))
-        x = qk - gl.expand_dims(m_new, 1)
-    # The first EXP2_FMA_COLS columns' 2^x on the FMA pipe, the rest (and alpha) on the MUFU.
-    # Without a share gl.exp2 stays inline: a call, even one reaching the same gl.exp2, adds
-    # inlined-scope debug labels to the PTX, and those alone move ptxas's schedule.
-    if EXP2_FMA_COLS > 0:
-        p = exp2_split(x, EXP2_FMA_COLS)
-    else:
-        p = gl.exp2(x)
+        p = gl.exp2(qk - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
     l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_new
@@ -228,8 +199,7 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, 
 @gluon.jit
 def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
                     my_turn, other_turn, WG: gl.constexpr, row0, Nk, qk_scale,
-                    MASKED: gl.constexpr, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
-                    EXP2_FMA_COLS: gl.constexpr):
+                    MASKED: gl.constexpr, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr):
     # Block j >= 1 of a tile (c: the same block counted over the program's tiles): S(j) and
     # P(j-1) V(j-1) in flight together, softmax(j) under the latter.
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -253,7 +223,7 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
     qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk, ))
     mbarrier.arrive(k_empty.index(s), count=1)
     p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS,
-                                       SOFTCAP, EXP2_FMA_COLS)
+                                       SOFTCAP)
     pb_next = gl.convert_layout(p.to(q.dtype), p_layout)
     # pb is the register operand of the product in flight: a dependency of the wait that
     # retires it, so its registers are not reused before the tensor cores have read them.
@@ -266,7 +236,7 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
 @gluon.jit
 def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
                    v_empty, my_turn, other_turn, o_desc, LSE, H, Nq, Nk, qk_scale,
-                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA_COLS: gl.constexpr):
+                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr):
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -289,11 +259,9 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     if n_full > 0:
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, 0, Nk, qk_scale, False, CAUSAL, SCALE_POS, SOFTCAP,
-                                           EXP2_FMA_COLS)
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, 0, Nk, qk_scale, False, CAUSAL, SCALE_POS, SOFTCAP)
     else:
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, 0, Nk, qk_scale, True, CAUSAL, SCALE_POS, SOFTCAP,
-                                           EXP2_FMA_COLS)
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, 0, Nk, qk_scale, True, CAUSAL, SCALE_POS, SOFTCAP)
     pb = gl.convert_layout(p.to(q.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
@@ -301,11 +269,11 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
     for j in range(1, n_full):
         acc, pb, m_i, l_i = _consumer_block(c + j, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
-                                            False, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA_COLS)
+                                            False, CAUSAL, SCALE_POS, SOFTCAP)
     for j in range(gl.maximum(n_full, 1), n_kv):
         acc, pb, m_i, l_i = _consumer_block(c + j, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA_COLS)
+                                            True, CAUSAL, SCALE_POS, SOFTCAP)
 
     # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
     # every S product has retired) and a TMA store that drops rows past Nq.
@@ -328,7 +296,7 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
               turn, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale,
-              CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA_COLS: gl.constexpr):
+              CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr):
     BLOCK_M: gl.constexpr = q_smem.shape[1]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     q = q_smem.index(WG)
@@ -339,7 +307,7 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         mbarrier.wait(q_ready.index(WG), ti & 1)
         _consumer_tile(WG, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
                        turn.index(WG), turn.index(1 - WG), o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS,
-                       SOFTCAP, EXP2_FMA_COLS)
+                       SOFTCAP)
         tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
         mbarrier.arrive(q_empty.index(WG), count=1)
         c += n_kv
@@ -349,17 +317,17 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
 @gluon.jit
 def _consumer0(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
                n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, EXP2_FMA_COLS: gl.constexpr):
+               SOFTCAP: gl.constexpr):
     _consumer(0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA_COLS)
+              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP)
 
 
 @gluon.jit
 def _consumer1(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
                n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, EXP2_FMA_COLS: gl.constexpr):
+               SOFTCAP: gl.constexpr):
     _consumer(1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA_COLS)
+              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP)
 
 
 @gluon.jit
@@ -370,10 +338,9 @@ def _attn_fwd_kernel(
     # softcap c scale / c); tiles: n_m row blocks of 128 per head, n_tiles = n_m * H * B, taken
     # round-robin by the programs
     Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles,
-    # meta (SOFTCAP: the cap c, 0 for none; EXP2_FMA_COLS: how many of a key block's columns take
-    # 2^x on the FMA pipe, 0 for all on the MUFU)
-    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA_COLS: gl.constexpr,
-    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    # meta (SOFTCAP: the cap c, 0 for none)
+    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -405,9 +372,9 @@ def _attn_fwd_kernel(
 
     gl.warp_specialize([
         (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
-                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA_COLS)),
+                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP)),
         (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
-                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA_COLS)),
+                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
                      v_empty, n_tiles, n_m, H, GROUP, Nk, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -494,9 +461,8 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(k, block_n), _descriptor(v, block_n),
             _descriptor(o, ROWS_PER_WARPGROUP), lse, Nq, k.shape[2], H, H // k.shape[1],
             kernel_qk_scale(scale, softcap), n_m, n_tiles)
-    kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap),
-                  EXP2_FMA_COLS=exp2_fma_cols(block_n, softcap), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
-                  PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+    kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap), STAGES=stages,
+                  CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
     # Full attention: persistent, one program per SM (one fits: 240+240+24 registers x 128
     # threads) taking tiles round-robin, so a program's next K/V blocks load under its last
     # tile's epilogue. Causal: one tile per program, longest first, which the hardware's block
