@@ -162,7 +162,7 @@ def _gated_kernel(
     if STORE_H:
         h_off = (i0 * hs0 + i1 * hs1 + i2 * hs2)[:, None] + cols * h_col
     else:
-        h_off = p_off  # not read
+        h_off = None
     mask = (rows < n_rows)[:, None] & (cols < n_cols)
     # Whole tiles go without a mask, so that no mask stands between Triton and 16-byte vectors.
     if ((row_block + 1) * BLOCK_M <= n_rows) & ((col_block + 1) * BLOCK_N <= n_cols):
