@@ -83,10 +83,10 @@ def make_mlp_forward(original, gated, packed: bool, tail=None):
     gated: the op (from `gated_op`), or None to choose it and `tail` from the module's config at each
     call (class-level patching, where no config is known yet; an activation without an op runs the
     original). tail: `gated_linear_op`'s op, or None. Where down_proj passes `_projections.shareable`
-    (a plain nn.Linear in the activations' dtype and device, gradients on, no autocast), the
-    activation and down_proj run as that one op, which keeps gate and up for the backward but not
-    h = act(gate) * up (recomputed there): one (tokens x intermediate) tensor less a layer, the
-    same bits.
+    (a plain nn.Linear in the activations' dtype and device, gradients on, no autocast), whatever
+    gate and up are, the activation and down_proj run as that one op, which keeps gate and up for
+    the backward but not h = act(gate) * up (recomputed there): one (tokens x intermediate) tensor
+    less a layer, the same bits.
     """
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         op, fused = (gated, tail) if gated is not None else (gated_op(self.config)[0], gated_linear_op(self.config))
@@ -101,10 +101,11 @@ def make_mlp_forward(original, gated, packed: bool, tail=None):
         pair = (self.gate_proj, self.up_proj)
         if _projections.shareable(pair, x):  # one input gradient for both (see _projections)
             gate, up = _projections.shared_linear(x, pair)
-            if fused is not None and _projections.shareable((down,), gate):
-                return fused(gate, up, down.weight, down.bias)
-            return down(op(gate, up))
-        return down(op(self.gate_proj(x), self.up_proj(x)))
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        if fused is not None and _projections.shareable((down,), gate):
+            return fused(gate, up, down.weight, down.bias)
+        return down(op(gate, up))
     functools.update_wrapper(forward, original)
     forward._tritonkit_original = original
     return forward
