@@ -254,6 +254,15 @@ def _dtensor_worker(rank: int, world: int) -> None:
     gate, up = torch.randn(2, 6, 16), torch.randn(2, 6, 16)
     out, = check(tritonkit.swiglu, [gate, up], [Shard(2), Shard(2)], what="swiglu")
     assert out.placements == (Shard(2),)
+    # gated_linear: the tokens (weight replicated, its gradient Partial), or the intermediate
+    # dim as a row-parallel down projection (the output Partial)
+    down = torch.randn(8, 16)
+    out, = check(tritonkit.gated_linear, [gate, up, down, torch.randn(8)], [Shard(1), Shard(1), Replicate(),
+                 Replicate()], what="gated_linear, tokens", exact=False)
+    assert out.placements == (Shard(1),)
+    out, = check(tritonkit.gated_linear, [gate, up, down], [Shard(2), Shard(2), Shard(1)],
+                 what="gated_linear, intermediate", exact=False)
+    assert out.placements == (Partial(),)
     # attention and RoPE: tensor parallelism shards the heads (GQA: H and Hkv alike); batch
     q = torch.randn(2, 4, 12, 16, dtype=torch.float16)
     k, v = (torch.randn(2, 2, 12, 16, dtype=torch.float16) for _ in range(2))
@@ -299,6 +308,8 @@ def _dtensor_worker(rank: int, world: int) -> None:
     refused(lambda: tritonkit.linear_cross_entropy(*(distribute_tensor(t, mesh, [p]) for t, p in zip(
         (hidden, weight, target), (Shard(0), Replicate(), Shard(0))))), "reduction='mean'")
     refused(lambda: tritonkit.swiglu(distribute_tensor(torch.randn(2, 6, 32), mesh, [Shard(2)])), "packed gate")
+    refused(lambda: tritonkit.gated_linear(*(distribute_tensor(t, mesh, [p]) for t, p in zip(
+        (gate, up, down, torch.randn(8)), (Shard(2), Shard(2), Shard(1), Replicate())))), "without a bias")
     refused(lambda: tritonkit.attention_varlen(*refused_varlen, distribute_tensor(cu, mesh, [Replicate()]),
                                                distribute_tensor(cu, mesh, [Replicate()]), 7, 7),
             "packed tokens and cu_seqlens stay whole")

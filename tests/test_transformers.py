@@ -297,6 +297,34 @@ def test_attn_implementation_and_patch_classes():
     assert transformers.AutoModelForCausalLM.from_config(_config("llama")).config._attn_implementation == "sdpa"
 
 
+def _saved_bytes(module, x) -> int:
+    """Bytes autograd saves for the backward while `module(x)` runs."""
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel() * t.element_size()) or t,
+                                                  lambda t: t):
+        module(x)
+    return sum(saved)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2", "phi3"])
+def test_patched_mlp_does_not_save_h(family, monkeypatch):
+    # down_proj runs as tritonkit.gated_linear: h = act(gate) * up is recomputed in the backward,
+    # so the MLP saves one (tokens x intermediate) tensor less than the swiglu/geglu path does,
+    # and less than transformers' own MLP (which also keeps act(gate) and x twice).
+    _skip_missing(_part_op(family, "mlp"), "gated_linear")
+    from tritonkit.transformers import _parts
+    base = _model(family)
+    x = torch.randn(2, 8, SMALL["hidden_size"], device=DEVICE, requires_grad=True)
+    theirs = _saved_bytes(base.model.layers[0].mlp, x)
+    patched = tkt.patch(copy.deepcopy(base), **_only("mlp"))
+    assert "gated_linear" in patched.tritonkit_report.replaced["mlp"], patched.tritonkit_report
+    ours = _saved_bytes(patched.model.layers[0].mlp, x)
+    monkeypatch.setattr(_parts, "gated_linear_op", lambda config: None)  # the activation op alone
+    unfused = _saved_bytes(tkt.patch(copy.deepcopy(base), **_only("mlp")).model.layers[0].mlp, x)
+    h_bytes = 2 * 8 * SMALL["intermediate_size"] * x.element_size()
+    assert ours == unfused - h_bytes and ours < theirs, (ours, unfused, theirs)
+
+
 def test_import_tritonkit_does_not_import_transformers():
     code = "import sys, tritonkit; assert 'transformers' not in sys.modules, 'transformers imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -15,7 +15,7 @@ import torch
 
 from .. import _runtime
 from ..registry import BenchCase, OpEntry, entries
-from .timing import (HOST_CHECK_BELOW_MS, copy_ceiling_gbs, host_bound_note, host_ms, l2_clear_ms,
+from .timing import (HOST_CHECK_BELOW_MS, copy_ceiling_gbs, held_bytes, host_bound_note, host_ms, l2_clear_ms,
                      matmul_ceiling_tflops, peak_extra_bytes, time_ms)
 
 
@@ -32,13 +32,15 @@ class Measurement:
     note: str = ""
     host_ms: float | None = None  # host time a call, measured for short cases on a GPU
     peak_bytes: int | None = None  # peak memory a call allocates beyond its inputs (BenchCase.memory)
+    held_bytes: int | None = None  # memory a call's result keeps after it returns (BenchCase.held)
 
 
 def _measure_case(op: str, case: BenchCase, device: torch.device, clear: float | None = None) -> list[Measurement]:
     """Every provider of one case; `clear`: the GPU ms of the L2 clear before each timed call."""
-    def row(provider, ms=None, note="", host=None, peak=None):
+    def row(provider, ms=None, note="", host=None, peak=None, held=None):
         rate = case.work / (ms * 1e-3) / (1e9 if case.unit == "GB/s" else 1e12) if ms else None
-        return Measurement(op, case.label, case.group, provider, case.unit, case.size, ms, rate, note, host, peak)
+        return Measurement(op, case.label, case.group, provider, case.unit, case.size, ms, rate, note, host, peak,
+                           held)
 
     if device.type == "cuda" and case.bytes_in_flight:
         free, _ = torch.cuda.mem_get_info()
@@ -54,7 +56,8 @@ def _measure_case(op: str, case: BenchCase, device: torch.device, clear: float |
             ms = time_ms(fn)
             host = host_ms(fn) if ms < HOST_CHECK_BELOW_MS else None
             peak = peak_extra_bytes(fn) if case.memory else None
-            results.append(row(name, ms, host_bound_note(ms, host, clear), host, peak))
+            held = held_bytes(fn) if case.held else None
+            results.append(row(name, ms, host_bound_note(ms, host, clear), host, peak, held))
         except Exception as err:  # a peer that cannot run a case must not end the run
             results.append(row(name, note=f"failed: {type(err).__name__}: {str(err).splitlines()[0][:80]}"))
         if device.type == "cuda":
@@ -75,6 +78,11 @@ def _seed_table(rows: list[Measurement], eager: str) -> str:
     return (f"Matrix Size: {rows[0].case}\n"
             f"PyTorch Eager Time ({eager}): {base.ms:.4f} ms\n"
             f"Triton Kernel Time (tritonkit): {ours.ms:.4f} ms (Speedup: {base.ms / ours.ms:.2f}x)\n")
+
+
+# Measurement fields of memory, and the words that introduce them under a case's row.
+_MEMORY_LINES = (("peak_bytes", "peak memory beyond the inputs"),
+                 ("held_bytes", "held after the call (output and what its graph saved for the backward)"))
 
 
 def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling: float,
@@ -103,9 +111,11 @@ def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling:
         if label in same_bytes and ours and ours.rate:
             lines.append(f"    a copy of the same bytes: {same_bytes[label]:.0f} GB/s; tritonkit at "
                          f"{100 * ours.rate / same_bytes[label]:.0f}% of it")
-        peaks = [f"{p} {by[p].peak_bytes / 2**30:.2f}" for p in providers if p in by and by[p].peak_bytes is not None]
-        if peaks:
-            lines.append("    peak memory beyond the inputs, GiB: " + ", ".join(peaks))
+        for field, what in _MEMORY_LINES:
+            figures = [f"{p} {getattr(by[p], field) / 2**30:.2f}" for p in providers
+                       if p in by and getattr(by[p], field) is not None]
+            if figures:
+                lines.append(f"    {what}, GiB: " + ", ".join(figures))
         for m in rows:
             if m.note:
                 lines.append(f"    {m.provider}: {m.note}")
@@ -156,7 +166,8 @@ def _summary(results: list[Measurement], ceilings: dict[str, float]) -> str:
 
 
 # Names that stand for several ops.
-GROUPS = {"blocks": ("rms_norm", "layer_norm", "rope", "swiglu", "geglu", "cross_entropy", "linear_cross_entropy")}
+GROUPS = {"blocks": ("rms_norm", "layer_norm", "rope", "swiglu", "geglu", "gated_linear", "cross_entropy",
+                    "linear_cross_entropy")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,6 +102,21 @@ def peak_extra_bytes(fn: Callable[[], object]) -> int | None:
     return torch.cuda.max_memory_allocated() - base
 
 
+def held_bytes(fn: Callable[[], object]) -> int | None:
+    """Bytes one call's result keeps allocated once the call has returned, beyond what was
+    allocated before it: for a forward with autograd recording, its output and every tensor
+    its graph saved for the backward (None under the interpreter)."""
+    if _runtime.INTERPRETED:
+        return None
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    result = fn()
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated() - base
+    del result
+    return held
+
+
 def copy_ceiling_gbs(device: torch.device, moved_bytes: float | None = None) -> float:
     """Device-to-device copy rate, bytes read + written: of 1 GiB fp32 (256 KiB on the CPU),
     or of a copy that moves `moved_bytes` in all (read + written), since small copies reach

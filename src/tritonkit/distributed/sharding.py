@@ -375,6 +375,56 @@ def _geglu_bwd_sharding(grad_out, gate, up, approximate):
     return _gated_strategies("geglu backward", gate, up, 1, 1, 1 if up is None else 2)
 
 
+# Gated linear (the MLP's activation and down projection): the tokens (any dim of gate but
+# the last) may be sharded, weight and bias replicated, the output sharded alike and the
+# weight's gradients Partial; or the intermediate dim (gate's and up's last, weight's dim 1:
+# a row-parallel down projection), the output then Partial, so without a bias (each rank
+# would add it). The output features (weight's dim 0) stay whole.
+
+def _gated_linear_strategies(op: str, gate, up, weight, bias, wants: tuple | None):
+    """Strategies for gated_linear_fwd (wants None: one output) or _bwd (grad_out first, the
+    four gradients' want_ flags given; an unwanted gradient is a (0,) placeholder)."""
+    last = gate.ndim - 1
+    split = up is not None and bias is None  # the intermediate dim may be sharded
+    why = ("gated_linear runs locally on shards of the tokens (any dim of gate but its last) or, for separate "
+           "gate and up without a bias, of the intermediate dim (gate's and up's last, weight's dim 1)")
+    _only_shard(op, "gate", gate, range(gate.ndim if split else last), why)
+    if up is not None:
+        _only_shard(op, "up", up, range(gate.ndim if split else last), why)
+    _only_shard(op, "weight", weight, (1,) if split else (), why)
+    if bias is not None:
+        _only_shard(op, "bias", bias, (), why)
+
+    def strategy(rows, grads, dy, w):
+        """(outputs, inputs) for gate and up placed as `rows`, the weight as `w`, grad_out as `dy`."""
+        inputs = [rows, _maybe(up, rows), w, _maybe(bias, Replicate()), None]
+        if wants is None:
+            return [grads[0]], inputs
+        present = (wants[0], wants[0] and up is not None, wants[1], wants[2] and bias is not None)
+        return [_nonempty(p, g) for p, g in zip(present, grads)], [dy, *inputs, None, None, None]
+
+    strategies = [strategy(Replicate(), [Replicate()] * 4, Replicate(), Replicate())]
+    for d in range(last):
+        sharded = Shard(d)
+        grads = [sharded] * 2 + [Partial()] * 2 if wants is not None else [sharded]
+        strategies.append(strategy(sharded, grads, sharded, Replicate()))
+    if split:
+        grads = [Shard(last), Shard(last), Shard(1), Replicate()] if wants is not None else [Partial()]
+        strategies.append(strategy(Shard(last), grads, Replicate(), Shard(1)))
+    return strategies
+
+
+@_rule("gated_linear_fwd")
+def _gated_linear_fwd_sharding(gate, up, weight, bias, activation):
+    return _gated_linear_strategies("gated_linear", gate, up, weight, bias, None)
+
+
+@_rule("gated_linear_bwd")
+def _gated_linear_bwd_sharding(grad_out, gate, up, weight, bias, activation, want_gate_up, want_weight, want_bias):
+    return _gated_linear_strategies("gated_linear backward", gate, up, weight, bias,
+                                    (want_gate_up, want_weight, want_bias))
+
+
 # RoPE: per (batch, head, position) element pairs within one head, so batch, heads (q by H,
 # k by Hkv) and positions may be sharded, never the head dim; cos and sin follow the batch
 # or position sharding where they have that dim, else stay replicated.

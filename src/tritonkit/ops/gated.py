@@ -110,9 +110,9 @@ def _store(ptrs, value, mask, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _gated_tile(gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, g_off, u_off, d_off, o_off, p_off, mask,
-                MASKED: tl.constexpr, ACTIVATION: tl.constexpr, PRECISE: tl.constexpr,
-                BACKWARD: tl.constexpr):
+def _gated_tile(gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, h_ptr, g_off, u_off, d_off, o_off, p_off, h_off,
+                mask, MASKED: tl.constexpr, ACTIVATION: tl.constexpr, PRECISE: tl.constexpr,
+                BACKWARD: tl.constexpr, STORE_H: tl.constexpr):
     g = _load(gate_ptr + g_off, mask, MASKED)
     up = _load(up_ptr + u_off, mask, MASKED)
     if BACKWARD:
@@ -120,6 +120,10 @@ def _gated_tile(gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, g_off, u_off, d_of
         a, slope = _activation_and_slope(g, ACTIVATION)
         _store(out_ptr + o_off, dout * up * slope, mask, MASKED)  # dgate
         _store(dup_ptr + p_off, dout * a, mask, MASKED)
+        if STORE_H:
+            # The forward's expression, so h has the forward's bits; stored after dout was
+            # loaded at the same offsets, so h may be written over dout (gated_linear does).
+            _store(h_ptr + h_off, _activation(g, ACTIVATION, PRECISE) * up, mask, MASKED)
     else:
         _store(out_ptr + o_off, _activation(g, ACTIVATION, PRECISE) * up, mask, MASKED)
 
@@ -127,16 +131,17 @@ def _gated_tile(gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, g_off, u_off, d_of
 @triton.jit
 def _gated_kernel(
     # pointers: forward reads gate, up and writes out; backward reads gate, up, dout and
-    # writes dgate (through out_ptr) and dup
-    gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr,
+    # writes dgate (through out_ptr) and dup, and with STORE_H also h = act(gate) * up (the
+    # forward's output, for a product that follows; h_ptr and its strides None otherwise)
+    gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, h_ptr,
     # shape: rows (3 collapsed dims; dim 0 implied) x columns
     n_rows, n_cols, size1, size2,
     # strides in elements: row dims 0..2 then the column stride, per tensor
     gs0, gs1, gs2, g_col, us0, us1, us2, u_col, ds0, ds1, ds2, d_col,
-    os0, os1, os2, o_col, ps0, ps1, ps2, p_col,
+    os0, os1, os2, o_col, ps0, ps1, ps2, p_col, hs0, hs1, hs2, h_col,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACTIVATION: tl.constexpr, PRECISE: tl.constexpr,
-    BACKWARD: tl.constexpr,
+    BACKWARD: tl.constexpr, STORE_H: tl.constexpr,
 ):
     # 64-bit offsets: a tensor may hold more than 2**31 elements.
     pid = tl.program_id(0).to(tl.int64)
@@ -154,14 +159,18 @@ def _gated_kernel(
     d_off = (i0 * ds0 + i1 * ds1 + i2 * ds2)[:, None] + cols * d_col
     o_off = (i0 * os0 + i1 * os1 + i2 * os2)[:, None] + cols * o_col
     p_off = (i0 * ps0 + i1 * ps1 + i2 * ps2)[:, None] + cols * p_col
+    if STORE_H:
+        h_off = (i0 * hs0 + i1 * hs1 + i2 * hs2)[:, None] + cols * h_col
+    else:
+        h_off = None
     mask = (rows < n_rows)[:, None] & (cols < n_cols)
     # Whole tiles go without a mask, so that no mask stands between Triton and 16-byte vectors.
     if ((row_block + 1) * BLOCK_M <= n_rows) & ((col_block + 1) * BLOCK_N <= n_cols):
-        _gated_tile(gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, g_off, u_off, d_off, o_off, p_off, mask,
-                    False, ACTIVATION, PRECISE, BACKWARD)
+        _gated_tile(gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, h_ptr, g_off, u_off, d_off, o_off, p_off, h_off,
+                    mask, False, ACTIVATION, PRECISE, BACKWARD, STORE_H)
     else:
-        _gated_tile(gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, g_off, u_off, d_off, o_off, p_off, mask,
-                    True, ACTIVATION, PRECISE, BACKWARD)
+        _gated_tile(gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, h_ptr, g_off, u_off, d_off, o_off, p_off, h_off,
+                    mask, True, ACTIVATION, PRECISE, BACKWARD, STORE_H)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -182,8 +191,10 @@ def _tile_config(n_rows: int, n_cols: int, backward: bool) -> tuple[int, int, in
 def _plan(shape: tuple[int, ...], strides: tuple[tuple[int, ...], ...], activation: int, precise: bool,
           backward: bool) -> tuple | None:
     """(grid, the kernel's integer arguments, its constexprs, num_warps) for tensors of this
-    shape and these strides (gate, up, dout, out, dup), worked out once per layout; None where
-    their dims do not collapse into ROW_DIMS row dims and a column dim."""
+    shape and these strides (gate, up, dout, out, dup, and h where the backward stores it),
+    worked out once per layout; None where their dims do not collapse into ROW_DIMS row dims
+    and a column dim."""
+    store_h = len(strides) == 6
     sizes, strides = collapse_dims(shape, *strides)
     if len(sizes) > ROW_DIMS + 1:
         return None
@@ -191,25 +202,30 @@ def _plan(shape: tuple[int, ...], strides: tuple[tuple[int, ...], ...], activati
     n_rows = math.prod(sizes[:-1])
     row_sizes = pad_front(sizes[:-1], ROW_DIMS, 1)[1:]
     strides = [s for st in strides for s in (*pad_front(st[:-1], ROW_DIMS, 0), st[-1])]
+    if not store_h:
+        strides += [None] * (ROW_DIMS + 1)  # h's: compiled in as constants, no arguments
     block_m, block_n, num_warps = _tile_config(n_rows, n_cols, backward)
     return ((cdiv(n_rows, block_m) * cdiv(n_cols, block_n),), (n_rows, n_cols, *row_sizes, *strides),
-            dict(BLOCK_M=block_m, BLOCK_N=block_n, ACTIVATION=activation, PRECISE=precise, BACKWARD=backward),
+            dict(BLOCK_M=block_m, BLOCK_N=block_n, ACTIVATION=activation, PRECISE=precise, BACKWARD=backward,
+                 STORE_H=store_h),
             num_warps)
 
 
-def _launch(shape, gate, up, dout, out, dup, activation: int, backward: bool) -> None:
+def _launch(shape, gate, up, dout, out, dup, activation: int, backward: bool, h=None) -> None:
     """Launch over `shape`. gate and out may be packed [gate, up] tensors, whose first half
-    (the same strides and first element) is what the kernel walks."""
-    plan = _plan(shape, (gate.stride(), up.stride(), dout.stride(), out.stride(), dup.stride()), activation,
+    (the same strides and first element) is what the kernel walks. h (backward only): where
+    to store act(gate) * up as well, bitwise the forward's output; it may be dout itself."""
+    strides = (gate.stride(), up.stride(), dout.stride(), out.stride(), dup.stride())
+    plan = _plan(shape, strides if h is None else (*strides, h.stride()), activation,
                  gate.dtype == torch.float32 and not INTERPRETED, backward)
     if plan is None:
         # Rare: inputs whose dims no stride pattern merges into four: run on contiguous copies
         # (the outputs, made here, always merge).
         n = shape[-1]
-        _launch(shape, *(t[..., :n].contiguous() for t in (gate, up, dout)), out, dup, activation, backward)
+        _launch(shape, *(t[..., :n].contiguous() for t in (gate, up, dout)), out, dup, activation, backward, h)
         return
     grid, ints, constexprs, num_warps = plan
-    Launch("gated_bwd" if backward else "gated_fwd", _gated_kernel, grid, (gate, up, dout, out, dup, *ints),
+    Launch("gated_bwd" if backward else "gated_fwd", _gated_kernel, grid, (gate, up, dout, out, dup, h, *ints),
            constexprs, num_warps=num_warps, num_stages=1)()
 
 
@@ -284,9 +300,11 @@ def gated_bwd(grad_out: torch.Tensor, gate: torch.Tensor, up: torch.Tensor | Non
     return _gated_bwd_checked(grad_out, gate, up, activation)
 
 
-def _gated_bwd_checked(grad_out, gate, up, activation: int) -> list[torch.Tensor]:
+def _gated_bwd_checked(grad_out, gate, up, activation: int, h=None) -> list[torch.Tensor]:
     """gated_bwd without validation, for the eager backward: gate and up passed the forward's,
-    and autograd hands a gradient of the output's shape, dtype and device."""
+    and autograd hands a gradient of the output's shape, dtype and device. h: a tensor of the
+    output's shape (grad_out itself allowed) into which the same launch writes the forward's
+    output, for gated_linear's weight gradient."""
     shape = grad_out.shape
     dgate = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
     if up is None:  # one packed gradient; the kernel writes dgate through its first half
@@ -295,7 +313,7 @@ def _gated_bwd_checked(grad_out, gate, up, activation: int) -> list[torch.Tensor
     else:
         grads = [dgate, dup := torch.empty(up.shape, dtype=up.dtype, device=up.device)]
     if grad_out.numel():
-        _launch(shape, gate, up, grad_out, dgate, dup, activation, backward=True)
+        _launch(shape, gate, up, grad_out, dgate, dup, activation, backward=True, h=h)
     return grads
 
 

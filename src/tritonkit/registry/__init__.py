@@ -19,7 +19,7 @@ import torch
 from ._fuzz import FuzzCase
 
 _ENTRY_MODULES = ("add", "softmax", "attention", "attention_varlen", "rms_norm", "layer_norm", "rope", "swiglu",
-                  "geglu", "cross_entropy", "linear_cross_entropy")
+                  "geglu", "gated_linear", "cross_entropy", "linear_cross_entropy")
 
 
 @dataclass
@@ -46,6 +46,8 @@ class BenchCase:
     seed_table: bool = False                 # also print the seed's "Matrix Size" table
     bytes_in_flight: int = 0                 # inputs + outputs, to skip cases that do not fit
     memory: bool = False                     # also report each provider's peak memory beyond its inputs
+    held: bool = False                       # also report what each provider's result keeps allocated
+                                             # (a forward's output and what its graph saved for backward)
 
 
 @dataclass

@@ -15,13 +15,13 @@ import tritonkit
 
 from . import _ahead, _projections, _residual
 
-# transformers' activation names -> (tritonkit op, its extra arguments)
+# transformers' activation names -> (tritonkit op, its extra arguments, gated_linear's activation)
 _GATED = {
-    "silu": ("swiglu", {}),
-    "swish": ("swiglu", {}),
-    "gelu_pytorch_tanh": ("geglu", {"approximate": "tanh"}),
-    "gelu_new": ("geglu", {"approximate": "tanh"}),
-    "gelu": ("geglu", {"approximate": "none"}),
+    "silu": ("swiglu", {}, "silu"),
+    "swish": ("swiglu", {}, "silu"),
+    "gelu_pytorch_tanh": ("geglu", {"approximate": "tanh"}, "gelu_tanh"),
+    "gelu_new": ("geglu", {"approximate": "tanh"}, "gelu_tanh"),
+    "gelu": ("geglu", {"approximate": "none"}, "gelu"),
 }
 
 
@@ -34,10 +34,19 @@ def gated_op(config):
     name = activation_name(config)
     if name not in _GATED:
         return None, f"activation {name!r} has no tritonkit gated op"
-    op, extra = _GATED[name]
+    op, extra, _ = _GATED[name]
     if not hasattr(tritonkit, op):
         return None, f"tritonkit.{op} is not available"
     return functools.partial(getattr(tritonkit, op), **extra), None
+
+
+def gated_linear_op(config):
+    """tritonkit.gated_linear with the family's activation (the activation and down_proj in one
+    op that does not keep h for the backward), or None."""
+    name = activation_name(config)
+    if name not in _GATED or not hasattr(tritonkit, "gated_linear"):
+        return None
+    return functools.partial(tritonkit.gated_linear, activation=_GATED[name][2])
 
 
 # ---------------------------------------------------------------- RMSNorm
@@ -66,24 +75,37 @@ def make_rms_norm_forward(original, weight_offset: float):
 
 # ---------------------------------------------------------------- gated MLP
 
-def make_mlp_forward(original, gated, packed: bool):
+def make_mlp_forward(original, gated, packed: bool, tail=None):
     """down(act(gate(x)) * up(x)) with the activation and product in one tritonkit op, and gate and
     up as one `_projections.shared_linear` (one input gradient) when it applies.
 
     packed: one gate_up projection with [gate, up] along the last dim (Phi-3), given whole to the op.
-    gated: the op (from `gated_op`), or None to choose it from the module's config at each call
-    (class-level patching, where no config is known yet; an activation without an op runs the original).
+    gated: the op (from `gated_op`), or None to choose it and `tail` from the module's config at each
+    call (class-level patching, where no config is known yet; an activation without an op runs the
+    original). tail: `gated_linear_op`'s op, or None. Where down_proj passes `_projections.shareable`
+    (a plain nn.Linear in the activations' dtype and device, gradients on, no autocast), whatever
+    gate and up are, the activation and down_proj run as that one op, which keeps gate and up for
+    the backward but not h = act(gate) * up (recomputed there): one (tokens x intermediate) tensor
+    less a layer, the same bits.
     """
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        op = gated if gated is not None else gated_op(self.config)[0]
+        op, fused = (gated, tail) if gated is not None else (gated_op(self.config)[0], gated_linear_op(self.config))
         if op is None:
             return original(self, x)
+        down = self.down_proj
         if packed:
-            return self.down_proj(op(self.gate_up_proj(x)))  # the op splits [gate, up] into views
+            gate_up = self.gate_up_proj(x)
+            if fused is not None and _projections.shareable((down,), gate_up):
+                return fused(gate_up, None, down.weight, down.bias)
+            return down(op(gate_up))  # the op splits [gate, up] into views
         pair = (self.gate_proj, self.up_proj)
         if _projections.shareable(pair, x):  # one input gradient for both (see _projections)
-            return self.down_proj(op(*_projections.shared_linear(x, pair)))
-        return self.down_proj(op(self.gate_proj(x), self.up_proj(x)))
+            gate, up = _projections.shared_linear(x, pair)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        if fused is not None and _projections.shareable((down,), gate):
+            return fused(gate, up, down.weight, down.bias)
+        return down(op(gate, up))
     functools.update_wrapper(forward, original)
     forward._tritonkit_original = original
     return forward

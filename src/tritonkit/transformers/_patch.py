@@ -163,7 +163,8 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
         module-level function, so this is family-wide (every model of the family in the process;
         `unpatch_classes` restores it). The result is the same function of its inputs.
     mlp: the gated MLP's activation-times-up runs tritonkit.swiglu / geglu, gate and up with one
-        input gradient (this model only).
+        input gradient, and while training, the activation and down_proj as tritonkit.gated_linear,
+        which does not keep h = act(gate) * up for the backward (this model only).
     loss: with labels and gradients on, the causal-LM loss runs tritonkit.linear_cross_entropy on
         the hidden states; the output's `logits` is then None (this model only).
 
@@ -216,10 +217,12 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
         found = [m for m in model.modules() if isinstance(m, mlp_cls)]
         gated, why = _parts.gated_op(config)
         if gated is not None and found:
+            tail = _parts.gated_linear_op(config)
             for m in found:
-                forward = _parts.make_mlp_forward(_original(mlp_cls.forward), gated, fam.packed_mlp)
+                forward = _parts.make_mlp_forward(_original(mlp_cls.forward), gated, fam.packed_mlp, tail)
                 m.forward = types.MethodType(forward, m)
-            report.replaced["mlp"] = f"tritonkit.{gated.func.__name__} in {len(found)} {mlp_cls.__name__}"
+            report.replaced["mlp"] = (f"tritonkit.{gated.func.__name__} in {len(found)} {mlp_cls.__name__}"
+                                      + _mlp_tail_words(tail))
         else:
             report.left["mlp"] = why or f"no {mlp_cls.__name__} in the model"
 
@@ -236,6 +239,14 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
     model.tritonkit_report = report
     report._log()
     return model
+
+
+def _mlp_tail_words(tail) -> str:
+    """The MLP report's words on down_proj."""
+    if tail is None:
+        return ""
+    return (", with down_proj as tritonkit.gated_linear (h = act(gate) * up recomputed in the backward, not "
+            "saved) where down_proj is a plain nn.Linear in the activations' dtype, gradients on")
 
 
 def _layer_forward(fam: Family):
@@ -340,7 +351,8 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
         gated, why = _parts.gated_op(config) if config is not None else (None, "no default config")
         if gated is not None:
             _set(mlp_cls, "forward", _parts.make_mlp_forward(_original(mlp_cls.forward), None, fam.packed_mlp))
-            report.replaced["mlp"] = f"tritonkit.{gated.func.__name__} in {mlp_cls.__name__}"
+            report.replaced["mlp"] = (f"tritonkit.{gated.func.__name__} in {mlp_cls.__name__}"
+                                      + _mlp_tail_words(_parts.gated_linear_op(config)))
         else:
             report.left["mlp"] = why
     if loss:
