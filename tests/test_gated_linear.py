@@ -21,7 +21,8 @@ UNFUSED = {"silu": tritonkit.swiglu, "gelu_tanh": lambda g, u: tritonkit.geglu(g
 # (leading dims of gate, I, out features, why). Outputs of a dozen elements or more: in a
 # handful, the final rounding of y (the same for torch) decides a norm-wise error by chance.
 SHAPES = [
-    ((1,), 1, 16),         # one token, I = 1
+    ((1,), 16, 16),        # one token
+    ((13,), 1, 16),        # I = 1 (a dozen tokens: a 1-element gradient is one bf16 rounding by chance)
     ((7,), 13, 5),         # primes
     ((2, 5), 37, 3),       # leading dims (B, N, I)
     ((3,), 2049, 7),       # just past a 2048-column block
