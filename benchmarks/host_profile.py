@@ -71,6 +71,25 @@ def norm_cases(device):
     yield "F.layer_norm +res fwd+bwd", lambda: step(torch_residual(lambda h: F.layer_norm(h, hidden, w, b)), (x, w, b, r))
 
 
+def train_lm_attention_cases(device):
+    """Attention as examples/train_lm.py's layer calls it (B=64, H=4 over Hkv=2, N=256, D=64,
+    causal): q, k, v are `tritonkit.nn.Attention`'s views of one packed projection, and the
+    gradients stop at them, so the figures hold the attention node alone."""
+    B, H, Hkv, N, D = 64, 4, 2, 256, 64
+    qkv = torch.randn(B, N, (H + 2 * Hkv) * D, device=device, dtype=torch.bfloat16, requires_grad=True)
+    q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
+    q, k, v = (t.unflatten(-1, (n, D)).transpose(1, 2) for t, n in ((q, H), (k, Hkv), (v, Hkv)))
+    qd, kd, vd = (t.detach() for t in (q, k, v))
+    o = tritonkit.attention(q, k, v, causal=True)
+    do = torch.randn_like(o)
+    yield "train_lm attention fwd, no grad", lambda: tritonkit.attention(qd, kd, vd, causal=True)
+    yield "train_lm attention fwd, grad recorded", lambda: tritonkit.attention(q, k, v, causal=True)
+    yield "train_lm attention bwd (autograd, graph kept)", lambda: torch.autograd.grad(o, (q, k, v), do,
+                                                                                        retain_graph=True)
+    yield "train_lm attention fwd+bwd", lambda: torch.autograd.grad(tritonkit.attention(q, k, v, causal=True),
+                                                                    (q, k, v), do)
+
+
 def cases(groups, device):
     if "add" in groups:
         x, y = torch.randn(1 << 20, device=device), torch.randn(1 << 20, device=device)
@@ -89,6 +108,7 @@ def cases(groups, device):
         yield "attention_fwd, pointers", lambda: A.attention_fwd(q, k, v, True, tma=False)
         yield "attention_bwd, descriptors", lambda: A.attention_bwd(do, q, k, v, o, lse, True)
         yield "attention_bwd, pointers", lambda: A.attention_bwd(do, q, k, v, o, lse, True, tma=False)
+        yield from train_lm_attention_cases(device)
     if "norms" in groups:
         yield from norm_cases(device)
     if "autotuned" in groups and device.type == "cuda":  # the forward as users run it by default: autotuned (tunes first)
