@@ -311,6 +311,8 @@ def test_descriptors_built_unchecked_are_what_tritons_checks_accept(name, device
             checked = None
         if attention_module._tma_ok(t):
             assert checked is not None and attention_module._descriptor(t, 32, 64) == checked
+            # what launch plans build: a maker per layout, for any tensor of that layout
+            assert attention_module._descriptor_maker(t, 32, 64)(t) == checked
         elif checked is not None:  # Triton's checks pass a broadcast (stride 0) dim; TMA does not
             assert 0 in t.stride()
 

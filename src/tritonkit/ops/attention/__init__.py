@@ -32,8 +32,8 @@ from .checks import (_block_d, _check_max_seqlen, _check_qkv, _check_varlen, _em
                      _head_dim_innermost, _mask_flags, _resolve_scale, _softcap_arg, _window_arg)
 from .configs import (TileConfig, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _attn_fwd_tuned, _prune_dkdv,
                       _prune_dq, _prune_fwd, _row_keys, autotune_configs, fixed_configs)
-from .descriptors import (_descriptor, _fit_descriptors, _fit_dkdv_descriptors, _fit_dq_descriptors, _has_tma,
-                          _tma_ok)
+from .descriptors import (_descriptor, _descriptor_maker, _fit_descriptors, _fit_dkdv_descriptors,
+                          _fit_dq_descriptors, _has_tma, _tma_ok)
 from .forward import _attn_fwd_kernel
 from .launch import attention_bwd, attention_fwd, attention_varlen_bwd, attention_varlen_fwd
 from .reference import attention_reference, attention_varlen_reference

@@ -38,7 +38,7 @@ from .checks import (_block_d, _check_cu_values, _check_qkv, _check_saved, _chec
                      _head_dim_innermost, _mask_flags, _needs_copy, _packed, _resolve_scale)
 from .configs import (DKDV_TUNED_ROWS, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _attn_fwd_tuned,
                       _autotune_enabled, _interpreting, _row_keys, fixed_configs)
-from .descriptors import _descriptor, _use_tma
+from .descriptors import _descriptor_maker, _use_tma
 from .forward import _attn_fwd_kernel
 from .paths import gluon_backward, gluon_forward
 from .scores import kernel_qk_scale
@@ -163,12 +163,12 @@ def _keys_a_row_sees(Nq: int, Nk: int, flags: tuple, varlen: tuple | None) -> in
 
 class _ForwardLaunch:
     """The forward pass of a plan on (B, H, N, D) views: the Gluon kernel, or the Triton
-    kernel's template with the tiles its descriptors read (None: pointers)."""
+    kernel's template and the makers of q's, k's and v's descriptors (None: pointers)."""
 
-    __slots__ = ("choice", "gluon", "template", "tiles")
+    __slots__ = ("choice", "gluon", "template", "descriptors")
 
-    def __init__(self, choice, gluon=None, template=None, tiles=None):
-        self.choice, self.gluon, self.template, self.tiles = choice, gluon, template, tiles
+    def __init__(self, choice, gluon=None, template=None, descriptors=None):
+        self.choice, self.gluon, self.template, self.descriptors = choice, gluon, template, descriptors
 
     def __call__(self, q, k, v, o, lse, cu_q=None, cu_k=None) -> None:
         record_choice(self.choice)
@@ -176,9 +176,9 @@ class _ForwardLaunch:
             launch, flags = self.gluon
             launch(q, k, v, o, lse, *flags)
             return
-        if self.tiles is not None:
-            block_m, block_n, block_d = self.tiles
-            q, k, v = _descriptor(q, block_m, block_d), _descriptor(k, block_n, block_d), _descriptor(v, block_n, block_d)
+        if self.descriptors is not None:
+            of_q, of_k, of_v = self.descriptors
+            q, k, v = of_q(q), of_k(k), of_v(v)
         self.template(q, k, v, o, lse, cu_q, cu_k)
 
 
@@ -211,7 +211,11 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, flags: tuple, varlen
     else:
         template = LaunchTemplate("attention_fwd", _attn_fwd_kernel, _query_grid(Nq, tile.block_m, H, B, seqs),
                                   tail, dict(constexprs, **tile.meta()), tile.num_warps, tile.num_stages)
-    return _ForwardLaunch(choice, template=template, tiles=(tile.block_m, tile.block_n, block_d) if use_tma else None)
+    descriptors = None
+    if use_tma:
+        descriptors = (_descriptor_maker(q, tile.block_m, block_d), _descriptor_maker(k, tile.block_n, block_d),
+                       _descriptor_maker(v, tile.block_n, block_d))
+    return _ForwardLaunch(choice, template=template, descriptors=descriptors)
 
 
 class ForwardPlan:
@@ -287,15 +291,16 @@ def build_varlen_forward(q, k, v, cu_q, cu_k, causal, scale, window_left, window
 
 class _BackwardLaunches:
     """The three backward passes of a plan on (B, H, N, D) views: the preprocess (delta), then
-    the Gluon kernels or the Triton dK/dV and dQ templates with the tiles their descriptors
-    read (None: pointers), dQ on a side stream beside dK/dV where `concurrent`."""
+    the Gluon kernels or the Triton dK/dV and dQ templates with the makers of the descriptors
+    each streams (None: pointers), dQ on a side stream beside dK/dV where `concurrent`."""
 
-    __slots__ = ("preprocess", "choice", "gluon", "dkdv", "dq", "dkdv_tiles", "dq_tiles", "concurrent")
+    __slots__ = ("preprocess", "choice", "gluon", "dkdv", "dq", "dkdv_descriptors", "dq_descriptors", "concurrent")
 
-    def __init__(self, preprocess, choice, gluon=None, dkdv=None, dq=None, dkdv_tiles=None, dq_tiles=None,
-                 concurrent=False):
+    def __init__(self, preprocess, choice, gluon=None, dkdv=None, dq=None, dkdv_descriptors=None,
+                 dq_descriptors=None, concurrent=False):
         self.preprocess, self.choice, self.gluon = preprocess, choice, gluon
-        self.dkdv, self.dq, self.dkdv_tiles, self.dq_tiles = dkdv, dq, dkdv_tiles, dq_tiles
+        self.dkdv, self.dq = dkdv, dq
+        self.dkdv_descriptors, self.dq_descriptors = dkdv_descriptors, dq_descriptors
         self.concurrent = concurrent
 
     def __call__(self, do, q, k, v, o, lse, dlse, dq, dk, dv, cu_q=None, cu_k=None) -> None:
@@ -309,14 +314,14 @@ class _BackwardLaunches:
             launch(do, q, k, v, lse, delta, dq, dk, dv, *flags)
             return
         q_in, do_in = q, do
-        if self.dkdv_tiles is not None:
-            rows, block_d = self.dkdv_tiles
-            q_in, do_in = _descriptor(q, rows, block_d), _descriptor(do, rows, block_d)
+        if self.dkdv_descriptors is not None:
+            of_q, of_do = self.dkdv_descriptors
+            q_in, do_in = of_q(q), of_do(do)
         self.dkdv(q_in, k, v, do_in, dk, dv, lse, delta, cu_q, cu_k)
         k_in, v_in = k, v
-        if self.dq_tiles is not None:
-            rows, block_d = self.dq_tiles
-            k_in, v_in = _descriptor(k, rows, block_d), _descriptor(v, rows, block_d)
+        if self.dq_descriptors is not None:
+            of_k, of_v = self.dq_descriptors
+            k_in, v_in = of_k(k), of_v(v)
         if self.concurrent:
             with _beside_the_current_stream(q.device):
                 self.dq(q, k_in, v_in, do, dq, lse, delta, cu_q, cu_k)
@@ -382,9 +387,13 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     if concurrent_dq is None:
         concurrent_dq = B * H * Nq * row_keys * D >= CONCURRENT_DQ_MIN_WORK
     concurrent = bool(concurrent_dq) and q.device.type == "cuda" and _launch.launches_execute()
-    return _BackwardLaunches(preprocess, choice, dkdv=dkdv, dq=dq,
-                             dkdv_tiles=(dkdv_cfg.block_m, block_d) if tma_dkdv else None,
-                             dq_tiles=(dq_cfg.block_n, block_d) if tma_dq else None, concurrent=concurrent)
+    dkdv_descriptors = dq_descriptors = None
+    if tma_dkdv:
+        dkdv_descriptors = tuple(_descriptor_maker(t, dkdv_cfg.block_m, block_d) for t in (q, do))
+    if tma_dq:
+        dq_descriptors = tuple(_descriptor_maker(t, dq_cfg.block_n, block_d) for t in (k, v))
+    return _BackwardLaunches(preprocess, choice, dkdv=dkdv, dq=dq, dkdv_descriptors=dkdv_descriptors,
+                             dq_descriptors=dq_descriptors, concurrent=concurrent)
 
 
 class BackwardPlan:
