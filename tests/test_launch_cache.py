@@ -246,16 +246,23 @@ def test_autotuned_launch_takes_the_cached_path_with_its_choice(jit_kernel, monk
     assert compiled.calls == [(1, 1, 1, 1234, None, None, None, None, None, x, x, 33, 2.0, 128, True)]
 
 
-def test_pre_run_hooks_run_before_the_key_on_the_cached_path(jit_kernel, monkeypatch, cuda_standin):
-    # Hooks may change the arguments the key reads (tritonkit's set descriptors' tiles): they
-    # run first, on every launch, and the key sees what they did.
-    a = torch.zeros(4, 64)
+def _fitting_hook(jit_kernel, monkeypatch) -> list:
+    """Give `jit_kernel` a pre-run hook that sets its first argument's (a descriptor's) block
+    to [2, BLOCK], as tritonkit's descriptor fitters do; the BLOCKs it ran with."""
     seen = []
 
     def fit(*args, **meta):
         seen.append(meta["BLOCK"])
         args[0].block_shape = [2, meta["BLOCK"]]
     monkeypatch.setattr(jit_kernel, "pre_run_hooks", [fit])
+    return seen
+
+
+def test_pre_run_hooks_run_before_the_key_on_the_cached_path(jit_kernel, monkeypatch, cuda_standin):
+    # Hooks may change the arguments the key reads (tritonkit's set descriptors' tiles): they
+    # run first, on every launch, and the key sees what they did.
+    a = torch.zeros(4, 64)
+    seen = _fitting_hook(jit_kernel, monkeypatch)
     desc = TensorDescriptor(a, [4, 64], [64, 1], [1, 16])
     launch = Launch("t", jit_kernel, (1,), (desc, a, 33, 2.0), {"BLOCK": 64, "EVEN": True})
     fitted = TensorDescriptor(a, [4, 64], [64, 1], [2, 64])
@@ -435,12 +442,7 @@ def test_template_runs_hooks_that_reshape_its_descriptors(jit_kernel, monkeypatc
     # A hook that changed the binding call's descriptors (a tile the tuner chose) runs on
     # every bound call; one that left them as they were (the tile they were built with) does not.
     a = torch.zeros(4, 64)
-    seen = []
-
-    def fit(*args, **meta):
-        seen.append(meta["BLOCK"])
-        args[0].block_shape = [2, meta["BLOCK"]]
-    monkeypatch.setattr(jit_kernel, "pre_run_hooks", [fit])
+    seen = _fitting_hook(jit_kernel, monkeypatch)
     _, compiled, _, _ = _template_standin(monkeypatch, jit_kernel)
     template = _launch.LaunchTemplate("t", jit_kernel, (1,), (33, 2.0), {"BLOCK": 64, "EVEN": True})
     fitted = TensorDescriptor(a, [4, 64], [64, 1], [2, 64])

@@ -66,12 +66,13 @@ def planned(key_of: Callable, build: Callable, *args: Any) -> Any:
         key = key_of(*args)
         plan = _PLANS.get(key)
     except (AttributeError, TypeError, RuntimeError):
-        return build(*args)
+        key = plan = None  # built below, outside this handler, so that its errors read as the checks'
     if plan is None:
         plan = build(*args)
-        if len(_PLANS) >= MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
+        if key is not None:
+            if len(_PLANS) >= MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
     return plan
 
 
