@@ -14,7 +14,8 @@ config for a key (the launch then names its kernel and that config); a kernel's 
 hooks run first, as in Triton. The first call of each key, the interpreter, a profiler's
 launch hooks and argument types the key does not know take Triton's own path, and so does
 every launch under a Triton outside the range this path is verified with (see
-`_triton_version`: the path reads Triton internals; it says so once).
+`_triton_version`: the path reads Triton internals; it says so once). A `LaunchTemplate`,
+kept by launchers that plan their calls per layout, skips even the key once bound.
 """
 
 from __future__ import annotations
