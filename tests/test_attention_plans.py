@@ -14,7 +14,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 import tritonkit
 from tritonkit import _launch
-from tritonkit.ops.attention import attention_bwd, attention_fwd, attention_varlen_bwd, attention_varlen_fwd
+from tritonkit.ops.attention import (attention_bwd, attention_fwd, attention_reference, attention_varlen_bwd,
+                                     attention_varlen_fwd)
 from tritonkit.ops import attention as attention_module
 from tritonkit.ops.attention import plans
 from tritonkit.registry.attention import packed_qkv
@@ -287,3 +288,30 @@ def test_kept_plans_record_what_built_plans_record(case, capability, device):
         _, _, _, args, constexprs, _, _ = bwd[0][1]  # dK/dV: Q and dO through descriptors
         assert constexprs["USE_TMA"] and [a[:2] for a in args[:4]] == [
             ("descriptor", "q"), ("tensor", "k"), ("tensor", "v"), ("descriptor", "do")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tma", [None, False])
+def test_bound_templates_launch_the_same_bits(tma, monkeypatch, device):
+    # Compiled kernels only: after a layout's first calls, every launch goes through its plan's
+    # bound template (no Launch key is made) and gives the bits the Launch path gave, forward
+    # and backward, with dQ on the current stream and beside dK/dV.
+    monkeypatch.setenv("TRITONKIT_AUTOTUNE", "0")
+    q, k, v = packed_qkv(8, 4, 256, 64, torch.bfloat16, device)
+    k, v = k[:, :2], v[:, :2]  # train_lm's layer: 4 query heads over 2 kv heads
+    do = torch.randn_like(q)
+
+    def step():
+        o, lse = attention_fwd(q, k, v, True, tma=tma)
+        return (o, lse, *attention_bwd(do, q, k, v, o, lse, True, tma=tma),
+                *attention_bwd(do, q, k, v, o, lse, True, tma=tma, concurrent_dq=True))
+    first = step()
+    torch.testing.assert_close(first[0], attention_reference(q, k, v, True).to(q.dtype), atol=2e-2, rtol=2e-2)
+    _equal(first[5:], first[2:5])  # beside dK/dV or after it: the same gradients
+    step()  # binds what the first call compiled
+
+    def no_key(*args, **kwargs):
+        raise AssertionError("a launch of a kept plan went through a Launch")
+    monkeypatch.setattr(_launch, "_specialization_key", no_key)
+    for _ in range(2):
+        _equal(step(), first)
