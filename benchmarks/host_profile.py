@@ -8,9 +8,12 @@ With --cpu (the default without a GPU) the ops run on small CPU tensors inside
 figure is the op's own Python (checks, allocation, autograd, launch building) without the
 compiled launcher's cost (several microseconds a launch on a GPU), which this mode cannot
 see. The `norms` group times forward + backward of RMSNorm and LayerNorm, with and without
-the fused residual, next to torch's native norm doing the same (tiny, real) work."""
+the fused residual, next to torch's native norm doing the same (tiny, real) work. The
+`attention` group adds examples/train_lm.py's layer (`train_lm_attention_cases`): its
+launchers through descriptors and through pointers, and the op as the layer calls it."""
 import contextlib
 import cProfile
+import gc
 import os
 import pstats
 import sys
@@ -71,6 +74,37 @@ def norm_cases(device):
     yield "F.layer_norm +res fwd+bwd", lambda: step(torch_residual(lambda h: F.layer_norm(h, hidden, w, b)), (x, w, b, r))
 
 
+def autograd_attention_cases(label, q, k, v):
+    """The op through autograd on leaves or views q, k, v (the gradients stop at them, so the
+    figures hold the attention node alone): forward with a gradient recorded, backward alone
+    (the graph kept), forward + backward."""
+    o = tritonkit.attention(q, k, v, causal=True)
+    do = torch.randn_like(o)
+    yield f"{label}fwd, grad recorded", lambda: tritonkit.attention(q, k, v, causal=True)
+    yield f"{label}bwd (autograd, graph kept)", lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+    yield f"{label}fwd+bwd", lambda: torch.autograd.grad(tritonkit.attention(q, k, v, causal=True), (q, k, v), do)
+
+
+def train_lm_attention_cases(device):
+    """Attention as examples/train_lm.py's layer calls it (B=64, H=4 over Hkv=2, N=256, D=64,
+    causal): q, k, v are `tritonkit.nn.Attention`'s views of one packed projection."""
+    B, H, Hkv, N, D = 64, 4, 2, 256, 64
+    qkv = torch.randn(B, N, (H + 2 * Hkv) * D, device=device, dtype=torch.bfloat16, requires_grad=True)
+    q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
+    q, k, v = (t.unflatten(-1, (n, D)).transpose(1, 2) for t, n in ((q, H), (k, Hkv), (v, Hkv)))
+    qd, kd, vd = (t.detach() for t in (q, k, v))
+    od, lse = A.attention_fwd(qd, kd, vd, True)
+    do = torch.randn_like(od)
+    # The launchers alone, through descriptors (the path the layer takes on Hopper) and
+    # through pointers: on a GPU the difference holds Triton's launcher encoding descriptors.
+    for path, tma in (("descriptors", None), ("pointers", False)):
+        yield f"train_lm attention_fwd, {path}", lambda tma=tma: A.attention_fwd(qd, kd, vd, True, tma=tma)
+        yield f"train_lm attention_bwd, {path}", lambda tma=tma: A.attention_bwd(do, qd, kd, vd, od, lse, True,
+                                                                                   tma=tma)
+    yield "train_lm attention fwd, no grad", lambda: tritonkit.attention(qd, kd, vd, causal=True)
+    yield from autograd_attention_cases("train_lm attention ", q, k, v)
+
+
 def cases(groups, device):
     if "add" in groups:
         x, y = torch.randn(1 << 20, device=device), torch.randn(1 << 20, device=device)
@@ -89,6 +123,8 @@ def cases(groups, device):
         yield "attention_fwd, pointers", lambda: A.attention_fwd(q, k, v, True, tma=False)
         yield "attention_bwd, descriptors", lambda: A.attention_bwd(do, q, k, v, o, lse, True)
         yield "attention_bwd, pointers", lambda: A.attention_bwd(do, q, k, v, o, lse, True, tma=False)
+        yield from autograd_attention_cases("attention ", *(t.detach().requires_grad_() for t in (q, k, v)))
+        yield from train_lm_attention_cases(device)
     if "norms" in groups:
         yield from norm_cases(device)
     if "autotuned" in groups and device.type == "cuda":  # the forward as users run it by default: autotuned (tunes first)
@@ -121,10 +157,13 @@ def main():
             sync()
             best = float("inf")
             for _ in range(20):  # the least of 20 rounds of 100 calls: the host's own noise is large
+                gc.collect()
+                gc.disable()  # a collection that falls in one round and not another is noise too
                 start = clock()
                 for _ in range(100):
                     fn()
                 best = min(best, (clock() - start) / 100 * 1e6)
+                gc.enable()
                 sync()
                 if launches is not None:
                     launches.clear()  # a long list of recorded launches slows the garbage collector

@@ -21,7 +21,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 import tritonkit
 from tritonkit._launch import record_launches
 from tritonkit.ops import attention as attention_module
-from tritonkit.ops.attention import launch as attention_launch
+from tritonkit.ops.attention import plans as attention_plans
 from tritonkit.ops.attention import TileConfig, attention_fwd, attention_reference
 from tritonkit.registry.attention import packed_qkv
 from _tolerance import assert_close_to_reference, eps_for
@@ -55,12 +55,12 @@ CASE_PARAMS = [pytest.param(*case, id=why) for case, why in CASES.items()]
 def poison_outputs(monkeypatch):
     """Every output tensor the launchers allocate starts as NaN: an element the kernel
     fails to write shows up as a NaN the reference does not have."""
-    original = attention_launch._empty_like_order
+    original = attention_plans._empty
 
-    def poisoned(like, shape, dtype):
-        return original(like, shape, dtype).fill_(float("nan"))
+    def poisoned(shape, stride, dtype, device):
+        return original(shape, stride, dtype, device).fill_(float("nan"))
 
-    monkeypatch.setattr(attention_launch, "_empty_like_order", poisoned)
+    monkeypatch.setattr(attention_plans, "_empty", poisoned)
     monkeypatch.setenv("TRITONKIT_AUTOTUNE", "0")  # tests run the fixed config, never the tuner
 
 
@@ -311,6 +311,8 @@ def test_descriptors_built_unchecked_are_what_tritons_checks_accept(name, device
             checked = None
         if attention_module._tma_ok(t):
             assert checked is not None and attention_module._descriptor(t, 32, 64) == checked
+            # what launch plans build: a maker per layout, for any tensor of that layout
+            assert attention_module._descriptor_maker(t, 32, 64)(t) == checked
         elif checked is not None:  # Triton's checks pass a broadcast (stride 0) dim; TMA does not
             assert 0 in t.stride()
 

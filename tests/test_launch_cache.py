@@ -246,16 +246,23 @@ def test_autotuned_launch_takes_the_cached_path_with_its_choice(jit_kernel, monk
     assert compiled.calls == [(1, 1, 1, 1234, None, None, None, None, None, x, x, 33, 2.0, 128, True)]
 
 
-def test_pre_run_hooks_run_before_the_key_on_the_cached_path(jit_kernel, monkeypatch, cuda_standin):
-    # Hooks may change the arguments the key reads (tritonkit's set descriptors' tiles): they
-    # run first, on every launch, and the key sees what they did.
-    a = torch.zeros(4, 64)
+def _fitting_hook(jit_kernel, monkeypatch) -> list:
+    """Give `jit_kernel` a pre-run hook that sets its first argument's (a descriptor's) block
+    to [2, BLOCK], as tritonkit's descriptor fitters do; the BLOCKs it ran with."""
     seen = []
 
     def fit(*args, **meta):
         seen.append(meta["BLOCK"])
         args[0].block_shape = [2, meta["BLOCK"]]
     monkeypatch.setattr(jit_kernel, "pre_run_hooks", [fit])
+    return seen
+
+
+def test_pre_run_hooks_run_before_the_key_on_the_cached_path(jit_kernel, monkeypatch, cuda_standin):
+    # Hooks may change the arguments the key reads (tritonkit's set descriptors' tiles): they
+    # run first, on every launch, and the key sees what they did.
+    a = torch.zeros(4, 64)
+    seen = _fitting_hook(jit_kernel, monkeypatch)
     desc = TensorDescriptor(a, [4, 64], [64, 1], [1, 16])
     launch = Launch("t", jit_kernel, (1,), (desc, a, 33, 2.0), {"BLOCK": 64, "EVEN": True})
     fitted = TensorDescriptor(a, [4, 64], [64, 1], [2, 64])
@@ -336,3 +343,117 @@ def test_triton_version_range():
     assert _triton_version.supported("3.6.0") and _triton_version.supported("3.6.1")
     assert not any(_triton_version.supported(v) for v in ("3.5.0", "3.7.0", "4.0", "nightly"))
     assert _triton_version.parse("3.7.0+git1234") == (3, 7) and _triton_version.parse("3.6rc1") == (3, 6)
+
+
+def _template_standin(monkeypatch, jit_kernel, device=0):
+    """A stand-in driver whose current device the test sets, and a stand-in compiled kernel
+    cached for `jit_kernel`'s launch of (x, x, 33, 2.0): (template, compiled, x, state)."""
+    state = {"device": device, "keys": 0}
+
+    class FakeDriver:
+        @staticmethod
+        def get_current_device():
+            return state["device"]
+
+        @staticmethod
+        def get_current_stream(device):
+            return 1000 + device
+
+    monkeypatch.setattr(_launch, "_driver", lambda: FakeDriver)
+    monkeypatch.setattr(_launch, "INTERPRETED", False)
+    key = _launch._specialization_key
+
+    def counted(*args, **kwargs):
+        state["keys"] += 1
+        return key(*args, **kwargs)
+    monkeypatch.setattr(_launch, "_specialization_key", counted)
+    x = torch.randn(100)
+    compiled = _FakeCompiled()
+    template = _launch.LaunchTemplate("t", jit_kernel, (7,), (33, 2.0), {"BLOCK": 128, "EVEN": True})
+    monkeypatch.setitem(_launch._cache_of(jit_kernel).compiled, key(template.as_launch((x, x)), 0), compiled)
+    return template, compiled, x, state
+
+
+def test_template_launches_its_bound_kernel_straight(jit_kernel, monkeypatch):
+    # The first call goes through a Launch (key, cache) and binds; later calls launch the
+    # same compiled kernel with the same arguments, without a key.
+    template, compiled, x, state = _template_standin(monkeypatch, jit_kernel)
+    y = torch.randn(100)
+    template(x, x)
+    template(y, x)
+    template(x, y)
+    assert state["keys"] == 1
+    want = (7, 1, 1, 1000, None, None, None, None, None)
+    assert compiled.calls == [(*want, x, x, 33, 2.0, 128, True), (*want, y, x, 33, 2.0, 128, True),
+                              (*want, x, y, 33, 2.0, 128, True)]
+
+
+def test_template_takes_the_launch_path_when_it_must(jit_kernel, monkeypatch):
+    # Recordings see every call as a Launch; launch hooks, another current device and another
+    # Triton take the Launch path (which knows what to do with each) instead of the binding.
+    from tritonkit import _triton_version
+    template, compiled, x, state = _template_standin(monkeypatch, jit_kernel)
+    template(x, x)
+    with _launch.record_launches(execute=False) as launches:
+        template(x, x)
+    assert len(launches) == 1 and launches[0].args == (x, x, 33, 2.0) and len(compiled.calls) == 1
+    triton_calls = []
+    monkeypatch.setattr(jit_kernel, "run", lambda *args, **kwargs: triton_calls.append(kwargs["grid"]))
+    with monkeypatch.context() as patch:
+        patch.setattr(_launch, "_launch_hooks_set", lambda: True)
+        template(x, x)
+    assert triton_calls == [(7,)] and len(compiled.calls) == 1
+    template(x, x)  # binds again through the cache
+    state["device"] = 1
+    template(x, x)  # another device: another key, not cached, so Triton's path
+    assert triton_calls == [(7,), (7,)]
+    state["device"] = 0
+    template(x, x)
+    with monkeypatch.context() as patch:
+        patch.setattr(_triton_version, "TRITON_VERSION", "3.7.0")
+        patch.setattr(_triton_version, "_warned", {"cached-launcher fast path"})
+        template(x, x)
+    assert len(triton_calls) == 3
+    template(x, x)
+    assert len(compiled.calls) == 4
+
+
+def test_template_of_a_tuner_follows_its_choices(jit_kernel, monkeypatch, cuda_standin):
+    # Bound to the chosen config's kernel; a tuner whose choices are replaced (as tests do)
+    # is asked again.
+    x = torch.randn(100)
+    tuner = _tuned(jit_kernel, x)
+    template = _launch.LaunchTemplate("t", tuner, lambda meta: (triton.cdiv(100, meta["BLOCK"]),), (33, 2.0),
+                                      {"EVEN": True}, None, None)
+    compiled = _FakeCompiled()
+    monkeypatch.setitem(_launch._cache_of(jit_kernel).compiled,
+                        _launch._specialization_key(template.as_launch((x, x))._direct(), 0), compiled)
+    template(x, x)
+    template(x, x)
+    assert compiled.calls == [(1, 1, 1, 1234, None, None, None, None, None, x, x, 33, 2.0, 128, True)] * 2
+    monkeypatch.setattr(tuner, "cache", {})  # no choice any more: the tuner's own path
+    tuned = []
+    monkeypatch.setattr(tuner, "run", lambda *args, **kwargs: tuned.append(args))
+    template(x, x)
+    assert tuned == [(x, x, 33, 2.0)] and len(compiled.calls) == 2
+
+
+def test_template_runs_hooks_that_reshape_its_descriptors(jit_kernel, monkeypatch):
+    # A hook that changed the binding call's descriptors (a tile the tuner chose) runs on
+    # every bound call; one that left them as they were (the tile they were built with) does not.
+    a = torch.zeros(4, 64)
+    seen = _fitting_hook(jit_kernel, monkeypatch)
+    _, compiled, _, _ = _template_standin(monkeypatch, jit_kernel)
+    template = _launch.LaunchTemplate("t", jit_kernel, (1,), (33, 2.0), {"BLOCK": 64, "EVEN": True})
+    fitted = TensorDescriptor(a, [4, 64], [64, 1], [2, 64])
+    monkeypatch.setitem(_launch._cache_of(jit_kernel).compiled,
+                        _launch._specialization_key(template.as_launch((fitted, a))), compiled)
+    for block in ([1, 16], [1, 16], [2, 64]):
+        desc = TensorDescriptor(a, [4, 64], [64, 1], block)
+        template(desc, a)
+        assert desc.block_shape == [2, 64]
+    assert seen == [64] * 3 and len(compiled.calls) == 3
+    template._bound = None  # bound by a call whose descriptor already had the hook's tile
+    for _ in range(2):
+        template(TensorDescriptor(a, [4, 64], [64, 1], [2, 64]), a)
+    assert seen == [64] * 4 and len(compiled.calls) == 5

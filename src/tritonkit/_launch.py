@@ -14,7 +14,8 @@ config for a key (the launch then names its kernel and that config); a kernel's 
 hooks run first, as in Triton. The first call of each key, the interpreter, a profiler's
 launch hooks and argument types the key does not know take Triton's own path, and so does
 every launch under a Triton outside the range this path is verified with (see
-`_triton_version`: the path reads Triton internals; it says so once).
+`_triton_version`: the path reads Triton internals; it says so once). A `LaunchTemplate`,
+kept by launchers that plan their calls per layout, skips even the key once bound.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import contextlib
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -57,25 +58,30 @@ class Launch:
     num_stages: int | None = 3
 
     def __call__(self) -> None:
+        self.launch()
+
+    def launch(self) -> "_Ran | None":
+        """Record and (unless a recording says not to) run the launch. Returns how it ran
+        where that can be repeated without Triton's path (`_Ran`, for `LaunchTemplate`): the
+        cached compiled launcher of its specialisation key ran, or Triton's path compiled
+        one that the cache now holds. None otherwise."""
         execute = True
         for launches, run, _ in _recorders:
             launches.append(self)
             execute = execute and run
         if not execute:
-            return
+            return None
         device = _device_of(self.args)
         if device is None or device.type != "cuda":
-            self._run(None)
-            return
+            return self._run(None)
         current = torch.cuda.current_device()
         if device.index is None or device.index == current:
-            self._run(current)
-        else:
-            # Triton launches on the current device; torch ops follow their tensors instead.
-            with torch.cuda.device(device):
-                self._run(device.index)
+            return self._run(current)
+        # Triton launches on the current device; torch ops follow their tensors instead.
+        with torch.cuda.device(device):
+            return self._run(device.index)
 
-    def _run(self, device: int | None) -> None:
+    def _run(self, device: int | None) -> "_Ran | None":
         """Launch on `device` (a CUDA index, now current; None: not a CUDA launch, or no
         tensor to say which, and the key asks the driver)."""
         if INTERPRETED:
@@ -83,11 +89,11 @@ class Launch:
             # numpy warns about them, though the kernels never store those lanes.
             with np.errstate(all="ignore"):
                 self.kernel[self.grid](*self.args, **self.constexprs, **self.launch_options())
-            return
+            return None
         direct = None if not _fast_path_verified() or _launch_hooks_set() else self._direct()
         if direct is None:
             self.kernel[self.grid](*self.args, **self.constexprs, **self.launch_options())
-            return
+            return None
         kernel, args = direct.kernel, direct.args
         for hook in kernel.pre_run_hooks:  # as JITFunction.run does before it specialises
             hook(*args, **direct.constexprs, **direct.launch_options())
@@ -98,17 +104,20 @@ class Launch:
             # Triton's own path (it runs the pre-run hooks again: they must be idempotent,
             # as tritonkit's are: they set descriptors' tile shapes).
             result = kernel[direct.grid](*args, **direct.constexprs, **direct.launch_options())
-            if (key is not None and hasattr(result, "packed_metadata")
-                    and set(direct.constexprs) == set(cache.constexpr_names)):
-                if len(cache.compiled) >= MAX_CACHED_LAUNCHES:
-                    cache.compiled.clear()
-                cache.compiled[key] = result
-            return
+            if (key is None or not hasattr(result, "packed_metadata")
+                    or set(direct.constexprs) != set(cache.constexpr_names)):
+                return None
+            if len(cache.compiled) >= MAX_CACHED_LAUNCHES:
+                cache.compiled.clear()
+            cache.compiled[key] = result
+            return _Ran(key[0], result, direct, cache.constexpr_values(direct.constexprs))
         grid = direct.grid + (1,) * (3 - len(direct.grid))
         device = key[0]  # _specialization_key puts the current device first
         stream = _driver().get_current_stream(device)
+        constexpr_values = cache.constexpr_values(direct.constexprs)
         compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
-                     None, None, None, *args, *cache.constexpr_values(direct.constexprs))
+                     None, None, None, *args, *constexpr_values)
+        return _Ran(device, compiled, direct, constexpr_values)
 
     def _direct(self) -> "Launch | None":
         """This launch as a plain JITFunction launch with a tuple grid, which the cached path
@@ -135,6 +144,85 @@ class Launch:
     def launch_options(self) -> dict[str, int]:
         return {k: v for k, v in (("num_warps", self.num_warps), ("num_stages", self.num_stages))
                 if v is not None}
+
+
+class _Ran(NamedTuple):
+    """How a launch ran through the cached path: on CUDA device `device` (or the driver's
+    for CPU stand-ins), `compiled` (a Triton CompiledKernel) launched as `direct` (itself, or
+    an autotuned kernel's chosen config resolved), with its constexprs' values in order."""
+    device: int
+    compiled: Any
+    direct: Launch
+    constexpr_values: tuple
+
+
+class LaunchTemplate:
+    """A launch made again and again with new leading arguments: the kernel, grid, trailing
+    arguments, constexprs and options are fixed, and each call gives the rest (the call's
+    tensors and tensor descriptors). Launchers that plan per input layout keep these
+    (ops/attention/plans.py).
+
+    A call inside record_launches(), under a profiler's launch hooks, or before a compiled
+    launcher is known goes through a plain `Launch` (recorded, keyed, Triton's path where
+    needed). Once one has run through the cached path, the template is bound to that
+    compiled kernel, and later calls launch it straight: no Launch, no specialisation key,
+    no cache lookup. That is right only while the key would come out the same, which is the
+    caller's contract: every call's leading arguments have the types, dtypes, 16-byte
+    alignment and descriptor blocks of the call that bound it (a plan keyed by those of its
+    inputs, whose outputs are fresh allocations, which torch's allocators align to 64
+    bytes or more). Checked on every call: no recording, no launch hooks, the verified
+    Triton, the bound device current, and for an autotuned kernel that its choices are still
+    those it chose from (replacing its `cache` unbinds). The kernel's pre-run hooks run on
+    every call, as in Triton, unless they left the binding call's descriptors as they were
+    (the caller built them with the tiles the hooks give)."""
+
+    __slots__ = ("name", "kernel", "grid", "tail", "constexprs", "num_warps", "num_stages", "_bound")
+
+    def __init__(self, name: str, kernel: Any, grid: Any, tail: tuple, constexprs: dict[str, Any],
+                 num_warps: int | None = 4, num_stages: int | None = 3):
+        self.name, self.kernel, self.grid, self.tail = name, kernel, grid, tail
+        self.constexprs, self.num_warps, self.num_stages = constexprs, num_warps, num_stages
+        self._bound: tuple | None = None
+
+    def __call__(self, *head: Any) -> None:
+        bound = self._bound
+        if bound is not None and not _recorders:
+            device, cuda, run, function, metadata, grid, rest, hooks, choices = bound
+            current = torch.cuda.current_device() if cuda else _driver().get_current_device()
+            if (current == device and (choices is None or self.kernel.cache is choices)
+                    and not _launch_hooks_set() and _triton_version.supported()):
+                if hooks is not None:
+                    hooks((*head, *self.tail))
+                run(grid[0], grid[1], grid[2], _driver().get_current_stream(device), function, metadata,
+                    None, None, None, *head, *rest)
+                return
+        self._bound = None
+        launch = self.as_launch(head)
+        blocks = [a.block_shape for a in head if isinstance(a, TensorDescriptor)]
+        ran = launch.launch()
+        if ran is not None:
+            self._bound = self._binding(ran, head, blocks)
+
+    def as_launch(self, head: tuple) -> Launch:
+        """The plain Launch of a call with these leading arguments."""
+        return Launch(self.name, self.kernel, self.grid, (*head, *self.tail), self.constexprs,
+                      self.num_warps, self.num_stages)
+
+    def _binding(self, ran: _Ran, head: tuple, blocks: list) -> tuple:
+        direct = ran.direct
+        compiled = ran.compiled
+        device = _device_of(direct.args)
+        hooks = None
+        if blocks != [a.block_shape for a in head if isinstance(a, TensorDescriptor)]:
+            functions, meta = tuple(direct.kernel.pre_run_hooks), {**direct.constexprs, **direct.launch_options()}
+
+            def hooks(args):
+                for hook in functions:
+                    hook(*args, **meta)
+        grid = direct.grid + (1,) * (3 - len(direct.grid))
+        choices = self.kernel.cache if isinstance(self.kernel, Autotuner) else None
+        return (ran.device, device is not None and device.type == "cuda", compiled.run, compiled.function,
+                compiled.packed_metadata, grid, (*self.tail, *ran.constexpr_values), hooks, choices)
 
 
 def _specialization_key(launch: Launch, device: int | None = None) -> tuple | None:
@@ -301,6 +389,13 @@ def launches_execute() -> bool:
     """False inside record_launches(execute=False), where launches are only recorded (the
     inspector compiles them for a GPU, so launchers should pick their GPU configs)."""
     return all(run for _, run, _ in _recorders)
+
+
+def recording_state() -> tuple:
+    """(execute, capability) of each recording open now, innermost last: all that
+    `launches_execute` and `target_capability` read of them, for launchers that keep their
+    choices per call layout (ops/attention/plans.py). () when none is open."""
+    return tuple([(run, capability) for _, run, capability in _recorders]) if _recorders else ()
 
 
 def target_capability(device: torch.device) -> int | None:

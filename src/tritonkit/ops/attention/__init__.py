@@ -15,7 +15,9 @@ The package, one concept a module:
 - scores: the softcap; loads: tile loads through pointers or tensor descriptors (TMA);
 - forward, backward: the @triton.jit kernels;
 - configs: tile configs, autotune spaces and pruners;
-- checks, descriptors, launch: input checks, TMA descriptors, the launchers;
+- checks, descriptors: input checks and layouts, TMA descriptors;
+- plans, launch: the launch plan of each call layout (checks, choices, tiles, grids, made
+  once), and the launchers, which find their call's plan and run it;
 - reference: the float64 references;
 - this module: the ops' declarations to tritonkit's scaffold and the public functions.
 What was tried and measured (atomic dQ, a rotated key loop, warp specialization, tile sweeps)
@@ -30,11 +32,10 @@ from .checks import (_block_d, _check_max_seqlen, _check_qkv, _check_varlen, _em
                      _head_dim_innermost, _mask_flags, _resolve_scale, _softcap_arg, _window_arg)
 from .configs import (TileConfig, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _attn_fwd_tuned, _prune_dkdv,
                       _prune_dq, _prune_fwd, _row_keys, autotune_configs, fixed_configs)
-from .descriptors import (_descriptor, _fit_descriptors, _fit_dkdv_descriptors, _fit_dq_descriptors, _has_tma,
-                          _tma_ok)
+from .descriptors import (_descriptor, _descriptor_maker, _fit_descriptors, _fit_dkdv_descriptors,
+                          _fit_dq_descriptors, _has_tma, _tma_ok)
 from .forward import _attn_fwd_kernel
-from .launch import (_attention_bwd_checked, attention_bwd, attention_fwd, attention_varlen_bwd,
-                     attention_varlen_fwd)
+from .launch import attention_bwd, attention_fwd, attention_varlen_bwd, attention_varlen_fwd
 from .reference import attention_reference, attention_varlen_reference
 
 __all__ = ["attention", "attention_varlen", "attention_reference", "attention_varlen_reference",
@@ -91,7 +92,7 @@ _ATTENTION = Op(
     backward_launcher=attention_bwd,
     backward_schema=(f"(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, {_FLAGS_SCHEMA}, "
                      "Tensor? dlse=None) -> (Tensor, Tensor, Tensor)"),
-    backward_fake=_attention_bwd_fake, eager_backward_launcher=_attention_bwd_checked, check=_attention_check)
+    backward_fake=_attention_bwd_fake, check=_attention_check)
 
 
 def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1,

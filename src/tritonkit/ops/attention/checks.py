@@ -85,19 +85,44 @@ def _check_varlen(q: object, k: object, v: object, cu_seqlens_q: object,
             raise ValueError(f"{name} must be 1-d with batch + 1 entries, got shape {tuple(cu.shape)}")
         if cu.device != q.device:
             raise ValueError(f"{name} is on {cu.device} but q is on {q.device}")
-        if cu.device.type == "cpu" and not tracing(cu):  # traced: checked when the custom op runs
-            values = cu.tolist()
-            if values[0] != 0:
-                raise ValueError(f"{name} must start at 0, got {values[0]}")
-            if any(b < a for a, b in zip(values, values[1:])):
-                raise ValueError(f"{name} must not decrease (cumulative lengths), got {values}")
-            if values[-1] != total:
-                raise ValueError(f"{name} ends at {values[-1]}, but the tensor it delimits has {total} tokens")
+        _check_cu_values(name, cu, total)
         counts.append(cu.shape[0])
     if counts[0] != counts[1]:
         raise ValueError(f"cu_seqlens_q has {counts[0]} entries but cu_seqlens_k has {counts[1]}: "
                          "one sequence of queries per sequence of keys")
     return Tq, H, D, Tk, Hkv, counts[0] - 1
+
+
+def _check_cu_values(name: str, cu: torch.Tensor, total: int) -> None:
+    """The values of cu_seqlens (0 first, never decreasing, `total` last), where reading them
+    costs nothing: a CPU tensor, outside tracing (traced, they are checked when the custom op
+    runs). Launch plans hold layouts, never values, so they call this on every call."""
+    if cu.device.type != "cpu" or tracing(cu):
+        return
+    values = cu.tolist()
+    if values[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {values[0]}")
+    if any(b < a for a, b in zip(values, values[1:])):
+        raise ValueError(f"{name} must not decrease (cumulative lengths), got {values}")
+    if values[-1] != total:
+        raise ValueError(f"{name} ends at {values[-1]}, but the tensor it delimits has {total} tokens")
+
+
+def _check_saved(do, o, lse, dlse, q, lse_shape: tuple[int, ...]) -> None:
+    """The backward's do, o, lse and dlse (None: lse unused) against q and lse's shape."""
+    for name, t in (("do", do), ("o", o)):
+        check_tensor(name, t, HALF_DTYPES)
+        if t.shape != q.shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)} but q has {tuple(q.shape)}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {dtype_name(t.dtype)} but q has {dtype_name(q.dtype)}")
+    for name, t in (("lse", lse), ("dlse", dlse)):
+        if t is None and name == "dlse":
+            continue
+        check_tensor(name, t, (torch.float32,))
+        if tuple(t.shape) != lse_shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {lse_shape}")
+    check_same_device(q=q, do=do, o=o, lse=lse)
 
 
 def _check_max_seqlen(name: str, value: object) -> None:
@@ -123,14 +148,22 @@ def _resolve_scale(scale: object, head_dim: int) -> float:
     return float(scale)
 
 
-def _empty_like_order(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+def _empty_like_order(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype,
+                      device: torch.device | str | None = None) -> torch.Tensor:
     """An empty (B, H, N, D) tensor laid out as `like` is: (B, N, H, D) in memory when like's
     head stride is below its sequence stride (as for projected, packed qkv), else (B, H, N, D).
-    The fake (meta) implementations use it too, so compiled graphs see the same strides."""
+    The fake (meta) implementations use it too, so compiled graphs see the same strides; the
+    launch plans take its strides from a meta tensor (device="meta") once per layout."""
     B, H, N, D = shape
+    device = like.device if device is None else device
     if like.shape[1] > 1 and like.shape[2] > 1 and like.stride(1) < like.stride(2):
-        return torch.empty((B, N, H, D), dtype=dtype, device=like.device).transpose(1, 2)
-    return torch.empty((B, H, N, D), dtype=dtype, device=like.device)
+        return torch.empty((B, N, H, D), dtype=dtype, device=device).transpose(1, 2)
+    return torch.empty((B, H, N, D), dtype=dtype, device=device)
+
+
+def _packed(t: torch.Tensor) -> torch.Tensor:
+    """A (total, H, D) tensor of packed sequences as the kernels' (1, H, total, D) view."""
+    return t.permute(1, 0, 2).unsqueeze(0)
 
 
 def _block_d(head_dim: int) -> int:
@@ -148,10 +181,14 @@ def _head_dim_innermost(t: torch.Tensor) -> torch.Tensor:
     (an expanded sequence dim), is copied; every layout a model produces ((B,H,N,D),
     (B,N,H,D), packed qkv) has a unit head-dim stride and rows apart, and is never copied.
     """
+    return t.contiguous() if _needs_copy(t) else t
+
+
+def _needs_copy(t: torch.Tensor) -> bool:
+    """Whether `_head_dim_innermost` copies `t`: its head dim is not innermost, or its rows
+    overlap."""
     rows_apart = t.shape[-2] == 1 or t.stride(-2) >= t.shape[-1]  # not expanded or overlapping
-    return t if t.stride(-1) == 1 and rows_apart else t.contiguous()
-
-
+    return not (t.stride(-1) == 1 and rows_apart)
 
 
 def _window_arg(window: object) -> tuple[int, int]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ..._launch import PathChoice, record_choice
+from ..._launch import PathChoice
 
 GLUON_FORWARD_HEAD_DIMS = (128, 256)
 GLUON_BACKWARD_HEAD_DIMS = (128,)
@@ -85,10 +85,9 @@ def _refused(which: str, refused: str, gluon: bool | None) -> PathChoice:
 
 
 def _chosen(which: str, gluon: bool, reason: str) -> PathChoice:
-    """The choice, also told to the inspector's recording, if one is open."""
-    choice = PathChoice(f"attention {which}", "gluon" if gluon else "triton", reason)
-    record_choice(choice)
-    return choice
+    """The choice. A launch plan keeps it and tells the inspector's recordings of it on every
+    call (`_launch.record_choice`), also the calls that find the plan made."""
+    return PathChoice(f"attention {which}", "gluon" if gluon else "triton", reason)
 
 
 def _dims(dims: tuple[int, ...]) -> str:
