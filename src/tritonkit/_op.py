@@ -48,6 +48,12 @@ def _has_dtensor(args: tuple) -> bool:
     return module is not None and any(isinstance(a, module.DTensor) for a in args)
 
 
+def not_computed(like: torch.Tensor) -> torch.Tensor:
+    """The placeholder a launcher returns for an output its arguments do not ask for (a custom
+    op's schema fixes its outputs): a 0-element tensor of like's dtype and device."""
+    return like.new_empty((0,))
+
+
 def records_grad(*tensors: object) -> bool:
     """Whether autograd would record an op on these arguments."""
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .._checks import check_meta, check_tensor, dtype_name, meta_of
-from .._op import Op
+from .._op import Op, not_computed
 from .gated import _ACTIVATIONS, _check_tensors, _gated_bwd_checked, _out_shape, gated_fwd
 from .gated import _validate as _validate_gate_up
 
@@ -101,11 +101,6 @@ def _check(gate, up, weight, bias, validate=_checked) -> tuple[int, ...]:
                     None if bias is None else meta_of(bias))
 
 
-def _none(like: torch.Tensor) -> torch.Tensor:
-    """The placeholder for a gradient that is not computed (custom ops return tensors)."""
-    return like.new_empty((0,))
-
-
 def gated_linear_fwd(gate: torch.Tensor, up: torch.Tensor | None, weight: torch.Tensor,
                      bias: torch.Tensor | None, activation: str) -> torch.Tensor:
     """Launcher for the forward pass: F.linear(act(gate) * up, weight, bias), (..., out) in
@@ -164,7 +159,7 @@ def _gated_linear_bwd(grad_out, gate, up, weight, bias, code: int, want_gate_up:
         dweight = torch.mm(dy.t(), h) if _row_major(weight) else torch.mm(h.t(), dy).t()
     if want_bias and bias is not None:
         dbias = dy.sum(0)
-    return tuple(_none(gate) if g is None else g for g in (dgate, dup, dweight, dbias))
+    return tuple(not_computed(gate) if g is None else g for g in (dgate, dup, dweight, dbias))
 
 
 def _fwd_fake(gate, up, weight, bias, activation):
@@ -172,11 +167,11 @@ def _fwd_fake(gate, up, weight, bias, activation):
 
 
 def _bwd_fake(grad_out, gate, up, weight, bias, activation, want_gate_up, want_weight, want_bias):
-    return (gate.new_empty(gate.shape) if want_gate_up else _none(gate),
-            up.new_empty(up.shape) if want_gate_up and up is not None else _none(gate),
+    return (gate.new_empty(gate.shape) if want_gate_up else not_computed(gate),
+            up.new_empty(up.shape) if want_gate_up and up is not None else not_computed(gate),
             (weight.new_empty(weight.shape) if _row_major(weight) else weight.new_empty(weight.shape[::-1]).t())
-            if want_weight else _none(gate),
-            bias.new_empty(bias.shape) if want_bias and bias is not None else _none(gate))
+            if want_weight else not_computed(gate),
+            bias.new_empty(bias.shape) if want_bias and bias is not None else not_computed(gate))
 
 
 def _setup_context(ctx, inputs, output):

@@ -69,16 +69,13 @@ def _descriptor(t: torch.Tensor, rows: int, block_d: int) -> TensorDescriptor:
     unit innermost stride; dims are positive and tiles powers of two by construction): they
     cost ~2 us of host time a descriptor, and a forward and backward build seven. A test
     holds the result equal to the checked constructor's."""
-    desc = object.__new__(TensorDescriptor)
-    desc.base, desc.shape, desc.strides = t, list(t.shape), list(t.stride())
-    desc.block_shape, desc.padding = [1, 1, rows, block_d], "zero"
-    return desc
+    return _descriptor_maker(t, rows, block_d)(t)
 
 
 def _descriptor_maker(like: torch.Tensor, rows: int, block_d: int):
     """A function of x giving `_descriptor(x, rows, block_d)` for tensors x of like's shape and
     strides, which a launch plan holds per layout: each descriptor a call builds then costs
-    five attribute stores (a test holds the two equal)."""
+    five attribute stores."""
     shape, strides, block = list(like.shape), list(like.stride()), [1, 1, rows, block_d]
     new = object.__new__
 

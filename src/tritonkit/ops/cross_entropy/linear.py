@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ..._checks import check_same_device, check_tensor
-from ..._op import Op
+from ..._op import Op, not_computed
 from .kernel import (as_float_options, check_options, check_target, check_target_values, launch_rows, reduce_rows, same_dtype,
                      valid_count)
 from .scale import scale_by
@@ -99,11 +99,6 @@ def check_chunk_tokens(chunk_tokens: object) -> None:
         raise ValueError(f"chunk_tokens must be None or a positive int, got {chunk_tokens!r}")
 
 
-def _none(like: torch.Tensor) -> torch.Tensor:
-    """The placeholder for an output that is not computed (custom ops return tensors)."""
-    return like.new_empty((0,))
-
-
 def _chunked(hidden, weight, target, bias, ignore_index, label_smoothing, softcap, chunk_tokens,
              want, *, loss=None, lse=None, count=None, upstream=None):
     """Run the chunk loop: logits, the row kernel (loss and lse, or, with lse given and no
@@ -168,7 +163,7 @@ def linear_cross_entropy_fwd(hidden: torch.Tensor, weight: torch.Tensor, target:
     grads = _chunked(hidden, weight, target, bias, ignore_index, label_smoothing, softcap, chunk_tokens, want,
                      loss=loss_rows, lse=lse, count=count)
     loss = reduce_rows(loss_rows, count, reduction)
-    return (loss, _none(loss_rows) if lse is None else lse, *(_none(hidden) if g is None else g for g in grads))
+    return (loss, not_computed(loss_rows) if lse is None else lse, *(not_computed(hidden) if g is None else g for g in grads))
 
 
 def linear_cross_entropy_bwd(grad_loss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor,
@@ -220,7 +215,7 @@ def linear_cross_entropy_bwd(grad_loss: torch.Tensor, hidden: torch.Tensor, weig
     want = (want_hidden, want_weight, want_bias and bias is not None)
     grads = _chunked(hidden, weight, target, bias, ignore_index, label_smoothing, softcap, chunk_tokens, want,
                      lse=lse, upstream=grad_loss)
-    return tuple(_none(hidden) if g is None else g for g in grads)
+    return tuple(not_computed(hidden) if g is None else g for g in grads)
 
 
 def _setup_context(ctx, inputs, output):
@@ -245,9 +240,9 @@ def _backward(bwd, ctx, grad_loss, *_):
 
 
 def _grad_fakes(hidden, weight, bias, wants):
-    return (torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if wants[0] else _none(hidden),
-            torch.empty_like(weight) if wants[1] else _none(hidden),
-            torch.empty_like(bias) if wants[2] and bias is not None else _none(hidden))
+    return (torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if wants[0] else not_computed(hidden),
+            torch.empty_like(weight) if wants[1] else not_computed(hidden),
+            torch.empty_like(bias) if wants[2] and bias is not None else not_computed(hidden))
 
 
 def _fake_fwd(hidden, weight, target, bias, ignore_index, label_smoothing, reduction, softcap,
