@@ -213,6 +213,8 @@ BWD_CASES = [  # (label, (B, H, Hkv, N, D), causal): the backward's bars in issu
     ("D=128 N=16384 causal", (4, 32, 32, 16384, 128), True),
     ("D=256 N=4096 H=16", (4, 16, 16, 4096, 256), False),
     ("D=128 N=4096 GQA32/8", (4, 32, 8, 4096, 128), False),
+    ("train config A layer", (4, 16, 8, 2048, 128), True),   # `tritonkit bench train`'s attention
+    ("train config B layer", (1, 16, 8, 8192, 128), True),
 ]
 
 

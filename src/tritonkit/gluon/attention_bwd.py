@@ -41,6 +41,8 @@ the registers of a 64-key warpgroup); everything else takes the Triton path.
 
 from __future__ import annotations
 
+import contextlib
+
 import functools
 import math
 
@@ -543,17 +545,21 @@ def supported(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 def attention_bwd_gluon(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
                         delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool,
-                        scale: float, softcap: float = 0.0) -> None:
+                        scale: float, softcap: float = 0.0,
+                        dq_beside: contextlib.AbstractContextManager | None = None) -> None:
     """The dK/dV and dQ passes on Hopper, writing dq, dk, dv (allocated like q, k, v by the
     Triton launcher), deterministic, from the Triton preprocess's delta (B, H, Nq) float32
     (rowsum(dO * O), less lse's upstream gradient) and the forward's lse (softcap: the cap c the
     forward used, 0 for none). Called by the
     attention dispatch (`tritonkit.ops.attention.paths`) only where `supported(...)` is true;
-    inputs are not validated again here."""
-    for name, kernel, (grid, args, kwargs) in (
+    inputs are not validated again here. dq_beside: a context to launch the dQ pass in (a side
+    stream beside the dK/dV pass, whose last, uneven programs it fills; the plans' choice), or
+    None for the current stream."""
+    for name, kernel, (grid, args, kwargs), context in (
             ("attention_bwd_dkdv_gluon", _dkdv_kernel,
-             dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale, softcap)),
+             dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale, softcap), None),
             ("attention_bwd_dq_gluon", _dq_kernel,
-             dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale, softcap))):
+             dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale, softcap), dq_beside)):
         num_warps = kwargs.pop("num_warps")
-        Launch(name, kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()
+        with context or contextlib.nullcontext():
+            Launch(name, kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()

@@ -312,7 +312,8 @@ class _BackwardLaunches:
         record_choice(self.choice)
         if self.gluon is not None:
             launch, flags = self.gluon
-            launch(do, q, k, v, lse, delta, dq, dk, dv, *flags)
+            launch(do, q, k, v, lse, delta, dq, dk, dv, *flags,
+                   dq_beside=_beside_the_current_stream(q.device) if self.concurrent else None)
             return
         q_in, do_in = q, do
         if self.dkdv_descriptors is not None:
@@ -349,10 +350,14 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     preprocess = LaunchTemplate("attention_bwd_preprocess", _attn_bwd_preprocess_kernel,
                                 (cdiv(Nq, pre_block), H, B), (Nq, D, *o.stride(), *do.stride()),
                                 dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)
+    if concurrent_dq is None:
+        concurrent_dq = B * H * Nq * row_keys * D >= CONCURRENT_DQ_MIN_WORK
+    concurrent = bool(concurrent_dq) and q.device.type == "cuda" and _launch.launches_execute()
     choice = gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon)
     if choice.path == "gluon":
         from ...gluon.attention_bwd import attention_bwd_gluon
-        return _BackwardLaunches(preprocess, choice, gluon=(attention_bwd_gluon, (causal, scale, softcap)))
+        return _BackwardLaunches(preprocess, choice, gluon=(attention_bwd_gluon, (causal, scale, softcap)),
+                                 concurrent=concurrent)
 
     common = dict(_score_flags(*flags), BLOCK_D=block_d, PAD_D=pad_d)
     qk_scale = kernel_qk_scale(scale, softcap)
@@ -385,9 +390,6 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
         dq = LaunchTemplate("attention_bwd_dq", _attn_bwd_dq_kernel, _query_grid(Nq, dq_cfg.block_m, H, B, seqs),
                             dq_tail, dict(common, USE_TMA=tma_dq, **dq_cfg.meta()), dq_cfg.num_warps,
                             dq_cfg.num_stages)
-    if concurrent_dq is None:
-        concurrent_dq = B * H * Nq * row_keys * D >= CONCURRENT_DQ_MIN_WORK
-    concurrent = bool(concurrent_dq) and q.device.type == "cuda" and _launch.launches_execute()
     dkdv_descriptors = dq_descriptors = None
     if tma_dkdv:
         dkdv_descriptors = tuple(_descriptor_maker(t, dkdv_cfg.block_m, block_d) for t in (q, do))
