@@ -165,47 +165,32 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale,
     #   alpha = 2^(m - m'),  l' = alpha * l + sum_j p_j.
     # With a positive scale the row maximum is taken on the raw scores and scaled once, and
     # s * qk_scale - m' is one fused multiply-add per score. With a softcap (qk_scale = scale / c)
-    # the base-2 score is tanh(qk qk_scale) c log2 e, and with a positive scale too the row
-    # maximum is still taken on the raw scores: tanh is increasing, so the largest capped score
-    # is tanh of the largest raw one, one tanh a row. The reduction then runs beside the tile's
-    # tanh instead of after it, which shortens the chain S -> P that the other warpgroup's
-    # products must cover. (A row whose block is all masked keeps -inf, as without the cap.)
-    # Not at D=256: its 64-key tile goes with a 64x256 accumulator, and the raw tile kept
-    # beside its tanh spills there.
+    # the base-2 score is tanh(qk qk_scale) c log2 e: the row maximum is taken on tanh (c > 0
+    # keeps the order) and scaled once the same way.
     BLOCK_M: gl.constexpr = qk.shape[0]
     BLOCK_N: gl.constexpr = qk.shape[1]
     s_layout: gl.constexpr = qk.type.layout
-    RAW_MAX: gl.constexpr = SCALE_POS and BLOCK_N >= 128
+    MAX_SCALED: gl.constexpr = SCALE_POS or SOFTCAP > 0
+    if SOFTCAP > 0:
+        qk = _softcap_tanh(qk, qk_scale)
+        row_scale = SOFTCAP * 1.4426950408889634
+    else:
+        row_scale = qk_scale
+        if not SCALE_POS:
+            qk = qk * qk_scale
     if MASKED:
         cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         keep = gl.expand_dims(cols < Nk, 0)
         if CAUSAL:
             rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
             keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
-    if SOFTCAP > 0:
-        row_scale = SOFTCAP * 1.4426950408889634
-        if RAW_MAX:
-            raw = gl.where(keep, qk, float("-inf")) if MASKED else qk
-            raw_max = gl.max(raw, axis=1)
-            block_max = gl.where(raw_max == float("-inf"), float("-inf"), _softcap_tanh(raw_max, qk_scale))
-        qk = _softcap_tanh(qk, qk_scale)
-        if MASKED:
-            qk = gl.where(keep, qk, float("-inf"))
-        if not RAW_MAX:  # (also: tanh of a negative scale's scores decreases in them)
-            block_max = gl.max(qk, axis=1)
-        m_new = gl.maximum(m_i, block_max * row_scale)
+        qk = gl.where(keep, qk, float("-inf"))
+    if MAX_SCALED:
+        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * row_scale)
         p = gl.exp2(qk * row_scale - gl.expand_dims(m_new, 1))
     else:
-        if not SCALE_POS:
-            qk = qk * qk_scale
-        if MASKED:
-            qk = gl.where(keep, qk, float("-inf"))
-        if SCALE_POS:
-            m_new = gl.maximum(m_i, gl.max(qk, axis=1) * qk_scale)
-            p = gl.exp2(qk * qk_scale - gl.expand_dims(m_new, 1))
-        else:
-            m_new = gl.maximum(m_i, gl.max(qk, axis=1))
-            p = gl.exp2(qk - gl.expand_dims(m_new, 1))
+        m_new = gl.maximum(m_i, gl.max(qk, axis=1))
+        p = gl.exp2(qk - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
     l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_new
