@@ -131,7 +131,7 @@ def main():
     print(f"T={T} H={H} V={V} bf16; the gradients alone are {grads_gib:.3f} GiB; "
           f"a chunk token of logits is {V * 2 / 2**10:.1f} KiB")
     for chunk in (int(c) or None for c in args.chunks.split(",")):
-        tokens = chunk or linear.chunk_tokens_for(T, V, 2, H)
+        tokens = chunk or linear.chunk_tokens_for(T, V, 2)
         fn = lambda: step(h, w, target, chunk)  # noqa: E731
         ms = median_ms(fn)
         fwd_peak, held, peak, same = memory(h, w, target, chunk)

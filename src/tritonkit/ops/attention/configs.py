@@ -46,10 +46,11 @@ def fixed_configs(block_d: int, row_keys: int | None = None, busy_dkdv: bool = F
     off (TRITONKIT_AUTOTUNE=0). Interpreter blocks are small, so that test shapes of ~100 rows
     still cross several blocks and the causal band spans more than one key block. row_keys
     (about how many keys a query row sees: `_row_keys`; None: many) picks the forward's tile
-    where the best one depends on it. busy_dkdv: a softcap (tanh's tile) or packed sequences
-    (their bounds in every masked tile) add to the dK/dV pass's live registers, and at D=128 its
-    one-warpgroup 64x64 tile then spills (ptxas, sm_90: 140-224 B with a softcap); it takes 128
-    keys on two warpgroups there and streams 32-row query blocks (`_BUSY_DKDV`).
+    where the best one depends on it. busy_dkdv: a softcap (tanh's tile) adds to the dK/dV
+    pass's live registers, and at D=128 its one-warpgroup 64x64 tile then spills (ptxas,
+    sm_90: 140-224 B); it takes 128 keys on two warpgroups there and streams 32-row query
+    blocks (`_BUSY_DKDV`). Packed sequences keep the plain tile: their bounds add registers too,
+    but the plain tile measured faster for them all the same (notes/attention_masks.md).
     The dict is shared between calls: read it, do not change it."""
     return _fixed_configs(block_d, _interpreting(), row_keys is not None and row_keys <= SHORT_ROWS, busy_dkdv)
 
@@ -143,7 +144,7 @@ def _pruner(kind: str):
     def prune(configs, named_args, **kwargs):
         block_d = kwargs["BLOCK_D"]
         fixed_kind = kind + "_tma" if kwargs.get("USE_TMA") else kind
-        busy = bool(kwargs.get("SOFTCAP")) or named_args.get("CU_Q") is not None
+        busy = bool(kwargs.get("SOFTCAP"))
         return _fixed_first([c for c in configs if _fits(kind, c, block_d)], fixed_kind, block_d,
                             busy_dkdv=busy) or configs[:1]
     return prune

@@ -344,7 +344,7 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     pad_d = block_d != D
     group = H // Hkv
     tuned = _autotune_enabled()
-    fixed = fixed_configs(block_d, busy_dkdv=softcap > 0 or varlen is not None)
+    fixed = fixed_configs(block_d, busy_dkdv=softcap > 0)
     seqs = None if varlen is None else varlen[0]
     pre_block = 32 if _interpreting() else 64
     preprocess = LaunchTemplate("attention_bwd_preprocess", _attn_bwd_preprocess_kernel,

@@ -40,14 +40,7 @@ from .scale import scale_by
 # grad_weight costs a share of its product's time that falls as 1 / chunk above that.
 # 512 MiB gives 2048 tokens at V = 128256, where the three products run near their full
 # rate; smaller chunks cost time, larger ones memory (docs/block-ops.md has the trade).
-# A narrow head (small hidden) takes more tokens a chunk, up to CHUNK_WORK tokens x hidden
-# and MAX_CHUNK_BYTES of logits: its products do less work a token, so the per-chunk costs
-# (the re-read of grad_weight, the products' tails) weigh more, and the sweep in
-# notes/cross_entropy.md found 4096-token chunks faster than 2048 at hidden 2048 but not at
-# 4096, where CHUNK_BYTES alone already gives 2048.
 CHUNK_BYTES = 512 << 20
-CHUNK_WORK = 8 << 20
-MAX_CHUNK_BYTES = 1 << 30
 CHUNK_MULTIPLE = 128     # chunk rows rounded to whole GEMM tiles
 MIN_CHUNK_TOKENS = 128
 
@@ -70,12 +63,9 @@ def linear_cross_entropy_reference(hidden: torch.Tensor, weight: torch.Tensor, t
     return loss.reshape(target.shape) if reduction == "none" else loss
 
 
-def chunk_tokens_for(n_tokens: int, n_classes: int, element_size: int, hidden: int) -> int:
-    """Tokens per chunk: CHUNK_BYTES of logits, or more for a narrow head (CHUNK_WORK / hidden
-    tokens, at most MAX_CHUNK_BYTES of logits), in whole GEMM tiles, at least MIN_CHUNK_TOKENS."""
-    row_bytes = max(1, n_classes * element_size)
-    rows = max(CHUNK_BYTES // row_bytes, min(CHUNK_WORK // max(1, hidden), MAX_CHUNK_BYTES // row_bytes))
-    rows = rows // CHUNK_MULTIPLE * CHUNK_MULTIPLE
+def chunk_tokens_for(n_tokens: int, n_classes: int, element_size: int) -> int:
+    """Tokens per chunk: CHUNK_BYTES of logits, in whole GEMM tiles, at least MIN_CHUNK_TOKENS."""
+    rows = CHUNK_BYTES // max(1, n_classes * element_size) // CHUNK_MULTIPLE * CHUNK_MULTIPLE
     return max(1, min(n_tokens, max(MIN_CHUNK_TOKENS, rows)))
 
 
@@ -120,7 +110,7 @@ def _chunked(hidden, weight, target, bias, ignore_index, label_smoothing, softca
     grad_weight = torch.empty_like(weight) if want_weight else None  # weight's layout, as autograd prefers
     grad_bias32 = None  # fp32 accumulator, started by the first chunk's sum
     any_grad = want_hidden or want_weight or want_bias
-    step = chunk_tokens or chunk_tokens_for(n_tokens, n_classes, hidden.element_size(), hidden.shape[-1])
+    step = chunk_tokens or chunk_tokens_for(n_tokens, n_classes, hidden.element_size())
     buffer = torch.empty((min(step, n_tokens), n_classes), dtype=hidden.dtype, device=hidden.device)
     for start in range(0, n_tokens, step):
         end = min(n_tokens, start + step)
