@@ -5,7 +5,8 @@
 Cases, as `tritonkit bench attention attention_varlen` has them: a sliding window of 1024 keys
 at N=16384 (B=1, 32/8 heads, D=128, causal), and 16 packed sequences of lognormal lengths (mean
 1024), causal, 32/8 heads, D=128; plus the dense causal N=4096 case that the packed bar is
-measured against. For each masked case: every config the autotuner may try for each pass
+measured against, and the packed batch's tokens as 16 equal dense sequences of 1024 (what
+the sequences' lengths alone cost). For each masked case: every config the autotuner may try for each pass
 (pruned as it prunes them) is compiled first in worker processes, then timed: the forward
 with that config; the backward with that dK/dV config (dQ at its fixed config) and with that
 dQ config (dK/dV fixed). Each result is checked against the fixed config's. The registry's
@@ -111,6 +112,8 @@ def registry_case(case: str, backward: bool):
         return varlen_registry._case(16, 1024, HEADS, KV_HEADS, D, backward)
     if case == "softcap":
         return dense_registry._masked_case(4, HEADS, KV_HEADS, 4096, D, backward, softcap=50.0)
+    if case == "dense 1024":  # the packed batch's tokens as 16 equal causal sequences
+        return dense_registry._case(16, HEADS, KV_HEADS, 1024, D, True, backward)
     return dense_registry._case(4, HEADS, KV_HEADS, 4096, D, True, backward)
 
 
@@ -169,11 +172,12 @@ def main():
         sweep(case)
     print("\nproviders as users call them (fwd / bwd TFLOP/s, same process)")
     timed = [c for c in cases if c != "softcap"] + (["dense"] if "varlen" in cases or "softcap" in cases else [])
+    timed += ["dense 1024"] if "varlen" in cases else []
     if "softcap" in cases:
         timed += ["softcap", "dense", "softcap"]
     for case in timed:
         for name, (fwd, bwd) in providers(case).items():
-            print(f"  {case:<7} {name:<14} fwd {fwd:6.1f}  bwd {bwd:6.1f}")
+            print(f"  {case:<10} {name:<14} fwd {fwd:6.1f}  bwd {bwd:6.1f}")
 
 
 if __name__ == "__main__":
