@@ -11,9 +11,11 @@ TRITONKIT_AUTOTUNE setting; and the recordings open (the inspector records GPU l
 CPU tensors, `_launch.recording_state`). A layout's first call builds its plan, running
 every check, so bad input raises as it always did, naming the argument, and is never kept;
 later calls allocate, build their descriptors and launch through `LaunchTemplate`s, which
-go straight to the compiled launcher once they have one. Values are never planned: data
-pointers are the call's own, and packed sequences' cu_seqlens are checked on every call
-where they are checked at all (CPU tensors).
+go straight to the compiled launcher once they have one. The op's eager backward finds its
+plan through its forward's (`ForwardPlan.backward`): its q, k, v, flags, o and lse are what
+that plan was keyed by or made, so only do's and dlse's layouts and the setting are keyed
+again. Values are never planned: data pointers are the call's own, and packed sequences'
+cu_seqlens are checked on every call where they are checked at all (CPU tensors).
 
 A plan's outputs are fresh allocations, which torch's allocators align to 64 bytes or more:
 with the inputs' alignment in the key, every tensor a template launches with has the
