@@ -318,3 +318,17 @@ def test_bound_templates_launch_the_same_bits(tma, monkeypatch, device):
     monkeypatch.setattr(_launch, "_specialization_key", no_key)
     for _ in range(2):
         _equal(step(), first)
+
+
+def test_eager_backward_keys_the_upstream_layout(device):
+    # The eager road's backward finds its plan by the forward's plan and do's layout: one
+    # graph, upstream gradients of three layouts, each gives what the launcher gives.
+    q, k, v = make_qkv(1, 4, 2, 40, 40, 32, torch.float16, device, requires_grad=True)
+    o = tritonkit.attention(q, k, v, causal=True)
+    up = torch.randn_like(o)
+    for do in (up, up.transpose(1, 2).contiguous().transpose(1, 2), up[:, :1].expand_as(up)):
+        got = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+        saved = [t.detach() for t in (q, k, v, o)]
+        lse = attention_fwd(*saved[:3], True)[1]
+        _equal(got, plans.build_backward(do, *saved, lse, True, None, -1, -1, 0.0, None, None, None, None, None,
+                                         None).run(do, *saved, lse, None))

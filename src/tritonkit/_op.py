@@ -86,7 +86,8 @@ class Op:
     eager_forward: what runs the forward on the eager roads (the forward launcher by
         default). It validates its arguments as the launcher does and gives the same leading
         `returns` outputs; the outputs past them reach only setup_context and the backward,
-        so it may give them in a cheaper form (statistics flat) or None (no placeholder).
+        so it may give them in a cheaper form (statistics flat), None (no placeholder), or
+        more of them than the launcher has (what it worked out that the backward can reuse).
     """
 
     def __init__(self, name: str, *, forward: Callable, forward_schema: str, forward_fake: Callable,

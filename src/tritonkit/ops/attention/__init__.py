@@ -35,7 +35,7 @@ from .configs import (TileConfig, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _att
 from .descriptors import (_descriptor, _descriptor_maker, _fit_descriptors, _fit_dkdv_descriptors,
                           _fit_dq_descriptors, _has_tma, _tma_ok)
 from .forward import _attn_fwd_kernel
-from .launch import attention_bwd, attention_fwd, attention_varlen_bwd, attention_varlen_fwd
+from .launch import attention_bwd, attention_fwd, attention_fwd_eager, attention_varlen_bwd, attention_varlen_fwd
 from .reference import attention_reference, attention_varlen_reference
 
 __all__ = ["attention", "attention_varlen", "attention_reference", "attention_varlen_reference",
@@ -47,23 +47,27 @@ __all__ = ["attention", "attention_varlen", "attention_reference", "attention_va
 # The ops' declarations: custom ops for torch.compile, fake (meta) and autograd registrations
 # ---------------------------------------------------------------------------------------
 
-def _setup_context(ctx, inputs, output):
-    # Saves what the backward needs; the arguments after the tensors (causal, scale, window,
-    # softcap, and for packed sequences the cu_seqlens before them) go along as they came.
-    # Gradients are not materialized: a None dlse (lse unused) skips its term, a None do
-    # (only lse used) stands for zeros.
-    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-    ctx.save_for_backward(*tensors, *output)
-    ctx.flags = [a for a in inputs if not isinstance(a, torch.Tensor)]
-    ctx.set_materialize_grads(False)
+def _context_saver(n_tensors: int):
+    """The ops' setup_context, for ops whose first n_tensors arguments are tensors (q, k, v,
+    and for packed sequences cu_seqlens_q and cu_seqlens_k) and the rest flags (causal,
+    scale, window, softcap), which go along as they came. Gradients are not materialized: a
+    None dlse (lse unused) skips its term, a None do (only lse used) stands for zeros. The
+    dense op's eager forward gives a third output, the backward launcher of its plan
+    (`attention_fwd_eager`); other roads' backwards take the op's backward launcher."""
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:n_tensors], output[0], output[1])
+        ctx.flags = inputs[n_tensors:]
+        ctx.launcher = output[2] if len(output) > 2 else None
+        ctx.set_materialize_grads(False)
+    return setup_context
 
 
 def _backward(bwd, ctx, do, dlse):
     *inputs, o, lse = ctx.saved_tensors
     if do is None:
         do = torch.zeros_like(o)
-    grads = bwd(do, *inputs[:3], o, lse, *inputs[3:], *ctx.flags, dlse)
-    return (*grads, *(None for _ in inputs[3:]), *(None for _ in ctx.flags))
+    dq, dk, dv = (ctx.launcher or bwd)(do, *inputs[:3], o, lse, *inputs[3:], *ctx.flags, dlse)
+    return dq, dk, dv, *(None,) * (len(inputs) - 3 + len(ctx.flags))  # none for cu_seqlens and flags
 
 
 def _attention_fwd_fake(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0):
@@ -88,11 +92,12 @@ _FLAGS_SCHEMA = "bool causal, float scale, int window_left=-1, int window_right=
 _ATTENTION = Op(
     "attention", forward=attention_fwd,
     forward_schema=f"(Tensor q, Tensor k, Tensor v, {_FLAGS_SCHEMA}) -> (Tensor, Tensor)",
-    forward_fake=_attention_fwd_fake, setup_context=_setup_context, backward=_backward,
+    forward_fake=_attention_fwd_fake, setup_context=_context_saver(3), backward=_backward,
     backward_launcher=attention_bwd,
     backward_schema=(f"(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, {_FLAGS_SCHEMA}, "
                      "Tensor? dlse=None) -> (Tensor, Tensor, Tensor)"),
-    backward_fake=_attention_bwd_fake, check=_attention_check)
+    backward_fake=_attention_bwd_fake, check=_attention_check, returns=lambda *args: 2,
+    eager_forward=attention_fwd_eager)
 
 
 def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1,
@@ -118,7 +123,7 @@ _ATTENTION_VARLEN = Op(
     "attention_varlen", forward=attention_varlen_fwd,
     forward_schema=(f"(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, {_FLAGS_SCHEMA}) "
                     "-> (Tensor, Tensor)"),
-    forward_fake=_varlen_fwd_fake, setup_context=_setup_context, backward=_backward,
+    forward_fake=_varlen_fwd_fake, setup_context=_context_saver(5), backward=_backward,
     backward_launcher=attention_varlen_bwd,
     backward_schema=("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor cu_seqlens_q, "
                      f"Tensor cu_seqlens_k, {_FLAGS_SCHEMA}, Tensor? dlse=None) -> (Tensor, Tensor, Tensor)"),

@@ -10,6 +10,8 @@ bases and strides allow it (USE_TMA), and otherwise, silently, through pointers.
 sequences run the same kernels on (1, H, total, D) views of their tensors.
 """
 
+from collections.abc import Callable
+
 import torch
 
 from .configs import TileConfig
@@ -41,6 +43,18 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     """
     return planned(forward_key, build_forward, q, k, v, causal, scale, window_left, window_right, softcap, config,
                    tma, gluon).run(q, k, v)
+
+
+def attention_fwd_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        scale: float | None = None, window_left: int = -1, window_right: int = -1,
+                        softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, Callable]:
+    """`attention_fwd` with its default options, as the op's eager roads run it: (o, lse, the
+    backward launcher of this call's plan, `ForwardPlan.backward`), so that the backward of
+    the saved tensors finds its plan without keying every tensor again."""
+    plan = planned(forward_key, build_forward, q, k, v, causal, scale, window_left, window_right, softcap, None,
+                   None, None)
+    o, lse = plan.run(q, k, v)
+    return o, lse, plan.backward
 
 
 def attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,

@@ -11,9 +11,11 @@ TRITONKIT_AUTOTUNE setting; and the recordings open (the inspector records GPU l
 CPU tensors, `_launch.recording_state`). A layout's first call builds its plan, running
 every check, so bad input raises as it always did, naming the argument, and is never kept;
 later calls allocate, build their descriptors and launch through `LaunchTemplate`s, which
-go straight to the compiled launcher once they have one. Values are never planned: data
-pointers are the call's own, and packed sequences' cu_seqlens are checked on every call
-where they are checked at all (CPU tensors).
+go straight to the compiled launcher once they have one. The op's eager backward finds its
+plan through its forward's (`ForwardPlan.backward`): its q, k, v, flags, o and lse are what
+that plan was keyed by or made, so only do's and dlse's layouts and the setting are keyed
+again. Values are never planned: data pointers are the call's own, and packed sequences'
+cu_seqlens are checked on every call where they are checked at all (CPU tensors).
 
 A plan's outputs are fresh allocations, which torch's allocators align to 64 bytes or more:
 with the inputs' alignment in the key, every tensor a template launches with has the
@@ -70,10 +72,14 @@ def planned(key_of: Callable, build: Callable, *args: Any) -> Any:
     if plan is None:
         plan = build(*args)
         if key is not None:
-            if len(_PLANS) >= MAX_PLANS:
-                _PLANS.clear()
-            _PLANS[key] = plan
+            _keep(key, plan)
     return plan
+
+
+def _keep(key: tuple, plan: Any) -> None:
+    if len(_PLANS) >= MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = plan
 
 
 def _layout(t: torch.Tensor) -> tuple:
@@ -131,6 +137,13 @@ def _strides_like(like: torch.Tensor, shape: tuple) -> tuple:
 
 def _copy(t: torch.Tensor, copy: bool) -> torch.Tensor:
     return t.contiguous() if copy else t
+
+
+def _copies(*tensors: torch.Tensor) -> tuple[bool, ...] | None:
+    """Which of a dense plan's operands `_head_dim_innermost` copies; None when none is (the
+    layouts models make), which the plans' calls test once instead of once a tensor."""
+    copies = tuple(_needs_copy(t) for t in tensors)
+    return copies if any(copies) else None
 
 
 def _score_flags(causal: bool, window_left: int, window_right: int, softcap: float) -> dict:
@@ -220,33 +233,49 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, flags: tuple, varlen
 
 
 class ForwardPlan:
-    """A dense forward: outputs' shapes and strides, which of q, k, v are copied
-    (`_head_dim_innermost`), and the launch (None: an empty batch or query)."""
+    """A dense forward: outputs' shapes, strides, dtype and device, which of q, k, v are
+    copied (`_head_dim_innermost`; None: none is), and the launch (None: an empty batch or
+    query)."""
 
-    __slots__ = ("o_shape", "o_stride", "lse_shape", "copies", "launch")
+    __slots__ = ("o_shape", "o_stride", "lse_shape", "dtype", "device", "copies", "launch")
 
-    def __init__(self, o_shape, o_stride, lse_shape, copies, launch):
+    def __init__(self, o_shape, o_stride, lse_shape, dtype, device, copies, launch):
         self.o_shape, self.o_stride, self.lse_shape = o_shape, o_stride, lse_shape
-        self.copies, self.launch = copies, launch
+        self.dtype, self.device, self.copies, self.launch = dtype, device, copies, launch
 
     def run(self, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
-        copy_q, copy_k, copy_v = self.copies
-        q, k, v = _copy(q, copy_q), _copy(k, copy_k), _copy(v, copy_v)
-        o = _empty(self.o_shape, self.o_stride, q.dtype, q.device)
-        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        if self.copies is not None:
+            q, k, v = (_copy(t, copy) for t, copy in zip((q, k, v), self.copies))
+        o = _empty(self.o_shape, self.o_stride, self.dtype, self.device)
+        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
         if self.launch is not None:
             self.launch(q, k, v, o, lse)
         return o, lse
+
+    def backward(self, do, q, k, v, o, lse, causal, scale, window_left, window_right, softcap,
+                 dlse) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`attention_bwd` with its default options, for a call that this plan's call saved:
+        q, k, v and the flags it was planned for, o and lse as `run` made them (fresh, so
+        aligned). Of `backward_key` only do's and dlse's layouts and the setting can differ
+        from what this plan was keyed by, so the backward's plan is kept under those and
+        the plan itself."""
+        key = (self, _layout(do), None if dlse is None else _layout(dlse), _setting())
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = planned(backward_key, build_backward, do, q, k, v, o, lse, causal, scale, window_left,
+                           window_right, softcap, dlse, None, None, None, None, None)
+            _keep(key, plan)
+        return plan.run(do, q, k, v, o, lse, dlse)
 
 
 def build_forward(q, k, v, causal, scale, window_left, window_right, softcap, config, tma, gluon) -> ForwardPlan:
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
     flags = _mask_flags(causal, window_left, window_right, softcap, Nq, Nk)
     scale = _resolve_scale(scale, D)
-    copies = tuple(_needs_copy(t) for t in (q, k, v))
+    copies = _copies(q, k, v)
     q, k, v = (_head_dim_innermost(t) for t in (q, k, v))
     o_stride = _strides_like(q, (B, H, Nq, D))
-    return ForwardPlan((B, H, Nq, D), o_stride, (B, H, Nq), copies,
+    return ForwardPlan((B, H, Nq, D), o_stride, (B, H, Nq), q.dtype, q.device, copies,
                        _forward_launch(q, k, v, o_stride, scale, flags, None, config, tma, gluon))
 
 
@@ -305,8 +334,7 @@ class _BackwardLaunches:
         self.concurrent = concurrent
 
     def __call__(self, do, q, k, v, o, lse, dlse, dq, dk, dv, cu_q=None, cu_k=None) -> None:
-        lse = lse.contiguous()
-        dlse = None if dlse is None else dlse.contiguous()
+        """lse and dlse contiguous (the plans' runs copy them where they are not)."""
         delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
         self.preprocess(o, do, delta, dlse)
         record_choice(self.choice)
@@ -400,22 +428,24 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
 
 
 class BackwardPlan:
-    """A dense backward: the gradients' strides, which of q, k, v, do, o are copied, and the
-    launches (None: an empty batch, or an empty query whose dk, dv are zeros)."""
+    """A dense backward: the gradients' shapes and strides, their dtype and device, which of
+    q, k, v, do, o, lse, dlse are copied (None: none is), and the launches (None: an empty
+    batch, or an empty query whose dk, dv are zeros)."""
 
-    __slots__ = ("strides", "copies", "launches", "zero_kv")
+    __slots__ = ("grads", "dtype", "device", "copies", "launches", "zero_kv")
 
-    def __init__(self, strides, copies, launches, zero_kv):
-        self.strides, self.copies, self.launches, self.zero_kv = strides, copies, launches, zero_kv
+    def __init__(self, grads, dtype, device, copies, launches, zero_kv):
+        self.grads, self.dtype, self.device = grads, dtype, device
+        self.copies, self.launches, self.zero_kv = copies, launches, zero_kv
 
     def run(self, do, q, k, v, o, lse, dlse) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        copy_q, copy_k, copy_v, copy_do, copy_o = self.copies
-        q, k, v = _copy(q, copy_q), _copy(k, copy_k), _copy(v, copy_v)
-        do, o = _copy(do, copy_do), _copy(o, copy_o)
-        dq_stride, dk_stride, dv_stride = self.strides
-        dq = _empty(q.shape, dq_stride, q.dtype, q.device)
-        dk = _empty(k.shape, dk_stride, k.dtype, k.device)
-        dv = _empty(v.shape, dv_stride, v.dtype, v.device)
+        if self.copies is not None:
+            do, q, k, v, o, lse = (_copy(t, copy) for t, copy in zip((do, q, k, v, o, lse), self.copies))
+            dlse = None if dlse is None else dlse.contiguous()
+        (dq_shape, dq_stride), (dk_shape, dk_stride), (dv_shape, dv_stride) = self.grads
+        dq = _empty(dq_shape, dq_stride, self.dtype, self.device)
+        dk = _empty(dk_shape, dk_stride, self.dtype, self.device)
+        dv = _empty(dv_shape, dv_stride, self.dtype, self.device)
         if self.launches is not None:
             self.launches(do, q, k, v, o, lse, dlse, dq, dk, dv)
         elif self.zero_kv:
@@ -429,14 +459,17 @@ def build_backward(do, q, k, v, o, lse, causal, scale, window_left, window_right
     _check_saved(do, o, lse, dlse, q, (B, H, Nq))
     flags = _mask_flags(causal, window_left, window_right, softcap, Nq, Nk)
     scale = _resolve_scale(scale, D)
-    copies = tuple(_needs_copy(t) for t in (q, k, v, do, o))
-    q, k, v, do, o = (_head_dim_innermost(t) for t in (q, k, v, do, o))
-    strides = (_strides_like(q, (B, H, Nq, D)), _strides_like(k, (B, Hkv, Nk, D)), _strides_like(v, (B, Hkv, Nk, D)))
+    copies = _copies(do, q, k, v, o)
+    if copies is not None or not lse.is_contiguous() or not (dlse is None or dlse.is_contiguous()):
+        copies = (*(copies or (False,) * 5), True)  # lse (and dlse): the kernels read them flat
+    do, q, k, v, o = (_head_dim_innermost(t) for t in (do, q, k, v, o))
+    shapes = ((B, H, Nq, D), (B, Hkv, Nk, D), (B, Hkv, Nk, D))
+    strides = tuple(_strides_like(t, shape) for t, shape in zip((q, k, v), shapes))
     launches = None
     if B > 0 and Nq > 0:
         launches = _backward_launches(do, q, k, v, o, lse, *strides, scale, flags, None, dkdv_config, dq_config, tma,
                                       concurrent_dq, gluon)
-    return BackwardPlan(strides, copies, launches, B > 0 and Nq == 0)
+    return BackwardPlan(tuple(zip(shapes, strides)), q.dtype, q.device, copies, launches, B > 0 and Nq == 0)
 
 
 class VarlenBackwardPlan:
@@ -459,8 +492,8 @@ class VarlenBackwardPlan:
         views = [_copy(_packed(t), c) for t, c in zip((do, q, k, v, o), self.copies)]
         dq4, dk4, dv4 = _packed(dq), _packed(dk), _packed(dv)
         if self.launches is not None:
-            self.launches(*views, lse.unsqueeze(0), None if dlse is None else dlse.unsqueeze(0), dq4, dk4, dv4,
-                          cu_q, cu_k)
+            self.launches(*views, lse.contiguous().unsqueeze(0),
+                          None if dlse is None else dlse.contiguous().unsqueeze(0), dq4, dk4, dv4, cu_q, cu_k)
         else:  # no queries: nothing flows back to the keys
             dk.zero_(), dv.zero_()
         return dq, dk, dv
