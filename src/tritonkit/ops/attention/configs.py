@@ -41,7 +41,8 @@ def _interpreting() -> bool:
     return INTERPRETED and _launch.launches_execute()
 
 
-def fixed_configs(block_d: int, row_keys: int | None = None, busy_dkdv: bool = False) -> dict[str, TileConfig]:
+def fixed_configs(block_d: int, row_keys: int | None = None, busy_dkdv: bool = False,
+                  packed: bool = False) -> dict[str, TileConfig]:
     """The one config per pass used under the interpreter, under tests and when autotuning is
     off (TRITONKIT_AUTOTUNE=0). Interpreter blocks are small, so that test shapes of ~100 rows
     still cross several blocks and the causal band spans more than one key block. row_keys
@@ -49,10 +50,12 @@ def fixed_configs(block_d: int, row_keys: int | None = None, busy_dkdv: bool = F
     where the best one depends on it. busy_dkdv: a softcap (tanh's tile) adds to the dK/dV
     pass's live registers, and at D=128 its one-warpgroup 64x64 tile then spills (ptxas,
     sm_90: 140-224 B); it takes 128 keys on two warpgroups there and streams 32-row query
-    blocks (`_BUSY_DKDV`). Packed sequences keep the plain tile: their bounds add registers too,
-    but the plain tile measured faster for them all the same (notes/attention_masks.md).
+    blocks (`_BUSY_DKDV`). packed: packed sequences' bounds add registers too; through tensor
+    descriptors they keep the plain tile all the same (it spills there, and measured faster than
+    the busy one: notes/attention_masks.md), through pointers they take the busy one.
     The dict is shared between calls: read it, do not change it."""
-    return _fixed_configs(block_d, _interpreting(), row_keys is not None and row_keys <= SHORT_ROWS, busy_dkdv)
+    return _fixed_configs(block_d, _interpreting(), row_keys is not None and row_keys <= SHORT_ROWS, busy_dkdv,
+                          packed)
 
 
 # At D=128 the TMA forward's 64-row tiles of one warpgroup (two CTAs an SM) beat the 128-row,
@@ -81,9 +84,11 @@ _BUSY_DKDV = TileConfig(32, 128, 8, 2)
 
 
 @functools.lru_cache(maxsize=None)
-def _fixed_configs(block_d: int, interpreting: bool, short: bool = False, busy_dkdv: bool = False) -> dict[str, TileConfig]:
-    if busy_dkdv and not interpreting and 64 < block_d <= 128:
-        return {**_fixed_configs(block_d, False, short), "dkdv": _BUSY_DKDV, "dkdv_tma": _BUSY_DKDV}
+def _fixed_configs(block_d: int, interpreting: bool, short: bool = False, busy_dkdv: bool = False,
+                   packed: bool = False) -> dict[str, TileConfig]:
+    if (busy_dkdv or packed) and not interpreting and 64 < block_d <= 128:
+        plain = _fixed_configs(block_d, False, short)
+        return {**plain, "dkdv": _BUSY_DKDV, "dkdv_tma": _BUSY_DKDV if busy_dkdv else plain["dkdv_tma"]}
     if interpreting:
         return {"fwd": TileConfig(32, 16), "fwd_tma": TileConfig(32, 16), "dkdv": TileConfig(16, 32),
                 "dkdv_tma": TileConfig(16, 32), "dq": TileConfig(32, 16), "dq_tma": TileConfig(32, 16)}
@@ -118,9 +123,9 @@ def _fp32_regs(c: triton.Config, *tiles: int) -> float:
 
 
 def _fixed_first(configs: list, kind: str, block_d: int, row_keys: int | None = None,
-                 busy_dkdv: bool = False) -> list:
+                 busy_dkdv: bool = False, packed: bool = False) -> list:
     """The fixed config first: it is what `tritonkit inspect` shows for an untuned run."""
-    fixed = fixed_configs(block_d, row_keys, busy_dkdv)[kind].triton_config()
+    fixed = fixed_configs(block_d, row_keys, busy_dkdv, packed)[kind].triton_config()
     same = [c for c in configs if c.kwargs == fixed.kwargs and
             (c.num_warps, c.num_stages) == (fixed.num_warps, fixed.num_stages)]
     return same + [c for c in configs if c not in same]
@@ -144,9 +149,9 @@ def _pruner(kind: str):
     def prune(configs, named_args, **kwargs):
         block_d = kwargs["BLOCK_D"]
         fixed_kind = kind + "_tma" if kwargs.get("USE_TMA") else kind
-        busy = bool(kwargs.get("SOFTCAP"))
         return _fixed_first([c for c in configs if _fits(kind, c, block_d)], fixed_kind, block_d,
-                            busy_dkdv=busy) or configs[:1]
+                            busy_dkdv=bool(kwargs.get("SOFTCAP")), packed=named_args.get("CU_Q") is not None
+                            ) or configs[:1]
     return prune
 
 

@@ -372,7 +372,7 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     pad_d = block_d != D
     group = H // Hkv
     tuned = _autotune_enabled()
-    fixed = fixed_configs(block_d, busy_dkdv=softcap > 0)
+    fixed = fixed_configs(block_d, busy_dkdv=softcap > 0, packed=varlen is not None)
     seqs = None if varlen is None else varlen[0]
     pre_block = 32 if _interpreting() else 64
     preprocess = LaunchTemplate("attention_bwd_preprocess", _attn_bwd_preprocess_kernel,
