@@ -76,7 +76,7 @@ def candidates(case: str, kind: str) -> list[A.TileConfig]:
 
 
 def run(case: str, kind: str, cfg, inputs, o=None, lse=None):
-    make, fwd, bwd, mask = CASES[case]
+    _, fwd, bwd, mask = CASES[case]
     q, k, v, do, varlen = inputs
     if kind == "fwd":
         return fwd(q, k, v, *varlen, True, config=cfg, **mask)

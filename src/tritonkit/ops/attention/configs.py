@@ -149,9 +149,9 @@ def _pruner(kind: str):
     def prune(configs, named_args, **kwargs):
         block_d = kwargs["BLOCK_D"]
         fixed_kind = kind + "_tma" if kwargs.get("USE_TMA") else kind
+        busy, packed = bool(kwargs.get("SOFTCAP")), named_args.get("CU_Q") is not None
         return _fixed_first([c for c in configs if _fits(kind, c, block_d)], fixed_kind, block_d,
-                            busy_dkdv=bool(kwargs.get("SOFTCAP")), packed=named_args.get("CU_Q") is not None
-                            ) or configs[:1]
+                            busy_dkdv=busy, packed=packed) or configs[:1]
     return prune
 
 
