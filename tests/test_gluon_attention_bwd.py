@@ -25,6 +25,9 @@ from test_gluon_attention import SOFTCAP_CASES, _qkv, needs_hopper
 # dK and dV accumulators take 128 of the 240 registers): reloaded from L1 each query block.
 # Pinned so that it cannot grow unnoticed.
 DKDV_SPILL_BOUND = {64: 0, 128: 512}
+# A left window's bound in the masked blocks costs the D=64 dK/dV kernel a few bytes (8 stored,
+# 16 loaded, ptxas sm_90).
+DKDV_WINDOW_SPILL_BOUND = {64: 16, 128: 512}
 
 
 def _compiled(kernel: str, D: int, causal: bool, Nq: int = 333, Nk: int = 517, softcap: float = 0.0):
@@ -58,7 +61,7 @@ def test_softcap_structure_for_sm90(kernel, D):
     assert "tanh.approx.f32" in compiled.ptx
 
 
-def _check_structure(compiled, kernel, D):
+def _check_structure(compiled, kernel, D, dkdv_spill_bound=DKDV_SPILL_BOUND):
     ttgir = compiled.asm["ttgir"]
     # The default partition (consumer warpgroup 0), a 4-warp consumer and the 1-warp producer,
     # with register budgets that sum within 64K per SM.
@@ -73,7 +76,7 @@ def _check_structure(compiled, kernel, D):
     assert "cp.async.bulk.tensor.4d.shared::cluster.global" in compiled.ptx          # TMA loads
     assert "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group" in compiled.ptx   # TMA stores
     usage = compiled.spills()
-    bound = DKDV_SPILL_BOUND[D] if kernel == "dkdv" else 0
+    bound = dkdv_spill_bound[D] if kernel == "dkdv" else 0
     assert usage["spill_stores"] <= bound and usage["spill_loads"] <= bound
     block_m, stages_kv, block_n, stages_q = gluon_bwd.tile_config(D)
     if kernel == "dkdv":   # K, V (128 keys), the ring of Q and dO, P^T and dS^T of both warpgroups
@@ -81,6 +84,23 @@ def _check_structure(compiled, kernel, D):
     else:                  # Q, dO (128 rows), the ring of K and V
         least = (2 * 128 * D + 2 * stages_q * block_n * D) * 2
     assert least <= compiled.shared <= HOPPER_SHARED_LIMIT
+
+
+@pytest.mark.parametrize("kernel", ["dkdv", "dq"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_window_structure_for_sm90(kernel, D):
+    # A causal mask's left window: the same structure and spill bounds, and the window's bound
+    # is in the masked blocks' code only (the kernel without a window is the one above).
+    q = torch.empty(2, 4, 333, D, dtype=torch.bfloat16)
+    k = torch.empty(2, 2, 517, D, dtype=torch.bfloat16)
+    lse = torch.empty(2, 4, 333)
+    if kernel == "dkdv":
+        _, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, True, D ** -0.5, 0.0, 100)
+        compiled = compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
+    else:
+        _, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, lse, lse, True, D ** -0.5, 0.0, 100)
+        compiled = compile_sm90(gluon_bwd._dq_kernel, args, kwargs)
+    _check_structure(compiled, kernel, D, DKDV_WINDOW_SPILL_BOUND)
 
 
 def test_not_supported_off_hopper_or_at_other_head_dims():
@@ -176,6 +196,53 @@ def test_softcap_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal, soft
 @needs_hopper
 def test_softcap_float16():
     _check_softcap(*_qkv(2, 4, 2, 300, 300, 128, torch.float16), True, 5.0, scale=1.0)
+
+
+def _check_window(q, k, v, window_left):
+    """The causal left-window backward on the Gluon path against the float64 reference's
+    gradients (torch's in the same dtype, the same mask, the yardstick), against the Triton
+    backward's window, and bitwise run to run."""
+    do = torch.randn_like(q)
+    o, lse = attention_fwd(q, k, v, True, None, window_left)
+    got = attention_bwd(do, q, k, v, o, lse, True, None, window_left, gluon=True)
+    reference = lambda *t: attention_reference(*t, True, None, upcast=False, window=(window_left, -1))  # noqa: E731
+    wide = grads(reference, [t.double() for t in (q, k, v)], do.double())
+    theirs = grads(reference, (q, k, v), do)
+    for name, ours, ref, same, like in zip(("dq", "dk", "dv"), got, wide, theirs, (q, k, v)):
+        assert ours.dtype == like.dtype and ours.shape == like.shape, name
+        assert_close_to_reference(ours, ref, same, eps=eps_for(q.dtype, gradient=True), what=name)
+    triton_grads = attention_bwd(do, q, k, v, o, lse, True, None, window_left, gluon=False)
+    for name, ours, theirs_t in zip(("dq", "dk", "dv"), got, triton_grads):
+        torch.testing.assert_close(ours.float(), theirs_t.float(), atol=3e-2, rtol=3e-2, msg=name)
+    again = attention_bwd(do, q, k, v, o, lse, True, None, window_left, gluon=True)
+    for a, b in zip(got, again):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("B, H, Hkv, Nq, Nk, window", [
+    (2, 4, 2, 333, 333, 100),     # ragged, GQA, a window inside one key block of the dK/dV pass
+    (1, 2, 2, 1100, 1100, 64),    # a window of exactly one dQ key block
+    (1, 2, 1, 700, 700, 0),       # the diagonal only
+    (1, 2, 2, 777, 777, 1),
+    (1, 2, 2, 1100, 1100, 300),   # several whole blocks between the two masked edges
+    (1, 2, 2, 200, 515, 50),      # Nq < Nk
+    (3, 4, 1, 515, 200, 320),     # Nq > Nk, MQA, every row still sees a key (515 <= 200 + 320)
+])
+def test_window_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, window):
+    _check_window(*_qkv(B, H, Hkv, Nq, Nk, D), window)
+
+
+def test_window_dispatch():
+    # The Gluon backward takes a causal mask's left window where every row sees a key; the
+    # Triton kernels take the rest (rows with no key, a right window, full attention).
+    from tritonkit.ops.attention.paths import _plain
+    assert _plain((True, 100, -1, 0.0), None, None, None, causal_window=(600, 600)) is None
+    assert _plain((True, 100, -1, 0.0), None, None, None, causal_window=(601, 500)) is not None
+    assert _plain((True, 100, -1, 0.0), None, None, None) is not None           # the forward
+    assert _plain((False, 100, 100, 0.0), None, None, None, causal_window=(600, 600)) is not None
 
 
 @pytest.mark.gpu

@@ -111,6 +111,8 @@ def test_the_path_and_its_reason():
     assert _choice("bwd", causal=True, **aligned).path == "gluon"
     assert _choice("fwd_softcap", **aligned).path == "gluon"                  # both paths take a softcap
     assert _choice("bwd_softcap", causal=True, **aligned).path == "gluon"
+    window = _choice("bwd_window", causal=True, **aligned)                   # a causal left window
+    assert window.path == "gluon" and "left window" in window.reason
     cases = [
         (("fwd", dict(aligned, offset=1)), "q cannot be read by TMA in place"),   # a view at an odd offset
         (("fwd", dict(aligned, shape=(1, 2, 4096, 64))), "head dim 64"),

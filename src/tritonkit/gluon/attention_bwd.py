@@ -82,29 +82,38 @@ def tile_config(head_dim: int) -> tuple[int, int, int, int]:
 # ---------------------------------------------------------------------------------------
 
 @gluon.jit
-def _key_tile(t, n_kb, Hkv, Nq, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    # Program t -> (b, hk, first key n0, query blocks [lo, n_mb), of which [lo, band) straddle
-    # the causal diagonal). Key blocks of one head are consecutive programs (they share Q and
-    # dO in L2), the longest (first) key blocks first.
+def _key_tile(t, n_kb, Hkv, Nq, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr):
+    # Program t -> (b, hk, first key n0, query blocks [lo, end) that see its keys, of which
+    # [lo, band) straddle the causal diagonal and [mid, end) the left window's edge (masked),
+    # [band, mid) see all of them). Key blocks of one head are consecutive programs (they
+    # share Q and dO in L2), the longest (first) key blocks first.
     hb = t // n_kb
     n0 = (t % n_kb) * BLOCK_N
-    n_mb = gl.cdiv(Nq, BLOCK_M)
+    end = gl.cdiv(Nq, BLOCK_M)
     if CAUSAL:
         lo = n0 // BLOCK_M            # query rows before n0 see none of these keys
-        band = gl.minimum(gl.cdiv(n0 + BLOCK_N, BLOCK_M), n_mb)
+        band = gl.minimum(gl.cdiv(n0 + BLOCK_N, BLOCK_M), end)
     else:
         lo = 0
         band = 0
-    return hb // Hkv, hb % Hkv, n0, lo, band, n_mb
+    if WINDOW_LEFT >= 0:
+        # Row i sees key j >= i - WINDOW_LEFT: rows past n0 + BLOCK_N - 1 + WINDOW_LEFT see
+        # none of these keys, and a block sees all of them while its last row does.
+        end = gl.minimum(end, gl.cdiv(n0 + BLOCK_N + WINDOW_LEFT, BLOCK_M))
+        mid = gl.maximum(gl.minimum((n0 + WINDOW_LEFT + 1) // BLOCK_M, end), band)
+    else:
+        mid = end
+    return hb // Hkv, hb % Hkv, n0, lo, band, mid, end
 
 
 @gluon.jit
 def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
-                   n_kb, Hkv, GROUP, Nq, CAUSAL: gl.constexpr):
+                   n_kb, Hkv, GROUP, Nq, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     STAGES: gl.constexpr = q_bufs.shape[0]
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     HALF: gl.constexpr = k_smem.shape[1]
-    b, hk, n0, lo, band, n_mb = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, BLOCK_M, 2 * HALF)
+    b, hk, n0, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, WINDOW_LEFT, BLOCK_M, 2 * HALF)
     mbarrier.expect(kv_ready, 4 * k_desc.block_type.nbytes)
     for w in gl.static_range(2):
         tma.async_copy_global_to_shared(k_desc, [b, hk, n0 + w * HALF, 0], kv_ready, _tma_view(k_smem.index(w), k_desc))
@@ -112,7 +121,7 @@ def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_b
     c = 0
     for g in range(GROUP):
         h = hk * GROUP + g
-        for i in range(lo, n_mb):
+        for i in range(lo, end):
             s = c % STAGES
             # A fresh mbarrier is in phase 0: waiting for parity 1 passes, the first lap is free.
             mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
@@ -126,7 +135,8 @@ def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_b
 
 @gluon.jit
 def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs, ready, empty,
-               LSE, DELTA, Nq, qk_scale, key0, MASKED: gl.constexpr, SOFTCAP: gl.constexpr):
+               LSE, DELTA, Nq, qk_scale, key0, MASKED: gl.constexpr, SOFTCAP: gl.constexpr,
+               WINDOW_LEFT: gl.constexpr):
     # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
     # product, dS^T under dV's; everything retires before the slot (and p_buf, ds_buf) is
     # released, the other warpgroup's products covering this one's last wait.
@@ -160,7 +170,10 @@ def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, d
     if MASKED:
         cols = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
         keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
-        pt = gl.where(gl.expand_dims(cols, 0) >= gl.expand_dims(keys, 1), pt, 0.0)
+        keep = gl.expand_dims(cols, 0) >= gl.expand_dims(keys, 1)
+        if WINDOW_LEFT >= 0:
+            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(keys + WINDOW_LEFT, 1))
+        pt = gl.where(keep, pt, 0.0)
     # P^T and dS^T reach the tensor cores through shared memory: as register operands they
     # would stay live beside dK, dV, P^T and dP^T while their products run (past 240 registers
     # at D=128).
@@ -183,14 +196,14 @@ def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, d
 @gluon.jit
 def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty,
                    dk_desc, dv_desc, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
-                   SOFTCAP: gl.constexpr):
+                   SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     HEAD_DIM: gl.constexpr = q_bufs.shape[2]
     KEYS: gl.constexpr = k_smem.shape[1]
     NW: gl.constexpr = gl.num_warps()
     acc_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
     dtype: gl.constexpr = q_bufs.dtype
-    b, hk, n0, lo, band, n_mb = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, BLOCK_M, 2 * KEYS)
+    b, hk, n0, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, WINDOW_LEFT, BLOCK_M, 2 * KEYS)
     key0 = n0 + WG * KEYS
     k_half = k_smem.index(WG)
     v_half = v_smem.index(WG)
@@ -206,11 +219,15 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, p_smem, ds_smem, q_bufs, do
         row_base = (b.to(gl.int64) * H + hk * GROUP + g) * Nq
         for i in range(lo, band):
             dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs,
-                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, True, SOFTCAP)
+                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
             c += 1
-        for i in range(band, n_mb):
+        for i in range(band, mid):
             dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs,
-                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, False, SOFTCAP)
+                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, False, SOFTCAP, WINDOW_LEFT)
+            c += 1
+        for i in range(mid, end):
+            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs,
+                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
             c += 1
     dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
     # dK, dV through this warpgroup's own halves of K and V (no product reads them any more)
@@ -225,16 +242,18 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, p_smem, ds_smem, q_bufs, do
 
 @gluon.jit
 def _dkdv_consumer0(k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
+                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                    WINDOW_LEFT: gl.constexpr):
     _dkdv_consumer(0, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP)
+                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
 
 
 @gluon.jit
 def _dkdv_consumer1(k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
+                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                    WINDOW_LEFT: gl.constexpr):
     _dkdv_consumer(1, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP)
+                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
 
 
 @gluon.jit
@@ -245,7 +264,7 @@ def _dkdv_kernel(
     # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
     # scale); n_kb: key blocks of 128 per kv head
     Nq, H, Hkv, GROUP, qk_scale, sm_scale, n_kb,
-    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, STAGES: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
@@ -271,11 +290,11 @@ def _dkdv_kernel(
         mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
     gl.warp_specialize([
         (_dkdv_consumer0, (k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP)),
+                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
         (_dkdv_consumer1, (k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP)),
+                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
         (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
-                          n_kb, Hkv, GROUP, Nq, CAUSAL)),
+                          n_kb, Hkv, GROUP, Nq, CAUSAL, WINDOW_LEFT)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -285,11 +304,12 @@ def _dkdv_kernel(
 
 @gluon.jit
 def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty,
-                 n_m, H, GROUP, Nk, CAUSAL: gl.constexpr):
+                 n_m, H, GROUP, Nk, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
     b, h, m0, n_kv, n_full = _tile(gl.program_id(0), n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+    lo, _ = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
     hk = h // GROUP
     for w in gl.static_range(2):
         mbarrier.expect(q_ready.index(w), 2 * q_desc.block_type.nbytes)
@@ -297,14 +317,27 @@ def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_buf
                                         _tma_view(q_smem.index(w), q_desc))
         tma.async_copy_global_to_shared(do_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
                                         _tma_view(do_smem.index(w), do_desc))
-    for j in range(n_kv):
-        s = j % STAGES
-        mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)
+    for t in range(n_kv - lo):
+        s = t % STAGES
+        mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1)
         mbarrier.expect(ready.index(s), 2 * k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [b, hk, j * BLOCK_N, 0], ready.index(s),
+        tma.async_copy_global_to_shared(k_desc, [b, hk, (lo + t) * BLOCK_N, 0], ready.index(s),
                                         _tma_view(k_bufs.index(s), k_desc))
-        tma.async_copy_global_to_shared(v_desc, [b, hk, j * BLOCK_N, 0], ready.index(s),
+        tma.async_copy_global_to_shared(v_desc, [b, hk, (lo + t) * BLOCK_N, 0], ready.index(s),
                                         _tma_view(v_bufs.index(s), v_desc))
+
+
+@gluon.jit
+def _window_start(m0, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+    # Rows [m0, m0 + ROWS) with a left window: the first key block any of them sees, and the
+    # first that all of them see whole (keys j >= i - WINDOW_LEFT); (0, 0) without a window.
+    if WINDOW_LEFT >= 0:
+        lo = gl.maximum(m0 - WINDOW_LEFT, 0) // BLOCK_N
+        full_lo = gl.cdiv(gl.maximum(m0 + (ROWS - 1 - WINDOW_LEFT), 0), BLOCK_N)
+    else:
+        lo = m0 * 0
+        full_lo = m0 * 0
+    return lo, full_lo
 
 
 @gluon.jit
@@ -332,10 +365,11 @@ def _dq_scores(j, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG: gl.cons
 
 @gluon.jit
 def _dq_ds(st, dp, lse2, delta, row0, col0, Nk, qk_scale, a_layout: gl.constexpr, dtype: gl.constexpr,
-           MASKED: gl.constexpr, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
+           MASKED: gl.constexpr, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     # dS = P * (dP - delta) with P = 2^(S qk_scale - lse2) (softcap: P = 2^(tanh(S qk_scale) c
     # log2 e - lse2), times 1 - tanh^2); masked blocks zero P for keys past Nk (their K rows are
-    # zeros, but 2^(-lse2) could overflow) and, causal, after the query.
+    # zeros, but 2^(-lse2) could overflow) and, causal, after the query (and with a left
+    # window before its first key).
     s_layout: gl.constexpr = st.type.layout
     if SOFTCAP > 0:
         th = _softcap_tanh(st, qk_scale)
@@ -348,6 +382,8 @@ def _dq_ds(st, dp, lse2, delta, row0, col0, Nk, qk_scale, a_layout: gl.constexpr
         if CAUSAL:
             rows = row0 + gl.arange(0, st.shape[0], layout=gl.SliceLayout(1, s_layout))
             keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+            if WINDOW_LEFT >= 0:
+                keep = keep & (gl.expand_dims(cols, 0) >= gl.expand_dims(rows - WINDOW_LEFT, 1))
         p = gl.where(keep, p, 0.0)
     if SOFTCAP > 0:
         p = p * (1.0 - th * th)
@@ -356,17 +392,18 @@ def _dq_ds(st, dp, lse2, delta, row0, col0, Nk, qk_scale, a_layout: gl.constexpr
 
 
 @gluon.jit
-def _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn, WG: gl.constexpr,
-              row0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
-    # Block j >= 1: S(j), dP(j) and dS(j-1) K(j-1) in flight together; dS(j) formed under the
-    # last of them.
+def _dq_block(j, lo, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn,
+              WG: gl.constexpr, row0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+              WINDOW_LEFT: gl.constexpr):
+    # Block j >= 1 of the program's walk (key block lo + j, ring slot j % STAGES): S(j), dP(j)
+    # and dS(j-1) K(j-1) in flight together; dS(j) formed under the last of them.
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     a_layout: gl.constexpr = dsb.type.layout
     st, dp, dq = _dq_scores(j, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG, dq, dsb, True)
     st, dp = warpgroup_mma_wait(num_outstanding=1, deps=(st, dp))
-    dsb_next = _dq_ds(st, dp, lse2, delta, row0, j * BLOCK_N, Nk, qk_scale, a_layout, q.dtype,
-                      MASKED, CAUSAL, SOFTCAP)
+    dsb_next = _dq_ds(st, dp, lse2, delta, row0, (lo + j) * BLOCK_N, Nk, qk_scale, a_layout, q.dtype,
+                      MASKED, CAUSAL, SOFTCAP, WINDOW_LEFT)
     # dsb is the register operand of the product in flight: a dependency of the wait that
     # retires it, so its registers are not reused before the tensor cores have read them.
     dq, dsb = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dsb))
@@ -376,7 +413,8 @@ def _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_t
 
 @gluon.jit
 def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE,
-                 DELTA, n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
+                 DELTA, n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                 WINDOW_LEFT: gl.constexpr):
     BLOCK_M: gl.constexpr = q_smem.shape[1]
     HEAD_DIM: gl.constexpr = q_smem.shape[2]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -397,22 +435,32 @@ def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, rea
     delta = gl.load(DELTA + row_base + rows, mask=rows < Nq, other=0.0)
     mbarrier.wait(q_ready.index(WG), 0)
 
-    # Block 0 alone (masked when it is the diagonal or ragged block).
+    # The walk: key blocks [lo, n_kv), of which [lo, edge) hold the left window's edge,
+    # [edge, band) are whole for every row and [band, n_kv) hold the diagonal and the ragged
+    # tail (edge and band counted from lo); block lo alone first (masked unless whole).
+    lo, full_lo = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
+    edge = gl.minimum(gl.maximum(full_lo, lo), n_kv) - lo
+    band = gl.maximum(n_full - lo, edge)
+    count = n_kv - lo
     dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout)
     st, dp, dq = _dq_scores(0, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG, dq, dq, False)
     st, dp = warpgroup_mma_wait(num_outstanding=0, deps=(st, dp))
-    if n_full > 0:
-        dsb = _dq_ds(st, dp, lse2, delta, row0, 0, Nk, qk_scale, a_layout, q.dtype, False, CAUSAL, SOFTCAP)
+    if (edge == 0) & (band > 0):
+        dsb = _dq_ds(st, dp, lse2, delta, row0, lo * BLOCK_N, Nk, qk_scale, a_layout, q.dtype, False, CAUSAL, SOFTCAP,
+                     WINDOW_LEFT)
     else:
-        dsb = _dq_ds(st, dp, lse2, delta, row0, 0, Nk, qk_scale, a_layout, q.dtype, True, CAUSAL, SOFTCAP)
-    # Blocks 1 .. n_full-1 need no mask; n_full .. n_kv-1 are the diagonal band and ragged tail.
-    for j in range(1, n_full):
-        dq, dsb = _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn, WG,
-                            row0, Nk, qk_scale, False, CAUSAL, SOFTCAP)
-    for j in range(gl.maximum(n_full, 1), n_kv):
-        dq, dsb = _dq_block(j, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn, WG,
-                            row0, Nk, qk_scale, True, CAUSAL, SOFTCAP)
-    last = (n_kv - 1) % STAGES
+        dsb = _dq_ds(st, dp, lse2, delta, row0, lo * BLOCK_N, Nk, qk_scale, a_layout, q.dtype, True, CAUSAL, SOFTCAP,
+                     WINDOW_LEFT)
+    for j in range(1, edge):
+        dq, dsb = _dq_block(j, lo, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn,
+                            WG, row0, Nk, qk_scale, True, CAUSAL, SOFTCAP, WINDOW_LEFT)
+    for j in range(gl.maximum(edge, 1), band):
+        dq, dsb = _dq_block(j, lo, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn,
+                            WG, row0, Nk, qk_scale, False, CAUSAL, SOFTCAP, WINDOW_LEFT)
+    for j in range(gl.maximum(band, 1), count):
+        dq, dsb = _dq_block(j, lo, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, my_turn, other_turn,
+                            WG, row0, Nk, qk_scale, True, CAUSAL, SOFTCAP, WINDOW_LEFT)
+    last = (count - 1) % STAGES
     dq = warpgroup_mma(dsb, k_bufs.index(last), dq, is_async=True)
     dq, dsb = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dsb))
     mbarrier.arrive(empty.index(last), count=1)
@@ -426,16 +474,16 @@ def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, rea
 
 @gluon.jit
 def _dq_consumer0(q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
-                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
+                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     _dq_consumer(0, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
-                 Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP)
+                 Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
 
 
 @gluon.jit
 def _dq_consumer1(q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
-                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr):
+                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     _dq_consumer(1, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
-                 Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP)
+                 Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
 
 
 @gluon.jit
@@ -446,7 +494,7 @@ def _dq_kernel(
     # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
     # scale); n_m: row blocks of 128 per head
     Nq, Nk, H, GROUP, qk_scale, sm_scale, n_m,
-    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, STAGES: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
@@ -472,11 +520,11 @@ def _dq_kernel(
         mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
     gl.warp_specialize([
         (_dq_consumer0, (q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H,
-                         Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP)),
+                         Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
         (_dq_consumer1, (q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H,
-                         Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP)),
+                         Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
         (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty,
-                        n_m, H, GROUP, Nk, CAUSAL)),
+                        n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -486,9 +534,9 @@ def _dq_kernel(
 
 def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dk: torch.Tensor,
                      dv: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, causal: bool,
-                     scale: float, softcap: float = 0.0) -> tuple[tuple, tuple, dict]:
+                     scale: float, softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args) of the dK/dV launch (also what `compile_sm90` takes);
-    softcap: the cap c, 0 for none."""
+    softcap: the cap c, 0 for none; window_left: causal only, keys j >= i - window_left (-1: none)."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     block_m, stages, _, _ = tile_config(D)
@@ -497,16 +545,16 @@ def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             _descriptor(v, ROWS_PER_WARPGROUP), _descriptor(dk, ROWS_PER_WARPGROUP),
             _descriptor(dv, ROWS_PER_WARPGROUP), lse, delta, Nq, H, Hkv, H // Hkv, kernel_qk_scale(scale, softcap),
             scale, n_kb)
-    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
-                  PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
+                  CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
     return (n_kb * Hkv * B, ), args, kwargs
 
 
 def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dq: torch.Tensor,
                    lse: torch.Tensor, delta: torch.Tensor, causal: bool, scale: float,
-                   softcap: float = 0.0) -> tuple[tuple, tuple, dict]:
+                   softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args) of the dQ launch (also what `compile_sm90` takes);
-    softcap: the cap c, 0 for none."""
+    softcap: the cap c, 0 for none; window_left: causal only, keys j >= i - window_left (-1: none)."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     _, _, block_n, stages = tile_config(D)
@@ -514,8 +562,8 @@ def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(do, ROWS_PER_WARPGROUP), _descriptor(k, block_n),
             _descriptor(v, block_n), _descriptor(dq, ROWS_PER_WARPGROUP), lse, delta, Nq, Nk, H, H // Hkv,
             kernel_qk_scale(scale, softcap), scale, n_m)
-    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS,
-                  PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
+                  CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
     return (n_m * H * B, ), args, kwargs
 
 
@@ -545,21 +593,21 @@ def supported(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 def attention_bwd_gluon(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
                         delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool,
-                        scale: float, softcap: float = 0.0,
+                        scale: float, softcap: float = 0.0, window_left: int = -1,
                         dq_beside: contextlib.AbstractContextManager | None = None) -> None:
     """The dK/dV and dQ passes on Hopper, writing dq, dk, dv (allocated like q, k, v by the
     Triton launcher), deterministic, from the Triton preprocess's delta (B, H, Nq) float32
     (rowsum(dO * O), less lse's upstream gradient) and the forward's lse (softcap: the cap c the
-    forward used, 0 for none). Called by the
+    forward used, 0 for none; window_left: a causal mask's left window, -1 for none). Called by the
     attention dispatch (`tritonkit.ops.attention.paths`) only where `supported(...)` is true;
     inputs are not validated again here. dq_beside: a context to launch the dQ pass in (a side
     stream beside the dK/dV pass, whose last, uneven programs it fills; the plans' choice), or
     None for the current stream."""
     for name, kernel, (grid, args, kwargs), context in (
             ("attention_bwd_dkdv_gluon", _dkdv_kernel,
-             dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale, softcap), None),
+             dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale, softcap, window_left), None),
             ("attention_bwd_dq_gluon", _dq_kernel,
-             dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale, softcap), dq_beside)):
+             dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale, softcap, window_left), dq_beside)):
         num_warps = kwargs.pop("num_warps")
         with context or contextlib.nullcontext():
             Launch(name, kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()

@@ -1,7 +1,8 @@
 """Which kernels run an attention pass: the Gluon kernels written for Hopper
 (`tritonkit.gluon`, FlashAttention-3's warp-specialized structure), or the Triton kernels of
 this package, which run everywhere else: other GPUs, the interpreter, layouts a tensor
-descriptor cannot read, windows, packed sequences, explicit tiles. Both take a softcap.
+descriptor cannot read, packed sequences, explicit tiles, the forward's windows and the
+backward's other than a causal mask's left window. Both take a softcap.
 
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
 the H200 (BENCHMARKS.md, "Attention on Hopper: Gluon and Triton paths"): the forward at head
@@ -25,13 +26,19 @@ GLUON_FORWARD_HEAD_DIMS = (128, 256)
 GLUON_BACKWARD_HEAD_DIMS = (128,)
 
 
-def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None) -> str | None:
-    """Why the call is not one the Gluon kernels take (no window, not packed, no tile forced,
-    descriptors allowed; a softcap they take), or None."""
-    _, window_left, window_right, _ = flags
+def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None,
+           causal_window: tuple[int, int] | None = None) -> str | None:
+    """Why the call is not one the Gluon kernels take (not packed, no tile forced, descriptors
+    allowed, no window; a softcap they take), or None. causal_window: (Nq, Nk) for a pass that
+    takes a causal mask's left window where every row sees a key (Nq <= Nk + window_left)."""
+    causal, window_left, window_right, _ = flags
+    window = window_left >= 0 or window_right >= 0
+    if window and causal_window is not None and window_right < 0:
+        window = causal_window[0] > causal_window[1] + window_left   # rows left with no key
     for refused, why in ((varlen is not None, "packed sequences (varlen)"), (config is not None, "an explicit tile"),
                          (tma is False, "tma=False (the pointer path)"),
-                         (window_left >= 0 or window_right >= 0, "a sliding window")):
+                         (window, "a sliding window" if causal_window is None else
+                          "a sliding window other than a causal mask's left one that leaves every row a key")):
         if refused:
             return f"{why}: only the Triton kernels have it"
     return None
@@ -67,12 +74,14 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
                        f"{q.shape[-1]}: the Gluon backward is chosen causal at head dim "
                        f"{_dims(GLUON_BACKWARD_HEAD_DIMS)}, where it measured faster")
     from ...gluon import attention_bwd as kernels
-    refused = (_plain(flags, varlen, dkdv_config if dq_config is None else dq_config, tma)
+    refused = (_plain(flags, varlen, dkdv_config if dq_config is None else dq_config, tma,
+                      causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
                or kernels.refusal(do, q, k, v, o, lse, causal, scale))
     if refused:
         return _refused("backward", refused, gluon)
+    window = f"left window {flags[1]}, " if flags[1] >= 0 else ""
     return _chosen("backward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {'causal, ' if causal else ''}"
-                   f"head dim {q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v, do readable by TMA")
+                   f"{window}head dim {q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v, do readable by TMA")
 
 
 def _refused(which: str, refused: str, gluon: bool | None) -> PathChoice:

@@ -366,7 +366,7 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     `_forward_launch`), writing dq, dk, dv of these strides."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    causal, _, _, softcap = flags
+    causal, window_left, _, softcap = flags
     row_keys = _keys_a_row_sees(Nq, Nk, flags, varlen)
     block_d = _block_d(D)
     pad_d = block_d != D
@@ -384,7 +384,7 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     choice = gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon)
     if choice.path == "gluon":
         from ...gluon.attention_bwd import attention_bwd_gluon
-        return _BackwardLaunches(preprocess, choice, gluon=(attention_bwd_gluon, (causal, scale, softcap)),
+        return _BackwardLaunches(preprocess, choice, gluon=(attention_bwd_gluon, (causal, scale, softcap, window_left)),
                                  concurrent=concurrent)
 
     common = dict(_score_flags(*flags), BLOCK_D=block_d, PAD_D=pad_d)
