@@ -31,9 +31,12 @@ key block is Nq x D float32 per (key block, head), Nk / 128 times the size of dQ
 B=4, H=32, N=16384, D=128), and an ordered in-place accumulation across programs serialises
 them; the dQ pass recomputes S and dP (7 products instead of 5) but reads only Q, dO, K, V.
 
-Masks only where needed: the causal band. Query rows past Nq load as zeros with lse = delta
-= 0, which adds exactly nothing to dK and dV; keys past Nk produce rows of dK and dV that the
-TMA store drops, and are masked (P = 0) in the dQ pass, where they would multiply zeros of K.
+A causal mask may carry a left window (WINDOW_LEFT = L, a constexpr, -1 for none: query i sees
+keys i - L .. i): each pass walks only the blocks its tile sees, whole blocks unmasked, the
+two edges (the diagonal, the window's start) masked; the dispatch sends it here only where
+every query sees a key. Query rows past Nq load as zeros with lse = delta = 0, which adds
+exactly nothing to dK and dV; keys past Nk produce rows of dK and dV that the TMA store drops,
+and are masked (P = 0) in the dQ pass, where they would multiply zeros of K.
 
 Only for what `supported` accepts (D = 64 or 128; D = 256's dK and dV accumulators do not fit
 the registers of a 64-key warpgroup); everything else takes the Triton path.
