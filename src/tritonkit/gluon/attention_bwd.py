@@ -18,9 +18,9 @@ Three launches, none with atomics, so the same inputs give bitwise the same grad
    group through a ring by TMA; two consumer warpgroups each own 64 of the keys (their dK and
    dV accumulators in registers, 240 registers each through setmaxnreg) and per query block
    issue S^T = K Q^T and dP^T = V dO^T together, form P^T while dP^T is still running,
-   issue dV += P^T dO, form dS^T while dV's product runs, then dK += dS^T Q (P^T and dS^T go
-   to the tensor cores through shared memory). The two warpgroups share the tensor cores:
-   one's exponentials run under the other's products.
+   issue dV += P^T dO, form dS^T while dV's product runs, then dK += dS^T Q (P^T and dS^T are
+   register operands: S^T's accumulator layout is theirs). The two warpgroups share the
+   tensor cores: one's exponentials run under the other's products.
 3. dQ (`_dq_kernel`): one program per 128 query rows of one (batch, head), the forward's
    structure: Q and dO in shared memory, K and V streamed through a ring, two 64-row consumer
    warpgroups passing a turn so one's elementwise work runs under the other's products, and
@@ -71,12 +71,12 @@ QUERIES_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP   # dQ pass: 64 query rows per cons
 def tile_config(head_dim: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, STAGES) of the dK/dV pass, (BLOCK_N, STAGES) of the dQ pass.
 
-    dK/dV: a warpgroup holds dK and dV (64 x D float32 each: 64 registers a thread at D=128)
-    and S^T, dP^T (64 x BLOCK_M: 32 each at BLOCK_M = 64), so 64-row query blocks; shared
-    memory: K, V (128 x D), STAGES x (Q, dO) blocks, P^T and dS^T (64 x 64 per warpgroup).
-    dQ: dQ (64 x D), S, dP (64 x BLOCK_N) and dS's operand per warpgroup, so 64-key blocks;
-    shared memory Q and dO (128 x D) + STAGES x (K, V) blocks.
-    D=128: 64 + 3 x 32 + 32 = 192 KB and 64 + 4 x 32 = 192 KB."""
+    dK/dV: a warpgroup holds dK and dV (64 x D float32 each: 64 registers a thread at D=128),
+    S^T, dP^T (64 x BLOCK_M: 32 each at BLOCK_M = 64) and the P^T, dS^T operands, so 64-row
+    query blocks; shared memory: K, V (128 x D), STAGES x (Q, dO) blocks (a fourth stage
+    measured no faster). dQ: dQ (64 x D), S, dP (64 x BLOCK_N) and dS's operand per warpgroup,
+    so 64-key blocks; shared memory Q and dO (128 x D) + STAGES x (K, V) blocks.
+    D=128: 64 + 3 x 32 = 160 KB and 64 + 4 x 32 = 192 KB."""
     return {64: (64, 4, 64, 4), 128: (64, 3, 64, 4)}[head_dim]
 
 
@@ -137,12 +137,12 @@ def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_b
 
 
 @gluon.jit
-def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs, ready, empty,
+def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs, ready, empty,
                LSE, DELTA, Nq, qk_scale, key0, MASKED: gl.constexpr, SOFTCAP: gl.constexpr,
                WINDOW_LEFT: gl.constexpr):
     # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
-    # product, dS^T under dV's; everything retires before the slot (and p_buf, ds_buf) is
-    # released, the other warpgroup's products covering this one's last wait.
+    # product, dS^T under dV's; everything retires before the slot is released, the other
+    # warpgroup's products covering this one's last wait.
     STAGES: gl.constexpr = q_bufs.shape[0]
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     KEYS: gl.constexpr = k_half.shape[0]
@@ -177,27 +177,30 @@ def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, d
         if WINDOW_LEFT >= 0:
             keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(keys + WINDOW_LEFT, 1))
         pt = gl.where(keep, pt, 0.0)
-    # P^T and dS^T reach the tensor cores through shared memory: as register operands they
-    # would stay live beside dK, dV, P^T and dP^T while their products run (past 240 registers
-    # at D=128).
-    p_buf.store(pt.to(p_buf.dtype))
+    # P^T and dS^T reach the tensor cores as register operands (16 registers each in bf16):
+    # the accumulator layout of S^T is the A operand's, so no shared-memory round trip and
+    # fence stands between forming them and issuing dV's and dK's products.
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_wgmma_layout(NW, q_bufs.shape[2]),
+                                                 k_width=2)
+    pa = gl.convert_layout(pt.to(q.dtype), a_layout)
     if SOFTCAP > 0:
         # dS's factor 1 - tanh^2, folded in before dV's product is issued: tanh's tile is dead
         # while that product and dP^T's hold their registers.
         pt = pt * (1.0 - tht * tht)
-    fence_async_shared()
-    dv = warpgroup_mma(p_buf, do, dv, is_async=True)
+    dv = warpgroup_mma(pa, do, dv, is_async=True)
     dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))
-    ds_buf.store((pt * (dpt - gl.expand_dims(gl.convert_layout(delta, col_layout), 0))).to(ds_buf.dtype))
-    fence_async_shared()
-    dk = warpgroup_mma(ds_buf, q, dk, is_async=True)
-    dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+    dsa = gl.convert_layout((pt * (dpt - gl.expand_dims(gl.convert_layout(delta, col_layout), 0))).to(q.dtype),
+                            a_layout)
+    dk = warpgroup_mma(dsa, q, dk, is_async=True)
+    # The register operands are dependencies of the wait that retires their products, so
+    # their registers are not reused before the tensor cores have read them.
+    dv, dk, pa, dsa = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pa, dsa))
     mbarrier.arrive(empty.index(s), count=1)
     return dk, dv
 
 
 @gluon.jit
-def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty,
+def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
                    dk_desc, dv_desc, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
                    SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
@@ -210,8 +213,6 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, p_smem, ds_smem, q_bufs, do
     key0 = n0 + WG * KEYS
     k_half = k_smem.index(WG)
     v_half = v_smem.index(WG)
-    p_buf = p_smem.index(WG)
-    ds_buf = ds_smem.index(WG)
     # Accumulators loop-carried while their products run (initialised as such).
     dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
@@ -221,15 +222,15 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, p_smem, ds_smem, q_bufs, do
     for g in range(GROUP):
         row_base = (b.to(gl.int64) * H + hk * GROUP + g) * Nq
         for i in range(lo, band):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs,
+            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs,
                                 ready, empty, LSE, DELTA, Nq, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
             c += 1
         for i in range(band, mid):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs,
+            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs,
                                 ready, empty, LSE, DELTA, Nq, qk_scale, key0, False, SOFTCAP, WINDOW_LEFT)
             c += 1
         for i in range(mid, end):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, p_buf, ds_buf, q_bufs, do_bufs,
+            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs,
                                 ready, empty, LSE, DELTA, Nq, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
             c += 1
     dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
@@ -244,18 +245,18 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, p_smem, ds_smem, q_bufs, do
 
 
 @gluon.jit
-def _dkdv_consumer0(k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+def _dkdv_consumer0(k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
                     n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
                     WINDOW_LEFT: gl.constexpr):
-    _dkdv_consumer(0, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+    _dkdv_consumer(0, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
 
 
 @gluon.jit
-def _dkdv_consumer1(k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+def _dkdv_consumer1(k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
                     n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
                     WINDOW_LEFT: gl.constexpr):
-    _dkdv_consumer(1, k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+    _dkdv_consumer(1, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
 
 
@@ -279,9 +280,6 @@ def _dkdv_kernel(
     k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, HEAD_DIM], dtype)
     k_smem = gl.allocate_shared_memory(dtype, [2, KEYS, HEAD_DIM], k_2d)
     v_smem = gl.allocate_shared_memory(dtype, [2, KEYS, HEAD_DIM], k_2d)
-    p_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], dtype)
-    p_smem = gl.allocate_shared_memory(dtype, [2, KEYS, BLOCK_M], p_2d)
-    ds_smem = gl.allocate_shared_memory(dtype, [2, KEYS, BLOCK_M], p_2d)
     q_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_2d)
     do_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_2d)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -292,9 +290,9 @@ def _dkdv_kernel(
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
     gl.warp_specialize([
-        (_dkdv_consumer0, (k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+        (_dkdv_consumer0, (k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
                            n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
-        (_dkdv_consumer1, (k_smem, v_smem, p_smem, ds_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+        (_dkdv_consumer1, (k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
                            n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
         (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
                           n_kb, Hkv, GROUP, Nq, CAUSAL, WINDOW_LEFT)),
