@@ -251,17 +251,18 @@ def _recorded_call(launcher, tensors: dict, flags: tuple, capability):
     return _describe(recording, names), outs
 
 
-HOPPER_CASES = {  # name -> (B, H, Hkv, N, D, causal, what the forward and backward take)
-    "D=128 causal: Gluon forward and backward": (1, 4, 2, 200, 128, True, ("gluon", "gluon")),
-    "D=128 full: Gluon forward, Triton backward": (1, 4, 2, 200, 128, False, ("gluon", "triton")),
-    "D=64 causal (train_lm's layer): Triton, descriptors": (2, 4, 2, 96, 64, True, ("triton", "triton")),
+HOPPER_CASES = {  # name -> (B, H, Hkv, N, D, (causal, scale, window_left), what the forward and backward take)
+    "D=128 causal: Gluon forward and backward": (1, 4, 2, 200, 128, (True,), ("gluon", "gluon")),
+    "D=128 full: Gluon forward and backward": (1, 4, 2, 200, 128, (False,), ("gluon", "gluon")),
+    "D=128 causal window: Triton forward, Gluon backward": (1, 4, 2, 200, 128, (True, None, 50), ("triton", "gluon")),
+    "D=64 causal (train_lm's layer): Triton, descriptors": (2, 4, 2, 96, 64, (True,), ("triton", "triton")),
 }
 
 
 @pytest.mark.parametrize("capability", [90, None])
 @pytest.mark.parametrize("case", list(HOPPER_CASES))
 def test_kept_plans_record_what_built_plans_record(case, capability, device):
-    B, H, Hkv, N, D, causal, paths = HOPPER_CASES[case]
+    B, H, Hkv, N, D, mask, paths = HOPPER_CASES[case]
     # packed qkv as a model's projection lays it out (q, k, v views, 16-byte aligned)
     q, k, v = packed_qkv(B, H, N, D, torch.bfloat16, device)
     k, v = k[:, :Hkv], v[:, :Hkv]
@@ -270,9 +271,9 @@ def test_kept_plans_record_what_built_plans_record(case, capability, device):
         if build:
             plans.clear()
         q, k, v = _fresh(q, k, v)
-        fwd, (o, lse) = _recorded_call(attention_fwd, dict(q=q, k=k, v=v), (causal,), capability)
+        fwd, (o, lse) = _recorded_call(attention_fwd, dict(q=q, k=k, v=v), mask, capability)
         do = torch.randn_like(o)
-        bwd, _ = _recorded_call(attention_bwd, dict(do=do, q=q, k=k, v=v, o=o, lse=lse), (causal,), capability)
+        bwd, _ = _recorded_call(attention_bwd, dict(do=do, q=q, k=k, v=v, o=o, lse=lse), mask, capability)
         kept.append((fwd, bwd))
     assert kept[1] == kept[0] and kept[2] == kept[0]
     (fwd, bwd) = kept[0]

@@ -6,9 +6,9 @@ backward's other than a causal mask's left window. Both take a softcap.
 
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
 the H200 (BENCHMARKS.md, "Attention on Hopper: Gluon and Triton paths"): the forward at head
-dims 128 and 256, the backward at head dim 128 with a causal mask. Both paths give results
-within the same rounding of the float64 reference and are deterministic; they are not
-bitwise equal to each other.
+dims 128 and 256, the backward at head dim 128. Both paths give results within the same
+rounding of the float64 reference and are deterministic; they are not bitwise equal to each
+other.
 
 Each choice comes with its reason (`PathChoice`), which `tritonkit inspect` reports: the
 inspector records the launches on CPU tensors for an sm_90 target, and the Gluon kernels'
@@ -69,9 +69,8 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     causal = flags[0]
     if gluon is False:
         return _chosen("backward", False, "gluon=False forces the Triton kernels")
-    if gluon is None and not (causal and q.shape[-1] in GLUON_BACKWARD_HEAD_DIMS):
-        return _chosen("backward", False, f"{'causal' if causal else 'full'} attention at head dim "
-                       f"{q.shape[-1]}: the Gluon backward is chosen causal at head dim "
+    if gluon is None and q.shape[-1] not in GLUON_BACKWARD_HEAD_DIMS:
+        return _chosen("backward", False, f"head dim {q.shape[-1]}: the Gluon backward is chosen at head dim "
                        f"{_dims(GLUON_BACKWARD_HEAD_DIMS)}, where it measured faster")
     from ...gluon import attention_bwd as kernels
     refused = (_plain(flags, varlen, dkdv_config if dq_config is None else dq_config, tma,
