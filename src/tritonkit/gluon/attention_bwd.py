@@ -331,14 +331,35 @@ def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_buf
 @gluon.jit
 def _window_start(m0, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
     # Rows [m0, m0 + ROWS) with a left window: the first key block any of them sees, and the
-    # first that all of them see whole (keys j >= i - WINDOW_LEFT); (0, 0) without a window.
+    # first that all of them see whole (keys j >= i - WINDOW_LEFT). Without a window both are
+    # the constant 0, so that the walks below compile to the kernels without one.
     if WINDOW_LEFT >= 0:
         lo = gl.maximum(m0 - WINDOW_LEFT, 0) // BLOCK_N
         full_lo = gl.cdiv(gl.maximum(m0 + (ROWS - 1 - WINDOW_LEFT), 0), BLOCK_N)
     else:
-        lo = m0 * 0
-        full_lo = m0 * 0
+        lo: gl.constexpr = 0
+        full_lo: gl.constexpr = 0
     return lo, full_lo
+
+
+@gluon.jit
+def _walk(m0, n_kv, n_full, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+    # The key blocks rows [m0, m0 + ROWS) walk, [lo, n_kv), counted from lo: [0, edge) hold
+    # the left window's edge, [edge, band) are whole for every row, [band, count) hold the
+    # diagonal and the ragged tail; and whether the first is whole.
+    if WINDOW_LEFT >= 0:
+        lo, full_lo = _window_start(m0, WINDOW_LEFT, ROWS, BLOCK_N)
+        edge = gl.minimum(gl.maximum(full_lo, lo), n_kv) - lo
+        band = gl.maximum(n_full - lo, edge)
+        first_whole = (edge == 0) & (band > 0)
+        count = n_kv - lo
+    else:
+        lo: gl.constexpr = 0
+        edge: gl.constexpr = 0
+        band = n_full
+        first_whole = n_full > 0
+        count = n_kv
+    return lo, edge, band, first_whole, count
 
 
 @gluon.jit
@@ -439,14 +460,11 @@ def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, rea
     # The walk: key blocks [lo, n_kv), of which [lo, edge) hold the left window's edge,
     # [edge, band) are whole for every row and [band, n_kv) hold the diagonal and the ragged
     # tail (edge and band counted from lo); block lo alone first (masked unless whole).
-    lo, full_lo = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
-    edge = gl.minimum(gl.maximum(full_lo, lo), n_kv) - lo
-    band = gl.maximum(n_full - lo, edge)
-    count = n_kv - lo
+    lo, edge, band, first_whole, count = _walk(m0, n_kv, n_full, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
     dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout)
     st, dp, dq = _dq_scores(0, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG, dq, dq, False)
     st, dp = warpgroup_mma_wait(num_outstanding=0, deps=(st, dp))
-    if (edge == 0) & (band > 0):
+    if first_whole:
         dsb = _dq_ds(st, dp, lse2, delta, row0, lo * BLOCK_N, Nk, qk_scale, a_layout, q.dtype, False, CAUSAL, SOFTCAP,
                      WINDOW_LEFT)
     else:
