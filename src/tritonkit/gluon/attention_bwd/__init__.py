@@ -1,0 +1,155 @@
+"""Attention backward for Hopper (sm_90) in Gluon, FlashAttention-3 style, deterministic.
+
+Same contract as the Triton launcher `tritonkit.ops.attention.attention_bwd`:
+(dq, dk, dv) from the upstream gradient do, the inputs q, k, v and the forward's o and lse
+(B, H, Nq) float32 in natural-log units, as both forwards store it. With
+P = exp(scale * Q K^T - lse) (causal: zero above the top-left diagonal), delta = rowsum(dO * O):
+  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - delta),  dK = scale * dS^T Q,  dQ = scale * dS K,
+dK and dV summed over the query heads of each kv head (GQA) in a fixed order. With a softcap c
+(SOFTCAP = c, a constexpr, 0 for none) the scores are c tanh(t), t = scale * Q K^T / c, recomputed
+from the raw Q K^T with the forward's `tanh.approx.f32`: P = exp(c tanh(t) - lse), and dS carries
+the capped score's derivative, dS = P (1 - tanh(t)^2) (dP - delta), folded into P once P has gone
+to dV's product.
+
+Three launches, none with atomics, so the same inputs give bitwise the same gradients:
+1. delta: the Triton path's preprocess kernel.
+2. dK/dV (`_dkdv_kernel`): one program per 128-key block of one (batch, kv head). K and V stay
+   in shared memory; a producer warp streams the (Q, dO) blocks of every query head of the
+   group through a ring by TMA; two consumer warpgroups each own 64 of the keys (their dK and
+   dV accumulators in registers, 240 registers each through setmaxnreg) and per query block
+   issue S^T = K Q^T and dP^T = V dO^T together, form P^T while dP^T is still running,
+   issue dV += P^T dO, form dS^T while dV's product runs, then dK += dS^T Q (P^T and dS^T are
+   register operands: S^T's accumulator layout is theirs). The two warpgroups share the
+   tensor cores: one's exponentials run under the other's products.
+3. dQ (`_dq_kernel`): one program per 128 query rows of one (batch, head), the forward's
+   structure: Q and dO in shared memory, K and V streamed through a ring, two 64-row consumer
+   warpgroups passing a turn so one's elementwise work runs under the other's products, and
+   within a warpgroup S(j) and dP(j) issued beside dQ += dS(j-1) K(j-1).
+
+Why a separate dQ pass rather than dQ partials per key block reduced afterwards: a partial per
+key block is Nq x D float32 per (key block, head), Nk / 128 times the size of dQ (128 GiB at
+B=4, H=32, N=16384, D=128), and an ordered in-place accumulation across programs serialises
+them; the dQ pass recomputes S and dP (7 products instead of 5) but reads only Q, dO, K, V.
+
+A causal mask may carry a left window (WINDOW_LEFT = L, a constexpr, -1 for none: query i sees
+keys i - L .. i): each pass walks only the blocks its tile sees, whole blocks unmasked, the
+two edges (the diagonal, the window's start) masked; the dispatch sends it here only where
+every query sees a key. Query rows past Nq load as zeros with lse = delta = 0, which adds
+exactly nothing to dK and dV; keys past Nk produce rows of dK and dV that the TMA store drops,
+and are masked (P = 0) in the dQ pass, where they would multiply zeros of K.
+
+Only for what `supported` accepts (D = 64 or 128; D = 256's dK and dV accumulators do not fit
+the registers of a 64-key warpgroup); everything else takes the Triton path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+from ..._launch import Launch
+from ..._layout import cdiv
+from ...ops.attention.scores import kernel_qk_scale
+from ..attention_fwd import CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, _descriptor, tma_refusal
+from .dkdv import _dkdv_kernel
+from .dq import _dq_kernel
+
+HEAD_DIMS = (64, 128)
+KEYS_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP      # dK/dV pass: 64 keys per consumer warpgroup
+QUERIES_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP   # dQ pass: 64 query rows per consumer warpgroup
+
+
+@functools.lru_cache(maxsize=None)
+def tile_config(head_dim: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, STAGES) of the dK/dV pass, (BLOCK_N, STAGES) of the dQ pass.
+
+    dK/dV: a warpgroup holds dK and dV (64 x D float32 each: 64 registers a thread at D=128),
+    S^T, dP^T (64 x BLOCK_M: 32 each at BLOCK_M = 64) and the P^T, dS^T operands, so 64-row
+    query blocks; shared memory: K, V (128 x D), STAGES x (Q, dO) blocks (a fourth stage
+    measured no faster). dQ: dQ (64 x D), S, dP (64 x BLOCK_N) and dS's operand per warpgroup,
+    so 64-key blocks; shared memory Q and dO (128 x D) + STAGES x (K, V) blocks.
+    D=128: 64 + 3 x 32 = 160 KB and 64 + 4 x 32 = 192 KB."""
+    return {64: (64, 4, 64, 4), 128: (64, 3, 64, 4)}[head_dim]
+
+
+def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dk: torch.Tensor,
+                     dv: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, causal: bool,
+                     scale: float, softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
+    """(grid, positional args, keyword args) of the dK/dV launch (also what `compile_sm90` takes);
+    softcap: the cap c, 0 for none; window_left: causal only, keys j >= i - window_left (-1: none)."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    block_m, stages, _, _ = tile_config(D)
+    n_kb = cdiv(Nk, KEYS_PER_PROGRAM)
+    args = (_descriptor(q, block_m), _descriptor(do, block_m), _descriptor(k, ROWS_PER_WARPGROUP),
+            _descriptor(v, ROWS_PER_WARPGROUP), _descriptor(dk, ROWS_PER_WARPGROUP),
+            _descriptor(dv, ROWS_PER_WARPGROUP), lse, delta, Nq, H, Hkv, H // Hkv, kernel_qk_scale(scale, softcap),
+            scale, n_kb)
+    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
+                  CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+    return (n_kb * Hkv * B, ), args, kwargs
+
+
+def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dq: torch.Tensor,
+                   lse: torch.Tensor, delta: torch.Tensor, causal: bool, scale: float,
+                   softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
+    """(grid, positional args, keyword args) of the dQ launch (also what `compile_sm90` takes);
+    softcap: the cap c, 0 for none; window_left: causal only, keys j >= i - window_left (-1: none)."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    _, _, block_n, stages = tile_config(D)
+    n_m = cdiv(Nq, QUERIES_PER_PROGRAM)
+    args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(do, ROWS_PER_WARPGROUP), _descriptor(k, block_n),
+            _descriptor(v, block_n), _descriptor(dq, ROWS_PER_WARPGROUP), lse, delta, Nq, Nk, H, H // Hkv,
+            kernel_qk_scale(scale, softcap), scale, n_m)
+    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
+                  CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+    return (n_m * H * B, ), args, kwargs
+
+
+def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+            lse: torch.Tensor, causal: bool = False, scale: float | None = None) -> str | None:
+    """Why `attention_bwd_gluon` cannot take these inputs (already validated by the Triton
+    launcher's checks), or None where it can: the forward's conditions (`attention_fwd.refusal`:
+    a Hopper GPU, float16/bfloat16, q, k, v that TMA can read in place) with head dim 64 or
+    128, and do that TMA can read too (o is read by the pointer-path preprocess; lse is made
+    contiguous). Nothing here launches or synchronises."""
+    from ..attention_fwd import refusal as forward_refusal
+
+    if not isinstance(do, torch.Tensor) or not isinstance(q, torch.Tensor) or q.dim() != 4:
+        return "do and q must be 4-d tensors"
+    if q.shape[-1] not in HEAD_DIMS:
+        return f"head dim {q.shape[-1]}: the Gluon backward has kernels for {', '.join(map(str, HEAD_DIMS))}"
+    if do.shape != q.shape or do.dtype != q.dtype:
+        return "do must have q's shape and dtype"
+    return forward_refusal(q, k, v, causal, scale) or tma_refusal(do=do)
+
+
+def supported(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+              lse: torch.Tensor, causal: bool = False, scale: float | None = None) -> bool:
+    """Whether `attention_bwd_gluon` takes these inputs (see `refusal`)."""
+    return refusal(do, q, k, v, o, lse, causal, scale) is None
+
+
+def attention_bwd_gluon(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
+                        delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool,
+                        scale: float, softcap: float = 0.0, window_left: int = -1,
+                        dq_beside: contextlib.AbstractContextManager | None = None) -> None:
+    """The dK/dV and dQ passes on Hopper, writing dq, dk, dv (allocated like q, k, v by the
+    Triton launcher), deterministic, from the Triton preprocess's delta (B, H, Nq) float32
+    (rowsum(dO * O), less lse's upstream gradient) and the forward's lse (softcap: the cap c the
+    forward used, 0 for none; window_left: a causal mask's left window, -1 for none). Called by the
+    attention dispatch (`tritonkit.ops.attention.paths`) only where `supported(...)` is true;
+    inputs are not validated again here. dq_beside: a context to launch the dQ pass in (a side
+    stream beside the dK/dV pass, whose last, uneven programs it fills; the plans' choice), or
+    None for the current stream."""
+    for name, kernel, (grid, args, kwargs), context in (
+            ("attention_bwd_dkdv_gluon", _dkdv_kernel,
+             dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale, softcap, window_left), None),
+            ("attention_bwd_dq_gluon", _dq_kernel,
+             dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale, softcap, window_left), dq_beside)):
+        num_warps = kwargs.pop("num_warps")
+        with context or contextlib.nullcontext():
+            Launch(name, kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()

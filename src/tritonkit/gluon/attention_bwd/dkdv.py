@@ -1,0 +1,227 @@
+"""The dK/dV pass of the Gluon attention backward (the package's docstring has the design):
+one program per 128-key block of one (batch, kv head), two consumer warpgroups of 64 keys
+each, a producer warp streaming (Q, dO) blocks through a ring."""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+from ..attention_fwd import _softcap_tanh, _tma_view, _wgmma_layout
+
+
+@gluon.jit
+def _key_tile(t, n_kb, Hkv, Nq, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr):
+    # Program t -> (b, hk, first key n0, query blocks [lo, end) that see its keys, of which
+    # [lo, band) straddle the causal diagonal and [mid, end) the left window's edge (masked),
+    # [band, mid) see all of them). Key blocks of one head are consecutive programs (they
+    # share Q and dO in L2), the longest (first) key blocks first.
+    hb = t // n_kb
+    n0 = (t % n_kb) * BLOCK_N
+    end = gl.cdiv(Nq, BLOCK_M)
+    if CAUSAL:
+        lo = n0 // BLOCK_M            # query rows before n0 see none of these keys
+        band = gl.minimum(gl.cdiv(n0 + BLOCK_N, BLOCK_M), end)
+    else:
+        lo = 0
+        band = 0
+    if WINDOW_LEFT >= 0:
+        # Row i sees key j >= i - WINDOW_LEFT: rows past n0 + BLOCK_N - 1 + WINDOW_LEFT see
+        # none of these keys, and a block sees all of them while its last row does.
+        end = gl.minimum(end, gl.cdiv(n0 + BLOCK_N + WINDOW_LEFT, BLOCK_M))
+        mid = gl.maximum(gl.minimum((n0 + WINDOW_LEFT + 1) // BLOCK_M, end), band)
+    else:
+        mid = end
+    return hb // Hkv, hb % Hkv, n0, lo, band, mid, end
+
+
+@gluon.jit
+def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
+                   n_kb, Hkv, GROUP, Nq, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+    STAGES: gl.constexpr = q_bufs.shape[0]
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    HALF: gl.constexpr = k_smem.shape[1]
+    b, hk, n0, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, WINDOW_LEFT, BLOCK_M, 2 * HALF)
+    mbarrier.expect(kv_ready, 4 * k_desc.block_type.nbytes)
+    for w in gl.static_range(2):
+        tma.async_copy_global_to_shared(k_desc, [b, hk, n0 + w * HALF, 0], kv_ready, _tma_view(k_smem.index(w), k_desc))
+        tma.async_copy_global_to_shared(v_desc, [b, hk, n0 + w * HALF, 0], kv_ready, _tma_view(v_smem.index(w), v_desc))
+    c = 0
+    for g in range(GROUP):
+        h = hk * GROUP + g
+        for i in range(lo, end):
+            s = c % STAGES
+            # A fresh mbarrier is in phase 0: waiting for parity 1 passes, the first lap is free.
+            mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(s), 2 * q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [b, h, i * BLOCK_M, 0], ready.index(s),
+                                            _tma_view(q_bufs.index(s), q_desc))
+            tma.async_copy_global_to_shared(do_desc, [b, h, i * BLOCK_M, 0], ready.index(s),
+                                            _tma_view(do_bufs.index(s), do_desc))
+            c += 1
+
+
+@gluon.jit
+def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs, ready, empty,
+               LSE, DELTA, Nq, qk_scale, key0, MASKED: gl.constexpr, SOFTCAP: gl.constexpr,
+               WINDOW_LEFT: gl.constexpr):
+    # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
+    # product, dS^T under dV's; everything retires before the slot is released, the other
+    # warpgroup's products covering this one's last wait.
+    STAGES: gl.constexpr = q_bufs.shape[0]
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    KEYS: gl.constexpr = k_half.shape[0]
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_M)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    # lse and delta are loaded before the wait on the ring, so they land while the barrier
+    # and the products run, one value a thread: in the products' column layout every thread
+    # would hold 16 of each, registers the accumulators need. Converted where they are used.
+    flat: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
+    rows = m0 + gl.arange(0, BLOCK_M, layout=flat)
+    lse2 = gl.load(LSE + row_base + rows, mask=rows < Nq, other=0.0) * 1.4426950408889634
+    delta = gl.load(DELTA + row_base + rows, mask=rows < Nq, other=0.0)
+    s = c % STAGES
+    mbarrier.wait(ready.index(s), (c // STAGES) & 1)
+    q = q_bufs.index(s)
+    do = do_bufs.index(s)
+    st = warpgroup_mma(k_half, q.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+                       use_acc=False, is_async=True)
+    dpt = warpgroup_mma(v_half, do.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+                        use_acc=False, is_async=True)
+    st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
+    if SOFTCAP > 0:
+        tht = _softcap_tanh(st, qk_scale)
+        pt = gl.exp2(tht * (SOFTCAP * 1.4426950408889634) - gl.expand_dims(gl.convert_layout(lse2, col_layout), 0))
+    else:
+        pt = gl.exp2(st * qk_scale - gl.expand_dims(gl.convert_layout(lse2, col_layout), 0))
+    if MASKED:
+        cols = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
+        keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
+        keep = gl.expand_dims(cols, 0) >= gl.expand_dims(keys, 1)
+        if WINDOW_LEFT >= 0:
+            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(keys + WINDOW_LEFT, 1))
+        pt = gl.where(keep, pt, 0.0)
+    # P^T and dS^T reach the tensor cores as register operands (16 registers each in bf16):
+    # the accumulator layout of S^T is the A operand's, so no shared-memory round trip and
+    # fence stands between forming them and issuing dV's and dK's products.
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_wgmma_layout(NW, q_bufs.shape[2]),
+                                                 k_width=2)
+    pa = gl.convert_layout(pt.to(q.dtype), a_layout)
+    if SOFTCAP > 0:
+        # dS's factor 1 - tanh^2, folded in before dV's product is issued: tanh's tile is dead
+        # while that product and dP^T's hold their registers.
+        pt = pt * (1.0 - tht * tht)
+    dv = warpgroup_mma(pa, do, dv, is_async=True)
+    dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))
+    dsa = gl.convert_layout((pt * (dpt - gl.expand_dims(gl.convert_layout(delta, col_layout), 0))).to(q.dtype),
+                            a_layout)
+    dk = warpgroup_mma(dsa, q, dk, is_async=True)
+    # The register operands are dependencies of the wait that retires their products, so
+    # their registers are not reused before the tensor cores have read them.
+    dv, dk, pa, dsa = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pa, dsa))
+    mbarrier.arrive(empty.index(s), count=1)
+    return dk, dv
+
+
+@gluon.jit
+def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
+                   dk_desc, dv_desc, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
+                   SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    HEAD_DIM: gl.constexpr = q_bufs.shape[2]
+    KEYS: gl.constexpr = k_smem.shape[1]
+    NW: gl.constexpr = gl.num_warps()
+    acc_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
+    dtype: gl.constexpr = q_bufs.dtype
+    b, hk, n0, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, WINDOW_LEFT, BLOCK_M, 2 * KEYS)
+    key0 = n0 + WG * KEYS
+    k_half = k_smem.index(WG)
+    v_half = v_smem.index(WG)
+    # Accumulators loop-carried while their products run (initialised as such).
+    dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
+    dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
+    mbarrier.wait(kv_ready, 0)
+    c = 0
+    # The group's query heads in a fixed order, each over its query blocks: deterministic.
+    for g in range(GROUP):
+        row_base = (b.to(gl.int64) * H + hk * GROUP + g) * Nq
+        for i in range(lo, band):
+            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs,
+                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
+            c += 1
+        for i in range(band, mid):
+            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs,
+                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, False, SOFTCAP, WINDOW_LEFT)
+            c += 1
+        for i in range(mid, end):
+            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs,
+                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
+            c += 1
+    dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+    # dK, dV through this warpgroup's own halves of K and V (no product reads them any more)
+    # and TMA stores, which drop rows past Nk.
+    k_half.store((dk * sm_scale).to(dtype))
+    v_half.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [b, hk, key0, 0], _tma_view(k_half, dk_desc))
+    tma.async_copy_shared_to_global(dv_desc, [b, hk, key0, 0], _tma_view(v_half, dv_desc))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _dkdv_consumer0(k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                    WINDOW_LEFT: gl.constexpr):
+    _dkdv_consumer(0, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
+
+
+@gluon.jit
+def _dkdv_consumer1(k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                    WINDOW_LEFT: gl.constexpr):
+    _dkdv_consumer(1, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
+
+
+@gluon.jit
+def _dkdv_kernel(
+    # descriptors of the whole (B, H, Nq, D) q, do and (B, Hkv, Nk, D) k, v, dk, dv; LSE, DELTA:
+    # (B, H, Nq) float32
+    q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA,
+    # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
+    # scale); n_kb: key blocks of 128 per kv head
+    Nq, H, Hkv, GROUP, qk_scale, sm_scale, n_kb,
+    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    KEYS: gl.constexpr = k_desc.block_type.shape[2]
+    dtype: gl.constexpr = q_desc.dtype
+    gl.static_assert(gl.num_warps() == 4)
+    q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
+    k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, HEAD_DIM], dtype)
+    k_smem = gl.allocate_shared_memory(dtype, [2, KEYS, HEAD_DIM], k_2d)
+    v_smem = gl.allocate_shared_memory(dtype, [2, KEYS, HEAD_DIM], k_2d)
+    q_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_2d)
+    do_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_2d)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_ready, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
+    gl.warp_specialize([
+        (_dkdv_consumer0, (k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
+        (_dkdv_consumer1, (k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
+                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
+        (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
+                          n_kb, Hkv, GROUP, Nq, CAUSAL, WINDOW_LEFT)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
