@@ -31,7 +31,7 @@ def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None,
     """Why the call is not one the Gluon kernels take (not packed, no tile forced, descriptors
     allowed, no window; a softcap they take), or None. causal_window: (Nq, Nk) for a pass that
     takes a causal mask's left window where every row sees a key (Nq <= Nk + window_left)."""
-    causal, window_left, window_right, _ = flags
+    _, window_left, window_right, _ = flags
     window = window_left >= 0 or window_right >= 0
     if window and causal_window is not None and window_right < 0:
         window = causal_window[0] > causal_window[1] + window_left   # rows left with no key
