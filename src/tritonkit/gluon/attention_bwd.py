@@ -60,7 +60,7 @@ from .._layout import cdiv
 from ..ops.attention.scores import kernel_qk_scale
 from .attention_fwd import (
     _GL_DTYPES, CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, _descriptor, _softcap_tanh, _tile, _tma_view,
-    _wgmma_layout, tma_refusal)
+    _wgmma_layout, _window_start, tma_refusal)
 
 HEAD_DIMS = (64, 128)
 KEYS_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP      # dK/dV pass: 64 keys per consumer warpgroup
@@ -326,19 +326,6 @@ def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_buf
                                         _tma_view(k_bufs.index(s), k_desc))
         tma.async_copy_global_to_shared(v_desc, [b, hk, (lo + t) * BLOCK_N, 0], ready.index(s),
                                         _tma_view(v_bufs.index(s), v_desc))
-
-
-@gluon.jit
-def _window_start(m0, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
-    # Rows [m0, m0 + ROWS) with a left window: the first key block any of them sees, and the
-    # first that all of them see whole (keys j >= i - WINDOW_LEFT); (0, 0) without a window.
-    if WINDOW_LEFT >= 0:
-        lo = gl.maximum(m0 - WINDOW_LEFT, 0) // BLOCK_N
-        full_lo = gl.cdiv(gl.maximum(m0 + (ROWS - 1 - WINDOW_LEFT), 0), BLOCK_N)
-    else:
-        lo = m0 * 0
-        full_lo = m0 * 0
-    return lo, full_lo
 
 
 @gluon.jit
