@@ -60,7 +60,7 @@ from .._layout import cdiv
 from ..ops.attention.scores import kernel_qk_scale
 from .attention_fwd import (
     _GL_DTYPES, CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, _descriptor, _softcap_tanh, _tile, _tma_view,
-    _wgmma_layout, _window_start, tma_refusal)
+    _walk, _wgmma_layout, _window_start, tma_refusal)
 
 HEAD_DIMS = (64, 128)
 KEYS_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP      # dK/dV pass: 64 keys per consumer warpgroup
@@ -426,14 +426,11 @@ def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, rea
     # The walk: key blocks [lo, n_kv), of which [lo, edge) hold the left window's edge,
     # [edge, band) are whole for every row and [band, n_kv) hold the diagonal and the ragged
     # tail (edge and band counted from lo); block lo alone first (masked unless whole).
-    lo, full_lo = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
-    edge = gl.minimum(gl.maximum(full_lo, lo), n_kv) - lo
-    band = gl.maximum(n_full - lo, edge)
-    count = n_kv - lo
+    lo, edge, band, first_whole, count = _walk(m0, n_kv, n_full, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
     dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout)
     st, dp, dq = _dq_scores(0, q, do, k_bufs, v_bufs, ready, my_turn, other_turn, WG, dq, dq, False)
     st, dp = warpgroup_mma_wait(num_outstanding=0, deps=(st, dp))
-    if (edge == 0) & (band > 0):
+    if first_whole:
         dsb = _dq_ds(st, dp, lse2, delta, row0, lo * BLOCK_N, Nk, qk_scale, a_layout, q.dtype, False, CAUSAL, SOFTCAP,
                      WINDOW_LEFT)
     else:

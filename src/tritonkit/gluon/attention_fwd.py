@@ -110,14 +110,36 @@ def _tile(t, n_m, H, Nk, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: g
 @gluon.jit
 def _window_start(m0, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
     # Rows [m0, m0 + ROWS) with a left window: the first key block any of them sees, and the
-    # first that all of them see whole (keys j >= i - WINDOW_LEFT); (0, 0) without a window.
+    # first that all of them see whole (keys j >= i - WINDOW_LEFT). Without a window both are
+    # the constant 0, so that the walks (the forward's, the dQ pass's) compile to the kernels
+    # without one.
     if WINDOW_LEFT >= 0:
         lo = gl.maximum(m0 - WINDOW_LEFT, 0) // BLOCK_N
         full_lo = gl.cdiv(gl.maximum(m0 + (ROWS - 1 - WINDOW_LEFT), 0), BLOCK_N)
     else:
-        lo = m0 * 0
-        full_lo = m0 * 0
+        lo: gl.constexpr = 0
+        full_lo: gl.constexpr = 0
     return lo, full_lo
+
+
+@gluon.jit
+def _walk(m0, n_kv, n_full, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+    # The key blocks rows [m0, m0 + ROWS) walk, [lo, n_kv), counted from lo: [0, edge) hold
+    # the left window's edge, [edge, band) are whole for every row, [band, count) hold the
+    # diagonal and the ragged tail; and whether the first is whole.
+    if WINDOW_LEFT >= 0:
+        lo, full_lo = _window_start(m0, WINDOW_LEFT, ROWS, BLOCK_N)
+        edge = gl.minimum(gl.maximum(full_lo, lo), n_kv) - lo
+        band = gl.maximum(n_full - lo, edge)
+        first_whole = (edge == 0) & (band > 0)
+        count = n_kv - lo
+    else:
+        lo: gl.constexpr = 0
+        edge: gl.constexpr = 0
+        band = n_full
+        first_whole = n_full > 0
+        count = n_kv
+    return lo, edge, band, first_whole, count
 
 
 @gluon.jit
@@ -274,10 +296,7 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
     # The walk: key blocks [lo, n_kv), of which [lo, edge) hold the left window's edge,
     # [edge, band) are whole for every row and [band, n_kv) hold the diagonal and the ragged
     # tail (edge and band counted from lo).
-    lo, full_lo = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
-    edge = gl.minimum(gl.maximum(full_lo, lo), n_kv) - lo
-    band = gl.maximum(n_full - lo, edge)
-    count = n_kv - lo
+    lo, edge, band, first_whole, count = _walk(m0, n_kv, n_full, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
 
     # Block lo: S alone, then its softmax (masked unless whole).
     s0 = c % STAGES
@@ -290,7 +309,7 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
     mbarrier.arrive(k_empty.index(s0), count=1)
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
-    if (edge == 0) & (band > 0):
+    if first_whole:
         p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, False, CAUSAL, SCALE_POS,
                                            SOFTCAP, WINDOW_LEFT)
     else:
