@@ -254,7 +254,7 @@ def _recorded_call(launcher, tensors: dict, flags: tuple, capability):
 HOPPER_CASES = {  # name -> (B, H, Hkv, N, D, (causal, scale, window_left), what the forward and backward take)
     "D=128 causal: Gluon forward and backward": (1, 4, 2, 200, 128, (True,), ("gluon", "gluon")),
     "D=128 full: Gluon forward and backward": (1, 4, 2, 200, 128, (False,), ("gluon", "gluon")),
-    "D=128 causal window: Triton forward, Gluon backward": (1, 4, 2, 200, 128, (True, None, 50), ("triton", "gluon")),
+    "D=128 causal window: Gluon forward and backward": (1, 4, 2, 200, 128, (True, None, 50), ("gluon", "gluon")),
     "D=64 causal (train_lm's layer): Triton, descriptors": (2, 4, 2, 96, 64, (True,), ("triton", "triton")),
 }
 

@@ -20,13 +20,23 @@ from tritonkit.ops.attention import attention_fwd, attention_reference
 from _tolerance import assert_close_to_reference
 
 
-def _compiled(D: int, causal: bool, Nq: int = 333, Nk: int = 517, softcap: float = 0.0):
+def _compiled(D: int, causal: bool, Nq: int = 333, Nk: int = 517, softcap: float = 0.0, window_left: int = -1):
     q = torch.empty(2, 4, Nq, D, dtype=torch.bfloat16)
     k = torch.empty(2, 2, Nk, D, dtype=torch.bfloat16)
     v = torch.empty_like(k)
     o, lse = torch.empty_like(q), torch.empty(2, 4, Nq)
-    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, D ** -0.5, softcap)
+    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, D ** -0.5, softcap, window_left)
     return compile_sm90(gluon_fwd._attn_fwd_kernel, args, kwargs)
+
+
+# A causal mask's left window: its masked blocks also keep rows that have seen no key yet
+# finite, which costs the D=128 kernel a few bytes of spills (12 stored, 8 loaded, ptxas sm_90).
+WINDOW_SPILL_BOUND = {64: 0, 128: 16, 256: 0}
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_window_structure_for_sm90(D):
+    _check_structure(_compiled(D, True, window_left=100), D, WINDOW_SPILL_BOUND[D])
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -50,7 +60,7 @@ def test_softcap_structure_for_sm90(D):
     assert kwargs["SOFTCAP"] == 50.0 and args[9] == 0.125 / 50.0
 
 
-def _check_structure(kernel, D):
+def _check_structure(kernel, D, spill_bound=0):
     ttgir = kernel.asm["ttgir"]
     # Three partitions: the default (consumer warpgroup 0) and two workers, a 4-warp consumer
     # and the 1-warp producer, with the register budgets that sum within 64K per SM.
@@ -68,7 +78,8 @@ def _check_structure(kernel, D):
     assert "cp.async.bulk.tensor.4d.shared::cluster.global" in kernel.ptx
     assert "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group" in kernel.ptx
     usage = kernel.spills()
-    assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0 and usage["stack"] == 0
+    assert usage["spill_stores"] <= spill_bound and usage["spill_loads"] <= spill_bound
+    assert usage["stack"] <= spill_bound
     block_n, stages = gluon_fwd.tile_config(D)
     ring = 2 * stages * block_n * D * 2
     assert ring + 2 * 64 * D * 2 <= kernel.shared <= HOPPER_SHARED_LIMIT
@@ -189,6 +200,34 @@ SOFTCAP_CASES = [
 @pytest.mark.parametrize("B, H, Hkv, Nq, Nk, D, causal, softcap, scale", SOFTCAP_CASES)
 def test_softcap_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal, softcap, scale):
     _check_softcap(*_qkv(B, H, Hkv, Nq, Nk, D), causal, softcap, scale)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("B, H, Hkv, Nq, Nk, window", [
+    (2, 4, 2, 333, 333, 100),     # ragged, GQA: rows whose window starts past the first key block
+    (1, 2, 2, 1100, 1100, 64),
+    (1, 2, 1, 700, 700, 0),       # the diagonal only: most rows see nothing in most masked blocks
+    (1, 2, 2, 1100, 1100, 300),
+    (1, 2, 2, 200, 515, 50),      # Nq < Nk
+    (3, 4, 1, 515, 200, 320),     # Nq > Nk, MQA, every row still sees a key
+])
+def test_window_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, window):
+    # A causal mask's left window on the Gluon forward (the dispatch's choice where every row
+    # sees a key) against the float64 reference, the Triton forward, and bitwise run to run.
+    q, k, v = _qkv(B, H, Hkv, Nq, Nk, D)
+    o, lse = attention_fwd(q, k, v, True, None, window, gluon=True)
+    kw = dict(window=(window, -1), return_lse=True)
+    ref, ref_lse = attention_reference(q, k, v, True, None, **kw)
+    same, same_lse = attention_reference(q, k, v, True, None, upcast=False, **kw)
+    assert_close_to_reference(o, ref, same)
+    assert_close_to_reference(lse, ref_lse, same_lse.float(), what="lse")
+    o_t, lse_t = attention_fwd(q, k, v, True, None, window, gluon=False)
+    torch.testing.assert_close(lse, lse_t, atol=2e-3, rtol=0)
+    torch.testing.assert_close(o.float(), o_t.float(), atol=2e-2, rtol=2e-2)
+    again = attention_fwd(q, k, v, True, None, window, gluon=True)
+    assert torch.equal(o, again[0]) and torch.equal(lse, again[1])
 
 
 @pytest.mark.gpu

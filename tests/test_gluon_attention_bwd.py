@@ -233,12 +233,12 @@ def test_window_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, window):
 
 
 def test_window_dispatch():
-    # The Gluon backward takes a causal mask's left window where every row sees a key; the
+    # The Gluon kernels take a causal mask's left window where every row sees a key; the
     # Triton kernels take the rest (rows with no key, a right window, full attention).
     from tritonkit.ops.attention.paths import _plain
     assert _plain((True, 100, -1, 0.0), None, None, None, causal_window=(600, 600)) is None
     assert _plain((True, 100, -1, 0.0), None, None, None, causal_window=(601, 500)) is not None
-    assert _plain((True, 100, -1, 0.0), None, None, None) is not None           # the forward
+    assert _plain((True, 100, -1, 0.0), None, None, None) is not None           # no (Nq, Nk) given
     assert _plain((False, 100, 100, 0.0), None, None, None, causal_window=(600, 600)) is not None
 
 

@@ -108,6 +108,41 @@ def _tile(t, n_m, H, Nk, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: g
 
 
 @gluon.jit
+def _window_start(m0, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+    # Rows [m0, m0 + ROWS) with a left window: the first key block any of them sees, and the
+    # first that all of them see whole (keys j >= i - WINDOW_LEFT). Without a window both are
+    # the constant 0, so that the walks (the forward's, the dQ pass's) compile to the kernels
+    # without one.
+    if WINDOW_LEFT >= 0:
+        lo = gl.maximum(m0 - WINDOW_LEFT, 0) // BLOCK_N
+        full_lo = gl.cdiv(gl.maximum(m0 + (ROWS - 1 - WINDOW_LEFT), 0), BLOCK_N)
+    else:
+        lo: gl.constexpr = 0
+        full_lo: gl.constexpr = 0
+    return lo, full_lo
+
+
+@gluon.jit
+def _walk(m0, n_kv, n_full, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+    # The key blocks rows [m0, m0 + ROWS) walk, [lo, n_kv), counted from lo: [0, edge) hold
+    # the left window's edge, [edge, band) are whole for every row, [band, count) hold the
+    # diagonal and the ragged tail; and whether the first is whole.
+    if WINDOW_LEFT >= 0:
+        lo, full_lo = _window_start(m0, WINDOW_LEFT, ROWS, BLOCK_N)
+        edge = gl.minimum(gl.maximum(full_lo, lo), n_kv) - lo
+        band = gl.maximum(n_full - lo, edge)
+        first_whole = (edge == 0) & (band > 0)
+        count = n_kv - lo
+    else:
+        lo: gl.constexpr = 0
+        edge: gl.constexpr = 0
+        band = n_full
+        first_whole = n_full > 0
+        count = n_kv
+    return lo, edge, band, first_whole, count
+
+
+@gluon.jit
 def _load_kv(desc, bufs, ready, empty, c, b, hk, j):
     # Block j of a tile into ring slot c % STAGES (c counts blocks over the program's tiles).
     # A fresh mbarrier is in phase 0, so waiting for parity 1 passes: the first lap is free.
@@ -121,7 +156,7 @@ def _load_kv(desc, bufs, ready, empty, c, b, hk, j):
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-              v_empty, n_tiles, n_m, H, GROUP, Nk, CAUSAL: gl.constexpr):
+              v_empty, n_tiles, n_m, H, GROUP, Nk, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -129,22 +164,24 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
     ti = 0
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+        lo, _ = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
+        count = n_kv - lo
         hk = h // GROUP
         # The tile's first K/V blocks go before its Q, whose buffer holds the previous tile's
         # O until that store is done: they load while the consumers finish that tile.
-        n_pre = gl.minimum(n_kv, STAGES)
+        n_pre = gl.minimum(count, STAGES)
         for j in range(n_pre):
-            _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, j)
-            _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, j)
+            _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, lo + j)
+            _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, lo + j)
         for w in gl.static_range(2):
             mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
             mbarrier.expect(q_ready.index(w), q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
                                             _tma_view(q_smem.index(w), q_desc))
-        for j in range(n_pre, n_kv):
-            _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, j)
-            _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, j)
-        c += n_kv
+        for j in range(n_pre, count):
+            _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, lo + j)
+            _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, lo + j)
+        c += count
         ti += 1
 
 
@@ -158,8 +195,8 @@ def _softcap_tanh(qk, cap_in):
 
 
 @gluon.jit
-def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale,
-                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr):
+def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     # Online softmax of one key block in base 2 (qk_scale = scale * log2 e):
     #   m' = max(m, max_j s_j * qk_scale),  p_j = 2^(s_j * qk_scale - m'),
     #   alpha = 2^(m - m'),  l' = alpha * l + sum_j p_j.
@@ -184,24 +221,34 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale,
         if CAUSAL:
             rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
             keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+            if WINDOW_LEFT >= 0:
+                keep = keep & (gl.expand_dims(cols, 0) >= gl.expand_dims(rows - WINDOW_LEFT, 1))
         qk = gl.where(keep, qk, float("-inf"))
     if MAX_SCALED:
         m_new = gl.maximum(m_i, gl.max(qk, axis=1) * row_scale)
-        p = gl.exp2(qk * row_scale - gl.expand_dims(m_new, 1))
     else:
         m_new = gl.maximum(m_i, gl.max(qk, axis=1))
-        p = gl.exp2(qk - gl.expand_dims(m_new, 1))
-    alpha = gl.exp2(m_i - m_new)
+    # A window's first blocks may hold none of a row's keys yet (its window starts further
+    # on): its max is still -inf, and 2^(-inf - -inf) would be NaN; measured from 0 instead,
+    # its p and alpha are 0. Every row sees a key by its last block (the dispatch's condition).
+    m_base = m_new
+    if MASKED and WINDOW_LEFT >= 0:
+        m_base = gl.where(m_new == float("-inf"), 0.0, m_new)
+    if MAX_SCALED:
+        p = gl.exp2(qk * row_scale - gl.expand_dims(m_base, 1))
+    else:
+        p = gl.exp2(qk - gl.expand_dims(m_base, 1))
+    alpha = gl.exp2(m_i - m_base)
     l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_new
 
 
 @gluon.jit
 def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                    my_turn, other_turn, WG: gl.constexpr, row0, Nk, qk_scale,
-                    MASKED: gl.constexpr, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr):
-    # Block j >= 1 of a tile (c: the same block counted over the program's tiles): S(j) and
-    # P(j-1) V(j-1) in flight together, softmax(j) under the latter.
+                    my_turn, other_turn, WG: gl.constexpr, row0, Nk, qk_scale, MASKED: gl.constexpr,
+                    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+    # Key block j of a tile, not its first (c: this block counted over the program's tiles):
+    # S(j) and P(j-1) V(j-1) in flight together, softmax(j) under the latter.
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     BLOCK_M: gl.constexpr = q.shape[0]
@@ -223,7 +270,7 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
     qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk, ))
     mbarrier.arrive(k_empty.index(s), count=1)
     p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS,
-                                       SOFTCAP)
+                                       SOFTCAP, WINDOW_LEFT)
     pb_next = gl.convert_layout(p.to(q.dtype), p_layout)
     # pb is the register operand of the product in flight: a dependency of the wait that
     # retires it, so its registers are not reused before the tensor cores have read them.
@@ -235,8 +282,8 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
 
 @gluon.jit
 def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                   v_empty, my_turn, other_turn, o_desc, LSE, H, Nq, Nk, qk_scale,
-                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr):
+                   v_empty, my_turn, other_turn, o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
+                   SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -246,8 +293,12 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
     o_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row0 = m0 + WG * BLOCK_M
+    # The walk: key blocks [lo, n_kv), of which [lo, edge) hold the left window's edge,
+    # [edge, band) are whole for every row and [band, n_kv) hold the diagonal and the ragged
+    # tail (edge and band counted from lo).
+    lo, edge, band, first_whole, count = _walk(m0, n_kv, n_full, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
 
-    # Block 0: S(0) alone, then its softmax (masked when it is the diagonal or ragged block).
+    # Block lo: S alone, then its softmax (masked unless whole).
     s0 = c % STAGES
     mbarrier.wait(k_ready.index(s0), (c // STAGES) & 1)
     mbarrier.wait(my_turn, (c & 1) ^ (1 - WG))
@@ -258,26 +309,31 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
     mbarrier.arrive(k_empty.index(s0), count=1)
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
-    if n_full > 0:
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, 0, Nk, qk_scale, False, CAUSAL, SCALE_POS, SOFTCAP)
+    if first_whole:
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, False, CAUSAL, SCALE_POS,
+                                           SOFTCAP, WINDOW_LEFT)
     else:
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, 0, Nk, qk_scale, True, CAUSAL, SCALE_POS, SOFTCAP)
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, True, CAUSAL, SCALE_POS,
+                                           SOFTCAP, WINDOW_LEFT)
     pb = gl.convert_layout(p.to(q.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
-    # Blocks 1 .. n_full-1 need no mask; n_full .. n_kv-1 are the diagonal band and ragged tail.
-    for j in range(1, n_full):
-        acc, pb, m_i, l_i = _consumer_block(c + j, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
+    for j in range(1, edge):
+        acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
-                                            False, CAUSAL, SCALE_POS, SOFTCAP)
-    for j in range(gl.maximum(n_full, 1), n_kv):
-        acc, pb, m_i, l_i = _consumer_block(c + j, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
+                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+    for j in range(gl.maximum(edge, 1), band):
+        acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS, SOFTCAP)
+                                            False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+    for j in range(gl.maximum(band, 1), count):
+        acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
+                                            k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
+                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
 
     # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
     # every S product has retired) and a TMA store that drops rows past Nq.
-    c_last = c + n_kv - 1
+    c_last = c + count - 1
     s_last = c_last % STAGES
     mbarrier.wait(v_ready.index(s_last), (c_last // STAGES) & 1)
     acc = warpgroup_mma(pb, v_bufs.index(s_last), acc, is_async=True)
@@ -295,8 +351,8 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
-              turn, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale,
-              CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr):
+              turn, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
+              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     BLOCK_M: gl.constexpr = q_smem.shape[1]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     q = q_smem.index(WG)
@@ -304,30 +360,31 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
     ti = 0
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+        lo, _ = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
         mbarrier.wait(q_ready.index(WG), ti & 1)
         _consumer_tile(WG, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
                        turn.index(WG), turn.index(1 - WG), o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS,
-                       SOFTCAP)
+                       SOFTCAP, WINDOW_LEFT)
         tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
         mbarrier.arrive(q_empty.index(WG), count=1)
-        c += n_kv
+        c += n_kv - lo
         ti += 1
 
 
 @gluon.jit
 def _consumer0(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
                n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr):
+               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     _consumer(0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP)
+              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
 
 
 @gluon.jit
 def _consumer1(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
                n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr):
+               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     _consumer(1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP)
+              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
 
 
 @gluon.jit
@@ -338,9 +395,9 @@ def _attn_fwd_kernel(
     # softcap c scale / c); tiles: n_m row blocks of 128 per head, n_tiles = n_m * H * B, taken
     # round-robin by the programs
     Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles,
-    # meta (SOFTCAP: the cap c, 0 for none)
-    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, STAGES: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    # meta (SOFTCAP: the cap c, 0 for none; WINDOW_LEFT: a causal mask's left window, -1 for none)
+    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -372,11 +429,11 @@ def _attn_fwd_kernel(
 
     gl.warp_specialize([
         (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
-                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP)),
+                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)),
         (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
-                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP)),
+                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                     v_empty, n_tiles, n_m, H, GROUP, Nk, CAUSAL)),
+                     v_empty, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -451,9 +508,10 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
 
 
 def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                causal: bool, scale: float, softcap: float = 0.0) -> tuple[tuple, tuple, dict]:
+                causal: bool, scale: float, softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args) of one forward launch: the launcher's, and what
-    `tritonkit.gluon.compile` compiles for sm_90 without a GPU. softcap: the cap c, 0 for none."""
+    `tritonkit.gluon.compile` compiles for sm_90 without a GPU. softcap: the cap c, 0 for none;
+    window_left: causal only, keys j >= i - window_left (-1: none)."""
     B, H, Nq, D = q.shape
     block_n, stages = tile_config(D)
     n_m = cdiv(Nq, ROWS_PER_PROGRAM)
@@ -461,8 +519,8 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(k, block_n), _descriptor(v, block_n),
             _descriptor(o, ROWS_PER_WARPGROUP), lse, Nq, k.shape[2], H, H // k.shape[1],
             kernel_qk_scale(scale, softcap), n_m, n_tiles)
-    kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap), STAGES=stages,
-                  CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+    kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left),
+                  STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
     # Full attention: persistent, one program per SM (one fits: 240+240+24 registers x 128
     # threads) taking tiles round-robin, so a program's next K/V blocks load under its last
     # tile's epilogue. Causal: one tile per program, longest first, which the hardware's block
@@ -480,11 +538,13 @@ def _num_sms(device: torch.device) -> int:
 
 
 def attention_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                        causal: bool, scale: float, softcap: float = 0.0) -> None:
+                        causal: bool, scale: float, softcap: float = 0.0, window_left: int = -1) -> None:
     """The forward on Hopper, writing o (like q, as the Triton launcher allocates it) and lse
     (B, H, Nq) float32, natural log, exactly as `tritonkit.ops.attention.attention_fwd` defines
-    them (softcap: the cap c, 0 for none). Called by the attention dispatch (`tritonkit.ops.attention.paths`) only where
-    `supported(q, k, v, causal, scale)` is true; inputs are not validated again here."""
-    grid, args, kwargs = launch_args(q, k, v, o, lse, causal, scale, softcap)
+    them (softcap: the cap c, 0 for none; window_left: a causal mask's left window, -1 for
+    none). Called by the attention dispatch (`tritonkit.ops.attention.paths`) only where
+    `supported(q, k, v, causal, scale)` is true (and with a window, where every row sees a
+    key); inputs are not validated again here."""
+    grid, args, kwargs = launch_args(q, k, v, o, lse, causal, scale, softcap, window_left)
     num_warps = kwargs.pop("num_warps")
     Launch("attention_fwd_gluon", _attn_fwd_kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()

@@ -9,7 +9,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from ..attention_fwd import _softcap_tanh, _tile, _tma_view, _wgmma_layout
+from ..attention_fwd import _softcap_tanh, _tile, _tma_view, _walk, _wgmma_layout, _window_start
 
 
 @gluon.jit
@@ -35,40 +35,6 @@ def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_buf
                                         _tma_view(k_bufs.index(s), k_desc))
         tma.async_copy_global_to_shared(v_desc, [b, hk, (lo + t) * BLOCK_N, 0], ready.index(s),
                                         _tma_view(v_bufs.index(s), v_desc))
-
-
-@gluon.jit
-def _window_start(m0, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
-    # Rows [m0, m0 + ROWS) with a left window: the first key block any of them sees, and the
-    # first that all of them see whole (keys j >= i - WINDOW_LEFT). Without a window both are
-    # the constant 0, so that the walks below compile to the kernels without one.
-    if WINDOW_LEFT >= 0:
-        lo = gl.maximum(m0 - WINDOW_LEFT, 0) // BLOCK_N
-        full_lo = gl.cdiv(gl.maximum(m0 + (ROWS - 1 - WINDOW_LEFT), 0), BLOCK_N)
-    else:
-        lo: gl.constexpr = 0
-        full_lo: gl.constexpr = 0
-    return lo, full_lo
-
-
-@gluon.jit
-def _walk(m0, n_kv, n_full, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
-    # The key blocks rows [m0, m0 + ROWS) walk, [lo, n_kv), counted from lo: [0, edge) hold
-    # the left window's edge, [edge, band) are whole for every row, [band, count) hold the
-    # diagonal and the ragged tail; and whether the first is whole.
-    if WINDOW_LEFT >= 0:
-        lo, full_lo = _window_start(m0, WINDOW_LEFT, ROWS, BLOCK_N)
-        edge = gl.minimum(gl.maximum(full_lo, lo), n_kv) - lo
-        band = gl.maximum(n_full - lo, edge)
-        first_whole = (edge == 0) & (band > 0)
-        count = n_kv - lo
-    else:
-        lo: gl.constexpr = 0
-        edge: gl.constexpr = 0
-        band = n_full
-        first_whole = n_full > 0
-        count = n_kv
-    return lo, edge, band, first_whole, count
 
 
 @gluon.jit

@@ -55,11 +55,13 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
         return _chosen("forward", False, f"head dim {q.shape[-1]}: the Gluon forward is chosen at head dims "
                        f"{_dims(GLUON_FORWARD_HEAD_DIMS)}, where it measured faster")
     from ...gluon import attention_fwd as kernels
-    refused = _plain(flags, varlen, config, tma) or kernels.refusal(q, k, v, flags[0], scale)
+    refused = (_plain(flags, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if flags[0] else None)
+               or kernels.refusal(q, k, v, flags[0], scale))
     if refused:
         return _refused("forward", refused, gluon)
-    return _chosen("forward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), head dim {q.shape[-1]}, "
-                   f"{_dtype(q)}, {_softcap(flags)}q, k, v readable by TMA")
+    window = f"left window {flags[1]}, " if flags[1] >= 0 else ""
+    return _chosen("forward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {window}head dim "
+                   f"{q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v readable by TMA")
 
 
 def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,

@@ -208,7 +208,7 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, flags: tuple, varlen
     choice = gluon_forward(q, k, v, scale, flags, varlen, config, tma, gluon)
     if choice.path == "gluon":
         from ...gluon.attention_fwd import attention_fwd_gluon
-        return _ForwardLaunch(choice, gluon=(attention_fwd_gluon, (causal, scale, softcap)))
+        return _ForwardLaunch(choice, gluon=(attention_fwd_gluon, (causal, scale, softcap, window_left)))
     block_d = _block_d(D)
     use_tma = _use_tma(tma, q, k, v)
     row_keys = _keys_a_row_sees(Nq, Nk, flags, varlen)
