@@ -1,14 +1,19 @@
-"""Kernel-by-kernel GPU time of three tritonkit-patched training steps of `tritonkit bench train`'s
-config A (torch.profiler), after three warm-up steps: where a step's time goes.
+"""Kernel-by-kernel GPU time of three training steps of `tritonkit bench train`'s config A or B
+(torch.profiler), after three warm-up steps: where a step's time goes, tritonkit-patched or as
+another provider of the bench runs it.
 
-    PYTHONPATH=src python3 benchmarks/profile_train_step.py
+    PYTHONPATH=src python3 benchmarks/profile_train_step.py [--config B] [--provider liger]
 """
-import time, torch
+import argparse, time, torch
 from torch.profiler import profile, ProfilerActivity
 from tritonkit.bench import train as T
 dev = torch.device("cuda")
-cfg = T.CONFIGS["A"]
-model = T.prepare("tritonkit", T.llama(cfg, dev, torch.bfloat16))
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("--config", choices=("A", "B"), default="A")
+parser.add_argument("--provider", choices=("tritonkit", "liger", "hf eager"), default="tritonkit")
+args = parser.parse_args()
+cfg = T.CONFIGS[args.config]
+model = T.prepare(args.provider, T.llama(cfg, dev, torch.bfloat16))
 batches = T.markov_batches(cfg, dev, 4)
 opt, _ = T.train_steps(model, batches, 3, dev)
 torch.cuda.synchronize()
