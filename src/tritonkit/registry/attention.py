@@ -235,6 +235,8 @@ def _bench_cases(on_gpu: bool) -> list[BenchCase]:
         # softcap beside the same causal case without one
         cases += [_masked_case(1, 32, 8, n, 128, backward, window=1024) for n in (8192, 16384, 32768)]
         cases += [_case(4, 32, 8, 4096, 128, True, backward), _masked_case(4, 32, 8, 4096, 128, backward, softcap=50.0)]
+        # issue 16's short sequences: B=8, H=16 (the only cases at N=1024 with D=64)
+        cases += [_case(8, 16, 16, 1024, 64, causal, backward) for causal in (False, True)]
     return cases
 
 
