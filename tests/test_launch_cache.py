@@ -89,6 +89,47 @@ def test_key_of_tensor_descriptors(jit_kernel):
     assert key(descs[0]) == key(descs[1])
 
 
+def test_key_of_gluon_tensor_descriptors(jit_kernel):
+    # A Gluon descriptor also carries the shared-memory layout its boxes land in, which Triton
+    # specialises on: the key holds it beside the dtype and block.
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+
+    def key(desc):
+        return _launch._specialization_key(Launch("t", jit_kernel, (1,), (desc, desc, 3, 2.0),
+                                                  {"BLOCK": 128, "EVEN": True}))
+
+    def desc(t, block, swizzle=None):
+        layout = gl.NVMMASharedLayout.get_default_for(block, {torch.float16: gl.float16, torch.float32: gl.float32}[t.dtype])
+        if swizzle is not None:
+            layout = gl.NVMMASharedLayout(swizzle, layout.element_bitwidth, layout.rank)
+        return GluonTensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+    a, b = torch.zeros(2, 40, 64), torch.zeros(3, 70, 64)
+    descs = [desc(a, [1, 16, 64]), desc(b, [1, 16, 64]), desc(b, [1, 32, 64]), desc(b.half(), [1, 32, 64]),
+             desc(b, [1, 16, 64], swizzle=64)]
+    for d, e in itertools.combinations(descs, 2):
+        assert (key(d) == key(e)) == (_triton_specialization(d) == _triton_specialization(e)), (d, e)
+    assert key(descs[0]) == key(descs[1]) and key(descs[1]) != key(descs[4])
+
+
+def test_gluon_kernels_take_the_cached_path(monkeypatch):
+    # A Gluon kernel's compiled launcher is called as a Triton kernel's is.
+    from tritonkit.gluon import attention_fwd
+
+    class FakeDriver:
+        @staticmethod
+        def get_current_device():
+            return 0
+    monkeypatch.setattr(_launch, "_driver", lambda: FakeDriver)
+    kernel = attention_fwd._attn_fwd_kernel
+    q = torch.zeros(1, 2, 64, 64, dtype=torch.float16)
+    grid, args, kwargs = attention_fwd.launch_args(q, q, q, q, torch.zeros(1, 2, 64), False, 0.125)
+    kwargs = dict(kwargs)
+    launch = Launch("t", kernel, grid, args, kwargs, kwargs.pop("num_warps"), None)
+    assert launch._direct() is launch and _launch._specialization_key(launch) is not None
+
+
 def test_cached_launch_passes_every_parameter_in_order(jit_kernel, monkeypatch):
     # The second launch of a key goes straight to the compiled launcher: grid padded to 3 dims,
     # then every kernel parameter in order, constexprs included.

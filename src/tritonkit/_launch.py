@@ -35,6 +35,11 @@ import triton  # noqa: E402
 from triton.runtime.autotuner import Autotuner  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
+try:  # Gluon's host descriptor: Triton's fields plus the shared-memory layout it is read into
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor  # noqa: E402
+except ImportError:  # a Triton without Gluon
+    GluonTensorDescriptor = TensorDescriptor
+
 from . import _triton_version  # noqa: E402
 
 try:
@@ -45,6 +50,10 @@ except ImportError:  # a Triton without knobs is outside the verified range: no 
 _recorders: list[tuple["Recording", bool, int | None]] = []
 MAX_CACHED_LAUNCHES = 4096  # per kernel; keys hold exact shapes, so start afresh past this many
 _PLAIN = (int, float, bool, type(None))  # arguments a key may hold by value
+_DESCRIPTORS = (TensorDescriptor, GluonTensorDescriptor)
+# The kernel classes whose launches the cached path takes: Triton's and Gluon's JIT functions
+# (a Gluon kernel differs in how it is parsed, not in how its compiled launcher is called).
+_JIT_CLASSES = ("JITFunction", "GluonJITFunction")
 
 
 @dataclass
@@ -137,7 +146,7 @@ class Launch:
                 grid = grid({**dict(zip(kernel.arg_names, self.args)), **constexprs})
             return Launch(self.name, kernel.fn, tuple(grid), self.args, constexprs,
                           config.num_warps, config.num_stages)._direct()
-        if type(kernel).__name__ != "JITFunction" or not isinstance(self.grid, tuple):
+        if type(kernel).__name__ not in _JIT_CLASSES or not isinstance(self.grid, tuple):
             return None
         return self
 
@@ -198,7 +207,7 @@ class LaunchTemplate:
                 return
         self._bound = None
         launch = self.as_launch(head)
-        blocks = [a.block_shape for a in head if isinstance(a, TensorDescriptor)]
+        blocks = [a.block_shape for a in head if isinstance(a, _DESCRIPTORS)]
         ran = launch.launch()
         if ran is not None:
             self._bound = self._binding(ran, head, blocks)
@@ -213,7 +222,7 @@ class LaunchTemplate:
         compiled = ran.compiled
         device = _device_of(direct.args)
         hooks = None
-        if blocks != [a.block_shape for a in head if isinstance(a, TensorDescriptor)]:
+        if blocks != [a.block_shape for a in head if isinstance(a, _DESCRIPTORS)]:
             functions, meta = tuple(direct.kernel.pre_run_hooks), {**direct.constexprs, **direct.launch_options()}
 
             def hooks(args):
@@ -236,10 +245,11 @@ def _specialization_key(launch: Launch, device: int | None = None) -> tuple | No
     the driver); the kernel itself holds the cache (`_cache_of`). It runs on every
     launch, so where each kind of argument sits is worked out once per (kernel, argument
     types). None (take Triton's path) for anything but a plain JITFunction given all its
-    arguments as tensors, tensor descriptors, ints, floats, bools or None. The kernel's
-    pre-run hooks, which may change its arguments (descriptors' tile shapes), must have run."""
+    arguments as tensors, tensor descriptors, ints, floats, bools or None (a Gluon kernel
+    counts as one). The kernel's pre-run hooks, which may change its arguments (descriptors'
+    tile shapes), must have run."""
     kernel, args = launch.kernel, launch.args
-    if type(kernel).__name__ != "JITFunction":
+    if type(kernel).__name__ not in _JIT_CLASSES:
         return None
     cache = _cache_of(kernel)
     types = tuple(map(type, args))
@@ -328,7 +338,7 @@ def _argument_layout(constexpr_names: tuple[str, ...] | None, n_params: int,
     if constexpr_names is None or len(types) + len(constexpr_names) != n_params:
         return False
     tensors = tuple(i for i, t in enumerate(types) if issubclass(t, torch.Tensor))
-    descriptors = tuple(i for i, t in enumerate(types) if issubclass(t, TensorDescriptor))
+    descriptors = tuple(i for i, t in enumerate(types) if issubclass(t, _DESCRIPTORS))
     plain = tuple(i for i, t in enumerate(types) if t in _PLAIN)
     if len(tensors) + len(descriptors) + len(plain) != len(types):
         return False
@@ -339,9 +349,10 @@ def _argument_layout(constexpr_names: tuple[str, ...] | None, n_params: int,
 
 def _descriptor_key(desc: TensorDescriptor) -> tuple:
     """What Triton 3.6 specialises a host tensor descriptor on: its dtype and block (the
-    signature type tensordesc<fp32[1, 1, 64, 128]>); base, shape and strides are passed at
-    launch. (A TensorDescriptor is a mutable dataclass, so it cannot be a key itself.)"""
-    return ("tensordesc", desc.base.dtype, tuple(desc.block_shape), desc.padding)
+    signature type tensordesc<fp32[1, 1, 64, 128]>), and a Gluon descriptor's shared-memory
+    layout (a frozen dataclass); base, shape and strides are passed at launch. (A
+    TensorDescriptor is a mutable dataclass, so it cannot be a key itself.)"""
+    return ("tensordesc", desc.base.dtype, tuple(desc.block_shape), desc.padding, getattr(desc, "layout", None))
 
 
 def _constexpr_names(kernel: Any) -> tuple[str, ...] | None:
@@ -358,7 +369,7 @@ def _device_of(args: tuple) -> torch.device | None:
     for arg in args:
         if isinstance(arg, torch.Tensor):
             return arg.device
-        if isinstance(arg, TensorDescriptor):
+        if isinstance(arg, _DESCRIPTORS):
             return arg.base.device
     return None
 

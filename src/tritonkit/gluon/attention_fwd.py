@@ -447,8 +447,14 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     """A descriptor of the whole (B, H, N, D) tensor read (or written) as (1, 1, rows, D) boxes."""
     block = [1, 1, rows, t.shape[-1]]
-    layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, _box_layout(rows, t.shape[-1], t.dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _box_layout(rows: int, head_dim: int, dtype: torch.dtype) -> gl.NVMMASharedLayout:
+    # Made once per box: building a layout costs tens of microseconds of host time, and a
+    # backward makes eleven descriptors a call.
+    return gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], _GL_DTYPES[dtype])
 
 
 def _tma_ready(t: torch.Tensor) -> bool:
