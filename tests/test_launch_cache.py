@@ -28,14 +28,18 @@ def _scale_kernel(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr, EVEN: tl.const
 
 
 @pytest.fixture
-def jit_kernel(monkeypatch):
-    # A compiled-mode JITFunction (tritonkit's own kernels are interpreted on this machine),
-    # and a stand-in for the CUDA driver's current device.
+def fake_driver(monkeypatch):
+    # A stand-in for the CUDA driver's current device.
     class FakeDriver:
         @staticmethod
         def get_current_device():
             return 0
     monkeypatch.setattr(_launch, "_driver", lambda: FakeDriver)
+
+
+@pytest.fixture
+def jit_kernel(fake_driver):
+    # A compiled-mode JITFunction (tritonkit's own kernels are interpreted on this machine).
     return JITFunction(_scale_kernel)
 
 
@@ -113,15 +117,10 @@ def test_key_of_gluon_tensor_descriptors(jit_kernel):
     assert key(descs[0]) == key(descs[1]) and key(descs[1]) != key(descs[4])
 
 
-def test_gluon_kernels_take_the_cached_path(monkeypatch):
+def test_gluon_kernels_take_the_cached_path(fake_driver):
     # A Gluon kernel's compiled launcher is called as a Triton kernel's is.
     from tritonkit.gluon import attention_fwd
 
-    class FakeDriver:
-        @staticmethod
-        def get_current_device():
-            return 0
-    monkeypatch.setattr(_launch, "_driver", lambda: FakeDriver)
     kernel = attention_fwd._attn_fwd_kernel
     q = torch.zeros(1, 2, 64, 64, dtype=torch.float16)
     grid, args, kwargs = attention_fwd.launch_args(q, q, q, q, torch.zeros(1, 2, 64), False, 0.125)
