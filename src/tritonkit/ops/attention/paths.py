@@ -1,8 +1,8 @@
 """Which kernels run an attention pass: the Gluon kernels written for Hopper
 (`tritonkit.gluon`, FlashAttention-3's warp-specialized structure), or the Triton kernels of
 this package, which run everywhere else: other GPUs, the interpreter, layouts a tensor
-descriptor cannot read, packed sequences, explicit tiles, the forward's windows and the
-backward's other than a causal mask's left window. Both take a softcap.
+descriptor cannot read, packed sequences, explicit tiles, and windows other than a causal
+mask's left one. Both take a softcap.
 
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
 the H200 (BENCHMARKS.md, "Attention on Hopper: Gluon and Triton paths"): the forward at head
