@@ -286,6 +286,18 @@ def _dtensor_worker(rank: int, world: int) -> None:
     loss, = check(lambda h, w, t: tritonkit.linear_cross_entropy(h, w, t, reduction="sum"), [hidden, weight, target],
                   [Shard(0), Replicate(), Shard(0)], what="linear_cross_entropy", exact=False)
     assert loss.placements == (Partial(),)
+    # ... and the vocabulary: the weight's rows (and the bias) sharded, 37 rows over 2 ranks
+    # (19 and 18), the loss replicated; in chunks of 5 tokens, with ignored targets
+    vocab_target = torch.randint(0, 37, (12,))
+    vocab_target[[2, 7]] = -100
+    for reduction, options in (("mean", {}), ("sum", {"label_smoothing": 0.1}), ("none", {"softcap": 3.0}),
+                               ("mean", {"label_smoothing": 0.2, "softcap": 2.0})):
+        loss, = check(lambda h, w, t, b: tritonkit.linear_cross_entropy(h, w, t, bias=b, reduction=reduction,
+                                                                         chunk_tokens=5, **options),
+                      [hidden, torch.randn(37, 16), vocab_target, torch.randn(37)],
+                      [Replicate(), Shard(0), Replicate(), Shard(0)], what=f"linear_cross_entropy, vocabulary, "
+                      f"{reduction} {options}", exact=False)
+        assert loss.placements == (Replicate(),)
 
     def refused(fn, message):
         try:
@@ -304,7 +316,12 @@ def _dtensor_worker(rank: int, world: int) -> None:
     refused(lambda: tritonkit.rms_norm(distribute_tensor(x, mesh, [Shard(2)]), distribute_tensor(w, mesh, [Replicate()])),
             "x is sharded along dim 2")
     refused(lambda: tritonkit.linear_cross_entropy(*(distribute_tensor(t, mesh, [p]) for t, p in zip(
-        (hidden, weight, target), (Replicate(), Shard(0), Replicate())))), "vocabulary may not be sharded")
+        (hidden, weight, target), (Replicate(), Shard(1), Replicate())))), "hidden dim (dim 1) may not be sharded")
+    refused(lambda: tritonkit.linear_cross_entropy(*(distribute_tensor(t, mesh, [p]) for t, p in zip(
+        (hidden, weight, target), (Shard(0), Shard(0), Shard(0))))), "hidden and target must be replicated")
+    refused(lambda: tritonkit.cross_entropy(distribute_tensor(torch.randn(12, 32), mesh, [Shard(1)]),
+                                            distribute_tensor(target, mesh, [Replicate()])),
+            "vocabulary may not be sharded here")
     refused(lambda: tritonkit.linear_cross_entropy(*(distribute_tensor(t, mesh, [p]) for t, p in zip(
         (hidden, weight, target), (Shard(0), Replicate(), Shard(0))))), "reduction='mean'")
     refused(lambda: tritonkit.swiglu(distribute_tensor(torch.randn(2, 6, 32), mesh, [Shard(2)])), "packed gate")

@@ -464,8 +464,9 @@ def _rope_bwd_sharding(grad_q, grad_k, cos, sin, interleaved):
 # Partial) or "none"; a "mean" would divide each rank's sum by its own count of targets.
 # The vocabulary may not be sharded: that needs a log-sum-exp across ranks.
 
-_VOCAB_WHY = ("the vocabulary may not be sharded: vocabulary-parallel cross-entropy needs a log-sum-exp across "
-              "ranks, which tritonkit does not compute (replicate the weight, or shard the tokens)")
+_VOCAB_WHY = ("the vocabulary may not be sharded here: vocabulary-parallel cross-entropy needs a log-sum-exp "
+              "across ranks, which tritonkit computes only for linear_cross_entropy with the weight's rows "
+              "sharded (tritonkit.distributed.vocab_parallel); replicate the logits, or shard the tokens")
 
 
 def _loss_placements(op: str, name: str, spec, reduction: str):
@@ -498,7 +499,9 @@ def _cross_entropy_bwd_sharding(grad_loss, logits, target, lse, ignore_index, la
 def _linear_cross_entropy_fwd_sharding(hidden, weight, target, bias, ignore_index, label_smoothing, reduction,
                                        softcap, grad_hidden, grad_weight, grad_bias, chunk_tokens):
     op = "linear_cross_entropy"
-    _only_shard(op, "weight", weight, (), _VOCAB_WHY)
+    # (A weight sharded along its rows never gets here: linear_cross_entropy takes it to
+    # tritonkit.distributed.vocab_parallel.)
+    _only_shard(op, "weight", weight, (), "the weight's hidden dim (dim 1) may not be sharded")
     if bias is not None:
         _only_shard(op, "bias", bias, (), _VOCAB_WHY)
     _only_shard(op, "hidden", hidden, (0,), "only the tokens (rows) of hidden may be sharded")

@@ -24,6 +24,8 @@ in weight's dtype: an fp32 accumulator would double the largest term.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 
@@ -90,6 +92,16 @@ def _check(hidden, weight, target, bias, chunk_tokens):
         same_dtype("bias", bias, "hidden", hidden)
         check_same_device(hidden=hidden, bias=bias)
     check_chunk_tokens(chunk_tokens)
+
+
+def _vocab_sharded(weight: torch.Tensor) -> bool:
+    # A DTensor weight sharded along its rows (a tensor-parallel lm_head) takes the
+    # vocabulary-parallel path (tritonkit.distributed.vocab_parallel); nothing is imported
+    # for plain tensors.
+    if "torch.distributed.tensor" not in sys.modules:
+        return False
+    from ...distributed.vocab_parallel import vocab_sharded
+    return vocab_sharded(weight)
 
 
 def check_chunk_tokens(chunk_tokens: object) -> None:
@@ -328,6 +340,12 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     check_options(ignore_index, label_smoothing, reduction, softcap)
     check_chunk_tokens(chunk_tokens)
     label_smoothing, softcap = as_float_options(label_smoothing, softcap)
+    if _vocab_sharded(weight):
+        from ...distributed.vocab_parallel import vocab_parallel_linear_cross_entropy
+        loss = vocab_parallel_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), weight, target.reshape(-1),
+                                                   bias, ignore_index, label_smoothing, reduction, softcap,
+                                                   chunk_tokens)
+        return loss.reshape(target.shape) if reduction == "none" else loss
     grad_on = torch.is_grad_enabled()
     wants = [grad_on and isinstance(t, torch.Tensor) and t.requires_grad for t in (hidden, weight, bias)]
     loss = _LINEAR_CROSS_ENTROPY(hidden.reshape(-1, hidden.shape[-1]), weight, target.reshape(-1), bias,
