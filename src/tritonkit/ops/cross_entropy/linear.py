@@ -328,6 +328,11 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     what it saved): a second weight-sized buffer there.
     reduction="none" recomputes the chunks in the backward instead.
 
+    A DTensor weight sharded along its rows (a tensor-parallel lm_head), with a bias placed
+    the same way and hidden and target replicated, takes the vocabulary-parallel path
+    (`tritonkit.distributed.vocab_parallel`: a log-sum-exp across the ranks, the weight never
+    gathered; docs/distributed.md).
+
     Raises TypeError for a float target or mismatched dtypes, ValueError for shape mismatches,
     bad options, and (CPU tensors, where checking costs no host sync) target values out of
     range; on a GPU those trigger a device-side assert, as torch's own op does.
