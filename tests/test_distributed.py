@@ -298,6 +298,7 @@ def _dtensor_worker(rank: int, world: int) -> None:
                       [Replicate(), Shard(0), Replicate(), Shard(0)], what=f"linear_cross_entropy, vocabulary, "
                       f"{reduction} {options}", exact=False)
         assert loss.placements == (Replicate(),)
+    _vocab_parallel_bf16(mesh)
 
     def refused(fn, message):
         try:
@@ -333,6 +334,36 @@ def _dtensor_worker(rank: int, world: int) -> None:
     mqa = torch.randn(2, 1, 12, 16, dtype=torch.float16)
     refused(lambda: tritonkit.attention(*(distribute_tensor(t, mesh, [Shard(1)]) for t in (q, mqa, mqa))),
             "k has 1 heads, sharded over 2 ranks")
+
+
+def _vocab_parallel_bf16(mesh) -> None:
+    """The vocabulary-parallel linear cross-entropy in bfloat16 against the float64 reference,
+    within torch's own bfloat16 error (its reduction order differs from the unsharded op's)."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from tritonkit.ops.cross_entropy.linear import linear_cross_entropy_reference
+
+    torch.manual_seed(1)  # the same draws on every rank
+    h, w, b = torch.randn(40, 32, dtype=torch.bfloat16), torch.randn(101, 32, dtype=torch.bfloat16), torch.randn(101)
+    b = b.bfloat16()
+    t = torch.randint(0, 101, (40,))
+    t[:3] = -100
+    options = dict(reduction="none", label_smoothing=0.1, softcap=5.0)
+    leaves = [distribute_tensor(x, mesh, [p]).requires_grad_() for x, p in ((h, Replicate()), (w, Shard(0)),
+                                                                             (b, Shard(0)))]
+    loss = tritonkit.linear_cross_entropy(leaves[0], leaves[1], distribute_tensor(t, mesh, [Replicate()]),
+                                          bias=leaves[2], **options)
+    g = torch.randn(40)
+    ours = [loss, *torch.autograd.grad(loss, leaves, distribute_tensor(g, mesh, [Replicate()]))]
+    ours = [x.full_tensor() for x in ours]
+    results = {}
+    for name, upcast, cast in (("float64", True, torch.Tensor.double), ("torch", False, torch.Tensor.clone)):
+        xs = [cast(x).requires_grad_() for x in (h, w, b)]
+        out = linear_cross_entropy_reference(xs[0], xs[1], t, bias=xs[2], upcast=upcast, **options)
+        results[name] = [out, *torch.autograd.grad(out, xs, g.to(out.dtype))]
+    for what, o, ref, theirs in zip(("loss", "grad hidden", "grad weight", "grad bias"), ours, results["float64"],
+                                    results["torch"]):
+        assert_close_to_reference(o.to(theirs.dtype), ref, theirs, eps_for(torch.bfloat16, gradient=what != "loss"),
+                                  what=f"vocabulary-parallel linear_cross_entropy, bf16: {what}")
 
 
 def test_dtensor_ops_match_unsharded(run_on_ranks):
