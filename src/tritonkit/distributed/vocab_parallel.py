@@ -10,6 +10,7 @@ as F.linear rounds it), and per row the local max, the sum of exp(z - max), the 
 on the rank that holds the target and, with label smoothing, the sum of the row's logits.
 All-reduces over the mesh dimension then give
     lse = M + log(sum_r s_r exp(m_r - M)),   loss = lse - (1 - eps) z_target - (eps / V) sum_j z_j
+(computed from M - z_target and M - mean_j z_j, so that a small loss does not cancel)
 (ignored rows: 0). The backward recomputes each chunk's logits (the second product a chunk):
     dz = w_row (exp(z - lse) - (1 - eps) onehot(target) - eps / V) (times 1 - tanh^2 with a softcap)
 with w_row the upstream gradient of the row's loss (over the count of targets for the mean;
@@ -131,10 +132,12 @@ class _VocabParallel(torch.autograd.Function):
         scaled = torch.where(row_max == float("-inf"), 0.0, row_sum * torch.exp(row_max - global_max))
         sums = torch.stack([scaled, target_logit, logit_sum])
         dist.all_reduce(sums, group=group)
-        lse = global_max + torch.log(sums[0])
+        log_sum = torch.log(sums[0])
+        lse = global_max + log_sum
         valid = target != ignore_index
-        loss_rows = torch.where(valid, lse - (1.0 - label_smoothing) * sums[1] - label_smoothing / vocab * sums[2],
-                                0.0)
+        # Measured from the row max, as the row kernel does (no cancellation of a small loss).
+        loss_rows = torch.where(valid, (1.0 - label_smoothing) * (global_max - sums[1])
+                                + label_smoothing * (global_max - sums[2] / vocab) + log_sum, 0.0)
         count = valid.sum()
         ctx.save_for_backward(hidden, weight, bias, target, lse, count)
         ctx.options = (v0, vocab, group, ignore_index, label_smoothing, reduction, softcap, chunk_tokens)

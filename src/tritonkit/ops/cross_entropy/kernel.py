@@ -85,16 +85,22 @@ def _cross_entropy_kernel(
             m = m_new
             if SMOOTH:
                 z_sum += tl.sum(tl.where(mask, z, 0.0), axis=0)
-        lse = m + tl.log(s)
+        log_s = tl.log(s)
+        lse = m + log_s
         if STORE_LSE:
             tl.store(lse_ptr + row, lse)
     else:
         lse = tl.load(lse_ptr + row)
+        m = lse
+        log_s = 0.0
     if WRITE_LOSS:
         z_t = _softcapped(tl.load(x_row + tl.where(valid, target, 0) * l_col).to(tl.float32), softcap, SOFTCAP)
-        loss = lse - z_t
+        # Measured from the row's max: lse - z_t, with lse rounded at the logits' magnitude,
+        # would lose a small loss (a confident, correct row) to cancellation; m - z_t is exact
+        # when the target holds the max, as in torch's log_softmax.
+        loss = (m - z_t) + log_s
         if SMOOTH:
-            loss = (1.0 - smoothing) * loss + smoothing * (lse - z_sum / n_cols)
+            loss = (1.0 - smoothing) * (m - z_t) + smoothing * (m - z_sum / n_cols) + log_s
         tl.store(loss_ptr + row, tl.where(valid, loss, 0.0))
     if WRITE_GRAD:
         scale = 1.0
