@@ -306,7 +306,7 @@ def _tuner_key_plan(tuner: Autotuner, types: tuple[type, ...], n_args: int,
     """For `tuner_key`: (positions of the key's values, positions of the arguments whose dtype
     joins it) in (*args, *kwargs.values()); False unless every value is a tensor, a tensor
     descriptor or a plain value, types that settle whether it has a dtype (tensors only)."""
-    if not all(issubclass(t, (torch.Tensor, TensorDescriptor)) or t in _PLAIN for t in types):
+    if not all(issubclass(t, (torch.Tensor, *_DESCRIPTORS)) or t in _PLAIN for t in types):
         return False
     names = (*tuner.arg_names[:n_args], *kwarg_names)
     named = [i for i, name in enumerate(names) if name in tuner.arg_names]

@@ -117,11 +117,10 @@ class _VocabParallel(torch.autograd.Function):
         row_sum = torch.zeros_like(row_max)
         target_logit = torch.zeros_like(row_max)
         logit_sum = torch.zeros_like(row_max)
-        for s, e in _chunks(rows, local_vocab, chunk_tokens):
+        if local_vocab == 0:  # a rank past the last row (more ranks than rows to split)
+            row_max.fill_(float("-inf"))
+        for s, e in _chunks(rows, local_vocab, chunk_tokens) if local_vocab else ():
             z, _ = _logits(hidden[s:e], weight, bias, softcap)
-            if local_vocab == 0:
-                row_max[s:e] = float("-inf")
-                continue
             row_max[s:e] = z.amax(dim=1)
             row_sum[s:e] = torch.exp(z - row_max[s:e, None]).sum(dim=1)
             target_logit[s:e] = torch.where(mine[s:e], z.gather(1, local_target[s:e, None]).squeeze(1), 0.0)

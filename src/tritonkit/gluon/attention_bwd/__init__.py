@@ -74,6 +74,12 @@ def tile_config(head_dim: int) -> tuple[int, int, int, int]:
     return {64: (64, 4, 64, 4), 128: (64, 3, 64, 4)}[head_dim]
 
 
+def _meta(causal: bool, softcap: float, window_left: int, stages: int) -> dict:
+    """The constexprs and launch options both passes take."""
+    return dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
+                CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+
+
 def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dk: torch.Tensor,
                      dv: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, causal: bool,
                      scale: float, softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
@@ -87,8 +93,7 @@ def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             _descriptor(v, ROWS_PER_WARPGROUP), _descriptor(dk, ROWS_PER_WARPGROUP),
             _descriptor(dv, ROWS_PER_WARPGROUP), lse, delta, Nq, H, Hkv, H // Hkv, kernel_qk_scale(scale, softcap),
             scale, n_kb)
-    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
-                  CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+    kwargs = _meta(causal, softcap, window_left, stages)
     return (n_kb * Hkv * B, ), args, kwargs
 
 
@@ -104,8 +109,7 @@ def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(do, ROWS_PER_WARPGROUP), _descriptor(k, block_n),
             _descriptor(v, block_n), _descriptor(dq, ROWS_PER_WARPGROUP), lse, delta, Nq, Nk, H, H // Hkv,
             kernel_qk_scale(scale, softcap), scale, n_m)
-    kwargs = dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
-                  CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+    kwargs = _meta(causal, softcap, window_left, stages)
     return (n_m * H * B, ), args, kwargs
 
 
