@@ -24,8 +24,6 @@ alignment it was bound with (`LaunchTemplate`'s contract).
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +32,7 @@ import torch
 
 from ... import _launch
 from ..._launch import LaunchTemplate, record_choice
+from ..._streams import beside_the_current_stream
 from ..._layout import cdiv
 from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel, _attn_bwd_preprocess_kernel
 from .checks import (_block_d, _check_cu_values, _check_qkv, _check_saved, _check_varlen, _empty_like_order,
@@ -51,8 +50,9 @@ _PLANS: dict[tuple, Any] = {}
 # Running dQ on a side stream beside dK/dV fills the SMs the other pass's last, uneven
 # programs leave idle, a few percent of a long backward (notes/attention.md); the stream
 # switches and events cost host time, which a short backward, bound by host time, pays in
-# full. Side stream from this many multiply-adds of the forward's visible Q K^T on.
-CONCURRENT_DQ_MIN_WORK = 2**32
+# full. Side stream from this many multiply-adds of the forward's visible Q K^T on: the
+# backwards measured no faster with it below (BENCHMARKS.md).
+CONCURRENT_DQ_MIN_WORK = 2**35
 
 
 def clear() -> None:
@@ -341,7 +341,7 @@ class _BackwardLaunches:
         if self.gluon is not None:
             launch, flags = self.gluon
             launch(do, q, k, v, lse, delta, dq, dk, dv, *flags,
-                   dq_beside=_beside_the_current_stream(q.device) if self.concurrent else None)
+                   dq_beside=beside_the_current_stream(q.device) if self.concurrent else None)
             return
         q_in, do_in = q, do
         if self.dkdv_descriptors is not None:
@@ -353,7 +353,7 @@ class _BackwardLaunches:
             of_k, of_v = self.dq_descriptors
             k_in, v_in = of_k(k), of_v(v)
         if self.concurrent:
-            with _beside_the_current_stream(q.device):
+            with beside_the_current_stream(q.device):
                 self.dq(q, k_in, v_in, do, dq, lse, delta, cu_q, cu_k)
         else:
             self.dq(q, k_in, v_in, do, dq, lse, delta, cu_q, cu_k)
@@ -514,25 +514,3 @@ def build_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window
         launches = _backward_launches(do4, q4, k4, v4, o4, lse.unsqueeze(0), *grads, scale, flags, (S,), dkdv_config, dq_config, tma,
                                       concurrent_dq, None)
     return VarlenBackwardPlan((Tq, Tk), copies, Tk == 0, launches)
-
-
-@functools.lru_cache(maxsize=None)
-def _side_stream(device: torch.device) -> "torch.cuda.Stream":
-    return torch.cuda.Stream(device)
-
-
-@contextlib.contextmanager
-def _beside_the_current_stream(device: torch.device):
-    """Run the block's launches on a side stream that starts after everything queued so far
-    on the current stream, and make the current stream wait for them before anything queued
-    after the block. Tensors made on the current stream stay safe: the caching allocator hands
-    their memory out again only to work on that stream, which now waits for the side stream.
-    CUDA only (plans take it for CUDA tensors whose launches run)."""
-    main = torch.cuda.current_stream(device)
-    side = _side_stream(device)
-    side.wait_stream(main)
-    try:
-        with torch.cuda.stream(side):
-            yield
-    finally:
-        main.wait_stream(side)
