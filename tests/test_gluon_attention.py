@@ -212,6 +212,7 @@ def test_softcap_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal, soft
     (1, 2, 2, 1100, 1100, 300),
     (1, 2, 2, 200, 515, 50),      # Nq < Nk
     (3, 4, 1, 515, 200, 320),     # Nq > Nk, MQA, every row still sees a key
+    (4, 16, 8, 777, 777, 200),    # 448 tiles: each persistent program takes several
 ])
 def test_window_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, window):
     # A causal mask's left window on the Gluon forward (the dispatch's choice where every row

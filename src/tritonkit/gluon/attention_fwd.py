@@ -8,8 +8,9 @@ With a softcap c (Gemma 2; SOFTCAP = c, a constexpr, 0 for none) the scores are 
 in the softmax and in lse alike; tanh is the GPU's `tanh.approx.f32`, as in the Triton kernels
 (`tritonkit.ops.attention.scores` has the formula and its accuracy).
 
-A tile is 128 query rows of one (batch, head). Full attention runs a persistent grid (one
-program per SM, taking tiles round-robin); causal, one tile per program, longest first. Each
+A tile is 128 query rows of one (batch, head). Full attention and a causal window run a
+persistent grid (one program per SM, taking tiles round-robin); causal without a window, one
+tile per program, longest first. Each
 program runs three partitions:
 - a producer warp (24 registers) that loads each tile's two 64-row Q tiles and streams its K
   and V blocks through a ring of STAGES shared-memory buffers by TMA, each buffer guarded by a
@@ -527,12 +528,15 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
             kernel_qk_scale(scale, softcap), n_m, n_tiles)
     kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left),
                   STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
-    # Full attention: persistent, one program per SM (one fits: 240+240+24 registers x 128
-    # threads) taking tiles round-robin, so a program's next K/V blocks load under its last
-    # tile's epilogue. Causal: one tile per program, longest first, which the hardware's block
-    # scheduler balances better than the static round-robin over tiles of unequal length
-    # (notes/gluon_attention.md has both measured).
-    grid = (n_tiles if causal else min(n_tiles, _num_sms(q.device)),)
+    # Full attention and a causal window: persistent, one program per SM (one fits: 240+240+24
+    # registers x 128 threads) taking tiles round-robin, so a program's next K/V blocks load
+    # under its last tile's epilogue; under a window every tile past the first window's rows
+    # walks the same number of key blocks, so the round-robin stays balanced. Causal without a
+    # window: one tile per program, longest first, which the hardware's block scheduler
+    # balances better than the static round-robin over tiles of unequal length
+    # (notes/gluon_attention.md and notes/attention_masks.md have both measured).
+    persistent = not causal or window_left >= 0
+    grid = (min(n_tiles, _num_sms(q.device)) if persistent else n_tiles,)
     return grid, args, kwargs
 
 
