@@ -1,9 +1,9 @@
 """The Gluon causal forward: tiles one a program (main's launcher) against the dynamic schedule
 (a persistent grid, each tile to the first program to ask), both through tritonkit's cached
-launch path, alternately in one process."""
-import sys, torch, triton.testing
-sys.path.insert(0, "benchmarks/results")  # the kernel module as run lies beside this script
-G = __import__("2026-12-01-h200-s7-call8-attention_fwd_dynamic")
+launch path, alternately in one process. Run on the branch gluon-fwd-dynamic-schedule, whose
+kernel has DYNAMIC (as run, the module was a copy of that branch's attention_fwd.py)."""
+import torch, triton.testing
+from tritonkit.gluon import attention_fwd as G
 from tritonkit._launch import Launch
 for B, H, N, D in ((4, 32, 4096, 128), (4, 32, 16384, 128), (4, 16, 4096, 256), (4, 16, 16384, 256), (4, 32, 1024, 128)):
     q = torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16)
