@@ -47,6 +47,11 @@ def beside_the_current_stream(device: torch.device):
     after the block. Tensors made on the current stream stay safe: the caching allocator hands
     their memory out again only to work on that stream, which now waits for the side stream.
     Inside CUDA graph capture the records and waits become the graph's fork and join. CUDA only."""
+    if device.index is not None and device.index != torch.cuda.current_device():
+        # set_stream makes its stream's device the current one: keep the caller's.
+        with torch.cuda.device(device), beside_the_current_stream(device):
+            yield
+        return
     fork = _fork_of(device)
     main = torch.cuda.current_stream(device)
     fork.forked.record(main)
