@@ -93,6 +93,19 @@ def test_confident_rows_keep_their_small_loss(ls, device):
     assert_close_to_reference(lce, lce_ref, lce_torch, what="linear_cross_entropy, confident rows")
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_large_logits_keep_their_small_probabilities(reduction, device):
+    # Logits of magnitude ~1e4 a few apart: the log-sum-exp rounds at ~1e-3 there, so a gradient
+    # taken as exp(z - lse) carries that rounding into every probability (a relative error of
+    # ~1e-3 in the small ones); measured from the max, exp((z - m) - log s), it keeps torch's
+    # accuracy. Two and three classes, where the small probabilities weigh most.
+    for classes in (2, 3):
+        rows = 16
+        logits = 1e4 * (1 + torch.rand(rows, 1, device=device)) + 4 * torch.randn(rows, classes, device=device)
+        target = torch.randint(0, classes, (rows,), device=device)
+        check_cross_entropy(logits, target, reduction, 0.0, None)
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows,classes,ls,softcap,ignored", CE_CASES)
@@ -146,7 +159,8 @@ def test_cross_entropy_launchers(device):
     logits = torch.randn(6, 333, device=device)
     target = make_target(6, 333, "some", device)
     loss, lse = cross_entropy_fwd(logits, target, IGNORE, 0.0, "sum", None, False)
-    torch.testing.assert_close(lse, torch.logsumexp(logits, -1))
+    assert lse.dtype == torch.float64   # the row's max and the log of its sum, both kept
+    torch.testing.assert_close(lse.float(), torch.logsumexp(logits, -1))
     grad = cross_entropy_bwd(torch.tensor(2.0, device=device), logits, target, lse, IGNORE, 0.0, "sum", None)
     x = leaf(logits)
     (want,) = torch.autograd.grad(2.0 * torch.nn.functional.cross_entropy(x, target, reduction="sum"), x)

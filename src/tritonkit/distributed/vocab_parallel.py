@@ -132,13 +132,14 @@ class _VocabParallel(torch.autograd.Function):
         sums = torch.stack([scaled, target_logit, logit_sum])
         dist.all_reduce(sums, group=group)
         log_sum = torch.log(sums[0])
-        lse = global_max + log_sum
         valid = target != ignore_index
         # Measured from the row max, as the row kernel does (no cancellation of a small loss).
         loss_rows = torch.where(valid, (1.0 - label_smoothing) * (global_max - sums[1])
                                 + label_smoothing * (global_max - sums[2] / vocab) + log_sum, 0.0)
         count = valid.sum()
-        ctx.save_for_backward(hidden, weight, bias, target, lse, count)
+        # The max and the log of the sum apart, as the row kernel keeps them: their float32 sum
+        # would carry its rounding (at the logits' magnitude) into every probability.
+        ctx.save_for_backward(hidden, weight, bias, target, global_max, log_sum, count)
         ctx.options = (v0, vocab, group, ignore_index, label_smoothing, reduction, softcap, chunk_tokens)
         if reduction == "none":
             return loss_rows
@@ -147,7 +148,7 @@ class _VocabParallel(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
-        hidden, weight, bias, target, lse, count = ctx.saved_tensors
+        hidden, weight, bias, target, global_max, log_sum, count = ctx.saved_tensors
         v0, vocab, group, ignore_index, label_smoothing, reduction, softcap, chunk_tokens = ctx.options
         rows, local_vocab = hidden.shape[0], weight.shape[0]
         valid = target != ignore_index
@@ -163,7 +164,7 @@ class _VocabParallel(torch.autograd.Function):
         grad_bias = torch.zeros(local_vocab, dtype=torch.float32, device=hidden.device) if want_bias else None
         for s, e in _chunks(rows, local_vocab, chunk_tokens) if local_vocab else ():
             z, th = _logits(hidden[s:e], weight, bias, softcap)
-            dz = torch.exp(z - lse[s:e, None])
+            dz = torch.exp((z - global_max[s:e, None]) - log_sum[s:e, None])
             if label_smoothing:
                 dz -= label_smoothing / vocab
             onehot = torch.zeros_like(dz).scatter_(1, local_target[s:e, None], (1.0 - label_smoothing) * mine[s:e, None])

@@ -30,7 +30,7 @@ def _inspect_fwd(request: InspectRequest, device: torch.device) -> None:
 
 def _inspect_bwd(request: InspectRequest, device: torch.device) -> None:
     logits, target = _inspect_inputs(request, device)
-    lse = torch.zeros(logits.shape[0], device=device)
+    lse = torch.zeros(logits.shape[0], dtype=torch.float64, device=device)   # as the forward saves it
     cross_entropy_bwd(torch.ones((), device=device, dtype=logits.dtype), logits, target, lse)
 
 

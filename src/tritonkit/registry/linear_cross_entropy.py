@@ -36,9 +36,10 @@ def _inspect_fwd(request: InspectRequest, device: torch.device) -> None:
 
 def _inspect_bwd(request: InspectRequest, device: torch.device) -> None:
     # reduction="none": the recomputed chunk's gradient from the saved lse, scaled per row
-    logits, target, lse = _inspect_inputs(request, device)
+    logits, target, loss = _inspect_inputs(request, device)
+    lse = torch.empty(logits.shape[0], dtype=torch.float64, device=device)   # as the forward saves it
     launch_rows(logits, target, -100, 0.0, None, lse=lse, compute_lse=False, grad=logits,
-                upstream=torch.ones_like(lse), name="linear_cross_entropy")
+                upstream=torch.ones_like(loss), name="linear_cross_entropy")
 
 
 def eager_linear_cross_entropy(hidden, weight, target):

@@ -42,7 +42,8 @@ def _softcapped(x, softcap, SOFTCAP: tl.constexpr):
 @triton.jit
 def _cross_entropy_kernel(
     # pointers: logits [rows, C] read; grad [rows, C] written (may be the logits themselves);
-    # target [rows]; loss and lse [rows] fp32; count: number of non-ignored targets (a 0-d
+    # target [rows]; loss [rows] fp32; lse [rows] fp64 (written; read, fp64 or fp32); count:
+    # number of non-ignored targets (a 0-d
     # tensor, MEAN); upstream: the upstream gradient of each row's loss (UPSTREAM)
     logits_ptr, grad_ptr, target_ptr, loss_ptr, lse_ptr, count_ptr, upstream_ptr,
     # shape
@@ -86,13 +87,17 @@ def _cross_entropy_kernel(
             if SMOOTH:
                 z_sum += tl.sum(tl.where(mask, z, 0.0), axis=0)
         log_s = tl.log(s)
-        lse = m + log_s
         if STORE_LSE:
-            tl.store(lse_ptr + row, lse)
+            # In float64: m + log s rounded to float32 is off by up to half a unit at the
+            # logits' magnitude (1e-3 at 1e4), which exp(z - lse) would carry into every
+            # probability; float64 keeps m and log s both, to be split again below.
+            tl.store(lse_ptr + row, m.to(tl.float64) + log_s.to(tl.float64))
     else:
-        lse = tl.load(lse_ptr + row)
-        m = lse
-        log_s = 0.0
+        # The forward's lse: m, its float32 rounding, and log s the (exact) rest. A float32
+        # lse gives log s = 0, the float32 formula.
+        lse = tl.load(lse_ptr + row).to(tl.float64)
+        m = lse.to(tl.float32)
+        log_s = (lse - m.to(tl.float64)).to(tl.float32)
     if WRITE_LOSS:
         z_t = _softcapped(tl.load(x_row + tl.where(valid, target, 0) * l_col).to(tl.float32), softcap, SOFTCAP)
         # Measured from the row's max: lse - z_t, with lse rounded at the logits' magnitude,
@@ -115,7 +120,9 @@ def _cross_entropy_kernel(
             mask = c < n_cols
             x = tl.load(x_row + c * l_col, mask=mask, other=0.0).to(tl.float32)
             z = _softcapped(x, softcap, SOFTCAP)
-            d = tl.exp(z - lse)
+            # From the row's max, as the loss: exp(z - lse) would carry lse's rounding (at
+            # the logits' magnitude) into every probability; z - m is exact near the max.
+            d = tl.exp((z - m) - log_s)
             if SMOOTH:
                 d -= smoothing / n_cols
             d = tl.where(c == target, d - (1.0 - smoothing), d)
@@ -130,8 +137,8 @@ def launch_rows(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, l
                 softcap: float | None, *, loss: torch.Tensor | None = None, lse: torch.Tensor | None = None,
                 compute_lse: bool = True, grad: torch.Tensor | None = None, count: torch.Tensor | None = None,
                 upstream: torch.Tensor | None = None, name: str = "cross_entropy") -> None:
-    """One program per row of the 2-D `logits`. Writes the fp32 `loss` and `lse` rows when
-    given (lse is read instead when compute_lse is False), and the gradient into `grad`
+    """One program per row of the 2-D `logits`. Writes the fp32 `loss` and fp64 `lse` rows
+    when given (lse is read instead when compute_lse is False), and the gradient into `grad`
     (any 2-D tensor of logits' shape, logits itself included) scaled by 1/count and by
     `upstream` (a 0-d tensor or one value a row) when given."""
     n_rows, n_cols = logits.shape

@@ -170,7 +170,7 @@ def linear_cross_entropy_fwd(hidden: torch.Tensor, weight: torch.Tensor, target:
     loss_rows = torch.empty(n_tokens, dtype=torch.float32, device=hidden.device)
     count = valid_count(target, ignore_index) if reduction == "mean" else None
     none = reduction == "none"
-    lse = torch.empty(n_tokens, dtype=torch.float32, device=hidden.device) if none else None
+    lse = torch.empty(n_tokens, dtype=torch.float64, device=hidden.device) if none else None  # see the kernel
     want = (False, False, False) if none else (want_hidden, want_weight, want_bias and bias is not None)
     grads = _chunked(hidden, weight, target, bias, ignore_index, label_smoothing, softcap, chunk_tokens, want,
                      loss=loss_rows, lse=lse, count=count)
@@ -262,7 +262,8 @@ def _fake_fwd(hidden, weight, target, bias, ignore_index, label_smoothing, reduc
     n = hidden.shape[0]
     f32 = dict(dtype=torch.float32, device=hidden.device)
     if reduction == "none":
-        return (torch.empty(n, **f32), torch.empty(n, **f32), *_grad_fakes(hidden, weight, bias, (False,) * 3))
+        return (torch.empty(n, **f32), torch.empty(n, dtype=torch.float64, device=hidden.device),
+                *_grad_fakes(hidden, weight, bias, (False,) * 3))
     return (torch.empty((), **f32), torch.empty(0, **f32),
             *_grad_fakes(hidden, weight, bias, (want_hidden, want_weight, want_bias)))
 

@@ -37,8 +37,9 @@ def _check(logits: object, target: object) -> None:
 def cross_entropy_fwd(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
                       label_smoothing: float = 0.0, reduction: str = "mean", softcap: float | None = None,
                       inplace_backward: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launcher for the forward pass: (loss in logits' dtype, fp32 log-sum-exp of each row's
-    softcapped logits, which the backward reads). inplace_backward asks the backward to write
+    """Launcher for the forward pass: (loss in logits' dtype, float64 log-sum-exp of each row's
+    softcapped logits, which the backward reads: float64 so that it holds the row's max and the
+    log of its sum apart, see the kernel). inplace_backward asks the backward to write
     the gradient over logits, so logits must be writable (not an expanded view)."""
     _check(logits, target)
     check_options(ignore_index, label_smoothing, reduction, softcap)
@@ -47,7 +48,7 @@ def cross_entropy_fwd(logits: torch.Tensor, target: torch.Tensor, ignore_index: 
     check_target_values(target, logits.shape[1], ignore_index)
     rows = logits.shape[0]
     loss_rows = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    lse = torch.empty(rows, dtype=torch.float64, device=logits.device)
     launch_rows(logits, target, ignore_index, label_smoothing, softcap, loss=loss_rows, lse=lse,
                 name="cross_entropy_fwd")
     count = valid_count(target, ignore_index) if reduction == "mean" else None
@@ -94,7 +95,7 @@ def _backward(bwd, ctx, grad_loss, _grad_lse):
 def _fake_fwd(logits, target, ignore_index, label_smoothing, reduction, softcap, inplace_backward):
     rows = logits.shape[0]
     shape = (rows,) if reduction == "none" else ()
-    return logits.new_empty(shape), logits.new_empty((rows,), dtype=torch.float32)
+    return logits.new_empty(shape), logits.new_empty((rows,), dtype=torch.float64)
 
 
 def _op_check(logits, target, ignore_index, label_smoothing, reduction, softcap, inplace_backward):
