@@ -89,7 +89,7 @@ def _cross_entropy_kernel(
         log_s = tl.log(s)
         if STORE_LSE:
             # In float64: m + log s rounded to float32 is off by up to half a unit at the
-            # logits' magnitude (1e-3 at 1e4), which exp(z - lse) would carry into every
+            # logits' magnitude (5e-4 at 1e4), which exp(z - lse) would carry into every
             # probability; float64 keeps m and log s both, to be split again below.
             tl.store(lse_ptr + row, m.to(tl.float64) + log_s.to(tl.float64))
     else:
