@@ -161,8 +161,9 @@ def linear_cross_entropy_fwd(hidden: torch.Tensor, weight: torch.Tensor, target:
     """Launcher for the forward pass. hidden (T, H), weight (V, H), target (T,), bias (V,).
     Returns (loss (fp32; () or (T,)), lse, grad_hidden, grad_weight, grad_bias). For mean and
     sum the gradients asked for by the three want_ flags are those for an upstream gradient of 1;
-    for none the gradients wait for the backward and lse holds each row's log-sum-exp. Outputs
-    not computed are empty. chunk_tokens: tokens per chunk (default: CHUNK_BYTES of logits)."""
+    for none the gradients wait for the backward and lse holds each row's log-sum-exp (float64,
+    see the row kernel). Outputs not computed are empty. chunk_tokens: tokens per chunk
+    (default: CHUNK_BYTES of logits)."""
     _check(hidden, weight, target, bias, chunk_tokens)
     check_options(ignore_index, label_smoothing, reduction, softcap)
     check_target_values(target, weight.shape[0], ignore_index)
