@@ -9,7 +9,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from ..attention_fwd import _softcap_tanh, _tma_view, _wgmma_layout
+from ..common import _softcap_tanh, _tma_view, _wgmma_layout
 
 
 @gluon.jit
