@@ -41,9 +41,11 @@ CASES = [  # (B, H, N, D, causal)
 def gluon_variant(q, k, v, causal, stages=None, schedule=None):
     """The Gluon forward with another ring depth, or another tile schedule than the launcher's
     (for the comparison only): "tile a program" (one program per tile, the hardware's block
-    scheduler deciding the order) or "round-robin" (one program per SM, tiles dealt in turn).
-    Launched through Triton's own path, whose host time the launcher's cached one does not pay:
-    compare the variants with each other."""
+    scheduler deciding the order), "round-robin" (the persistent grid, tiles dealt in turn),
+    "dynamic" (the persistent grid, each tile to the first program to ask). Launched through
+    Triton's own path, whose host time the launcher's cached one does not pay: compare the
+    variants with each other (benchmarks/results/2026-12-01-h200-s7-call8-dynamic_ab.py times two
+    schedules through the cached path)."""
     B, H, N, D = q.shape
     o, lse = torch.empty_like(q), torch.empty(B, H, N, device=q.device)
     grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, D ** -0.5)
@@ -51,7 +53,10 @@ def gluon_variant(q, k, v, causal, stages=None, schedule=None):
         kwargs = dict(kwargs, STAGES=stages)
     if schedule is not None:
         n_tiles = args[-1]
+        kwargs = dict(kwargs, DYNAMIC=schedule == "dynamic")
         grid = (n_tiles,) if schedule == "tile a program" else (min(n_tiles, gluon_fwd._num_sms(q.device)),)
+        if schedule == "dynamic" and args[5].dtype != torch.int32:   # full attention passes lse there
+            args = (*args[:5], torch.zeros(2, dtype=torch.int32, device=q.device), *args[6:])
     return lambda: gluon_fwd._attn_fwd_kernel[grid](*args, **kwargs)
 
 
@@ -195,7 +200,7 @@ def main():
         diff = (attention_fwd(q, k, v, causal, gluon=True)[0].float() - ref.float()).abs().max().item()
         variants = []
         block_n, stages = gluon_fwd.tile_config(D)
-        alts = [(name, dict(schedule=name)) for name in ("tile a program", "round-robin")]
+        alts = [(name, dict(schedule=name)) for name in ("tile a program", "round-robin", "dynamic")]
         alts += [(f"stages={alt}", dict(stages=alt)) for alt in (2, 3)
                  if alt != stages and 2 * alt * block_n * D * 2 + 2 * 64 * D * 2 <= 224 * 1024]
         for label, kw in alts:

@@ -8,9 +8,9 @@ With a softcap c (Gemma 2; SOFTCAP = c, a constexpr, 0 for none) the scores are 
 in the softmax and in lse alike; tanh is the GPU's `tanh.approx.f32`, as in the Triton kernels
 (`tritonkit.ops.attention.scores` has the formula and its accuracy).
 
-A tile is 128 query rows of one (batch, head). Full attention and a causal window run a
-persistent grid (one program per SM, taking tiles round-robin); causal without a window, one
-tile per program, longest first. Each
+A tile is 128 query rows of one (batch, head). The grid is persistent, one program per SM
+taking tile after tile: round-robin for full attention, and under a causal mask each tile to
+the first program to ask (a counter in global memory), longest first. Each
 program runs three partitions:
 - a producer warp (24 registers) that loads each tile's two 64-row Q tiles and streams its K
   and V blocks through a ring of STAGES shared-memory buffers by TMA, each buffer guarded by a
@@ -89,34 +89,88 @@ def _load_kv(desc, bufs, ready, empty, c, b, hk, j):
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-              v_empty, n_tiles, n_m, H, GROUP, Nk, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+def _next_tile(sched):
+    # The next tile of a dynamic schedule: sched[0] counts the tiles handed out. One lane of the
+    # producer's warp takes it; the warp's reduction gives the value to every lane.
+    lanes: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    lane = gl.arange(0, 32, layout=lanes)
+    taken = gl.atomic_add(sched + lane * 0, gl.full([32], 1, gl.int32, lanes), mask=lane == 0)
+    return gl.max(gl.where(lane == 0, taken, 0), axis=0)
+
+
+@gluon.jit
+def _post_tile(tile_ids, w, t):
+    # Tell consumer warpgroup w its next tile t (t >= n_tiles: none left). Its slot was read
+    # before w released its Q buffer (q_empty), which the caller waited for. Every lane's store
+    # is ordered before the arrive (the partition's barrier), and the arrive releases them to
+    # the consumers, whose wait on q_ready acquires them.
+    lanes: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    tile_ids.index(w).store(gl.full([32], t, gl.int32, lanes))
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
+                  k_empty, v_empty, tile_ids, n_m, H, GROUP, Nk, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+                  DYNAMIC: gl.constexpr):
+    # Tile t's loads (c: K/V blocks loaded before it, ti: tiles before it); returns c after it.
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
+    b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+    lo, _ = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
+    count = n_kv - lo
+    hk = h // GROUP
+    # The tile's first K/V blocks go before its Q, whose buffer holds the previous tile's
+    # O until that store is done: they load while the consumers finish that tile.
+    n_pre = gl.minimum(count, STAGES)
+    for j in range(n_pre):
+        _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, lo + j)
+        _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, lo + j)
+    for w in gl.static_range(2):
+        mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
+        if DYNAMIC:
+            _post_tile(tile_ids, w, t)
+        mbarrier.expect(q_ready.index(w), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
+                                        _tma_view(q_smem.index(w), q_desc))
+    for j in range(n_pre, count):
+        _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, lo + j)
+        _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, lo + j)
+    return c + count
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
+              v_empty, tile_ids, sched, n_tiles, n_m, H, GROUP, Nk, CAUSAL: gl.constexpr,
+              WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
     c = 0
     ti = 0
-    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
-        lo, _ = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
-        count = n_kv - lo
-        hk = h // GROUP
-        # The tile's first K/V blocks go before its Q, whose buffer holds the previous tile's
-        # O until that store is done: they load while the consumers finish that tile.
-        n_pre = gl.minimum(count, STAGES)
-        for j in range(n_pre):
-            _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, lo + j)
-            _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, lo + j)
-        for w in gl.static_range(2):
+    if DYNAMIC:
+        # Tiles in order, each to the program whose producer asks first: the longest go first
+        # and the programs that finish early take the short ones (greedy longest-first).
+        t = _next_tile(sched)
+        while t < n_tiles:
+            c = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
+                              v_ready, k_empty, v_empty, tile_ids, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)
+            ti += 1
+            t = _next_tile(sched)
+        for w in gl.static_range(2):    # no tile left: each consumer gets t >= n_tiles and stops
             mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
-            mbarrier.expect(q_ready.index(w), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
-                                            _tma_view(q_smem.index(w), q_desc))
-        for j in range(n_pre, count):
-            _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, lo + j)
-            _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, lo + j)
-        c += count
-        ti += 1
+            _post_tile(tile_ids, w, t)
+            mbarrier.arrive(q_ready.index(w), count=1)
+        # The last program to finish puts the schedule back to zero, so that the same
+        # arguments launch again (a benchmark's repeats, a CUDA graph's replays).
+        lanes: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        lane = gl.arange(0, 32, layout=lanes)
+        done = gl.atomic_add(sched + 1 + lane * 0, gl.full([32], 1, gl.int32, lanes), mask=lane == 0)
+        last = gl.max(gl.where(lane == 0, done, 0), axis=0) == gl.num_programs(0) - 1
+        gl.atomic_xchg(sched + lane, gl.zeros([32], gl.int32, lanes), mask=(lane < 2) & last)
+    else:
+        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+            c = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
+                              v_ready, k_empty, v_empty, tile_ids, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)
+            ti += 1
 
 
 @gluon.jit
@@ -275,54 +329,82 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
-              turn, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
-              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
-    BLOCK_M: gl.constexpr = q_smem.shape[1]
+def _consume_tile(WG: gl.constexpr, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
+                  o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
+                  SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+    # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
+    BLOCK_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+    lo, _ = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
+    _consumer_tile(WG, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
+                   turn.index(WG), turn.index(1 - WG), o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS,
+                   SOFTCAP, WINDOW_LEFT)
+    tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
+    mbarrier.arrive(q_empty.index(WG), count=1)
+    return c + n_kv - lo
+
+
+@gluon.jit
+def _posted_tile(tile_ids, WG: gl.constexpr):
+    # The tile the producer posted for this warpgroup (`_post_tile`), read after q_ready.
+    lanes: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    return gl.max(tile_ids.index(WG).load(lanes), axis=0)
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+              turn, tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
+              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
     q = q_smem.index(WG)
     c = 0
     ti = 0
-    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
-        lo, _ = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
-        mbarrier.wait(q_ready.index(WG), ti & 1)
-        _consumer_tile(WG, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                       turn.index(WG), turn.index(1 - WG), o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS,
-                       SOFTCAP, WINDOW_LEFT)
-        tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
-        mbarrier.arrive(q_empty.index(WG), count=1)
-        c += n_kv - lo
-        ti += 1
+    if DYNAMIC:
+        mbarrier.wait(q_ready.index(WG), 0)
+        t = _posted_tile(tile_ids, WG)
+        while t < n_tiles:
+            c = _consume_tile(WG, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
+                              LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+            ti += 1
+            mbarrier.wait(q_ready.index(WG), ti & 1)
+            t = _posted_tile(tile_ids, WG)
+    else:
+        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+            mbarrier.wait(q_ready.index(WG), ti & 1)
+            c = _consume_tile(WG, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
+                              LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+            ti += 1
 
 
 @gluon.jit
-def _consumer0(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-               n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
-    _consumer(0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+def _consumer0(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
+               LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
+               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+    _consumer(0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
+              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
 
 
 @gluon.jit
-def _consumer1(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-               n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
-    _consumer(1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc, LSE,
-              n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+def _consumer1(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
+               LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
+               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+    _consumer(1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
+              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
 
 
 @gluon.jit
 def _attn_fwd_kernel(
-    # tensor descriptors of the whole (B, H, N, D) q, k, v, o; LSE: (B, H, Nq) float32
-    q_desc, k_desc, v_desc, o_desc, LSE,
+    # tensor descriptors of the whole (B, H, N, D) q, k, v, o; LSE: (B, H, Nq) float32;
+    # SCHED: DYNAMIC's two int32 counters (tiles handed out, programs done), zero at launch and
+    # left at zero (unused otherwise)
+    q_desc, k_desc, v_desc, o_desc, LSE, SCHED,
     # shapes and scale (GROUP = query heads per kv head; qk_scale = scale * log2 e, or with a
     # softcap c scale / c); tiles: n_m row blocks of 128 per head, n_tiles = n_m * H * B, taken
-    # round-robin by the programs
+    # round-robin by the programs, or with DYNAMIC each by the first program to ask
     Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles,
     # meta (SOFTCAP: the cap c, 0 for none; WINDOW_LEFT: a causal mask's left window, -1 for none)
     CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -342,6 +424,8 @@ def _attn_fwd_kernel(
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    # DYNAMIC: each consumer warpgroup's next tile, posted by the producer (one value, 32 copies)
+    tile_ids = gl.allocate_shared_memory(gl.int32, [2, 32], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     for i in gl.static_range(2):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(q_empty.index(i), count=1)
@@ -353,12 +437,12 @@ def _attn_fwd_kernel(
         mbarrier.init(v_empty.index(i), count=2)
 
     gl.warp_specialize([
-        (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
-                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)),
-        (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
-                      LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)),
+        (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+                      o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)),
+        (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+                      o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                     v_empty, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT)),
+                     v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -447,20 +531,21 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     block_n, stages = tile_config(D)
     n_m = cdiv(Nq, ROWS_PER_PROGRAM)
     n_tiles = n_m * H * B
+    # One program per SM (one fits: 240+240+24 registers x 128 threads), each taking tile after
+    # tile, so a program's next K/V blocks load under its last tile's epilogue. Full attention:
+    # round-robin, its tiles being of one length. Causal: tiles of unequal length, handed out
+    # longest first to whichever program asks first (DYNAMIC; notes/gluon_attention.md has the
+    # schedules measured), through two int32 counters that start at zero and that the kernel
+    # leaves at zero.
+    dynamic = bool(causal)
+    sched = torch.zeros(2, dtype=torch.int32, device=q.device) if dynamic else lse
     args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(k, block_n), _descriptor(v, block_n),
-            _descriptor(o, ROWS_PER_WARPGROUP), lse, Nq, k.shape[2], H, H // k.shape[1],
+            _descriptor(o, ROWS_PER_WARPGROUP), lse, sched, Nq, k.shape[2], H, H // k.shape[1],
             kernel_qk_scale(scale, softcap), n_m, n_tiles)
     kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left),
-                  STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
-    # Full attention and a causal window: persistent, one program per SM (one fits: 240+240+24
-    # registers x 128 threads) taking tiles round-robin, so a program's next K/V blocks load
-    # under its last tile's epilogue; under a window every tile past the first window's rows
-    # walks the same number of key blocks, so the round-robin stays balanced. Causal without a
-    # window: one tile per program, longest first, which the hardware's block scheduler
-    # balances better than the static round-robin over tiles of unequal length
-    # (notes/gluon_attention.md and notes/attention_masks.md have both measured).
-    persistent = not causal or window_left >= 0
-    grid = (min(n_tiles, _num_sms(q.device)) if persistent else n_tiles,)
+                  DYNAMIC=dynamic, STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+                  num_warps=4)
+    grid = (min(n_tiles, _num_sms(q.device)),)
     return grid, args, kwargs
 
 
