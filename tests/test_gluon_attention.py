@@ -177,6 +177,44 @@ def test_dynamic_schedule_leaves_its_counters_at_zero(window):
 
 @pytest.mark.gpu
 @needs_hopper
+def test_schedule_counters_one_pair_a_stream():
+    # Launches on one stream reuse its pair of counters (each leaves them at zero); two streams
+    # running at once must not share a pair, and a captured graph gets a pair of its own.
+    device = torch.device("cuda")
+    mine = gluon_fwd.schedule_counters(device)
+    assert gluon_fwd.schedule_counters(device) is mine and torch.equal(mine, torch.zeros_like(mine))
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert gluon_fwd.schedule_counters(device) is not mine
+    q, k, v = _qkv(2, 16, 8, 1500, 1500, 128)
+    expected = attention_fwd(q, k, v, True, gluon=True)
+    results = []
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    for s in streams:  # both forwards in flight together, each on its own stream's counters
+        with torch.cuda.stream(s):
+            results.append(attention_fwd(q, k, v, True, gluon=True))
+    torch.cuda.synchronize()
+    for o, lse in results:
+        assert torch.equal(o, expected[0]) and torch.equal(lse, expected[1])
+    graph = torch.cuda.CUDAGraph()
+    capture = torch.cuda.Stream()
+    capture.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(capture):
+        attention_fwd(q, k, v, True, gluon=True)        # warm-up outside the capture
+        with torch.cuda.graph(graph, stream=capture):
+            captured = attention_fwd(q, k, v, True, gluon=True)
+    torch.cuda.current_stream().wait_stream(capture)
+    for _ in range(2):
+        graph.replay()
+        attention_fwd(q, k, v, True, gluon=True)        # the same stream's pair, between replays
+    torch.cuda.synchronize()
+    assert torch.equal(captured[0], expected[0]) and torch.equal(captured[1], expected[1])
+
+
+@pytest.mark.gpu
+@needs_hopper
 @pytest.mark.parametrize("D", [64, 128])
 def test_float16_negative_scale_and_packed_layout(D):
     q, k, v = _qkv(2, 4, 2, 300, 300, D, torch.float16)

@@ -538,7 +538,7 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     # schedules measured), through two int32 counters that start at zero and that the kernel
     # leaves at zero.
     dynamic = bool(causal)
-    sched = torch.zeros(2, dtype=torch.int32, device=q.device) if dynamic else lse
+    sched = schedule_counters(q.device) if dynamic else lse
     args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(k, block_n), _descriptor(v, block_n),
             _descriptor(o, ROWS_PER_WARPGROUP), lse, sched, Nq, k.shape[2], H, H // k.shape[1],
             kernel_qk_scale(scale, softcap), n_m, n_tiles)
@@ -547,6 +547,31 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
                   num_warps=4)
     grid = (min(n_tiles, _num_sms(q.device)),)
     return grid, args, kwargs
+
+
+# The dynamic schedule's counters, one pair per (device, stream). Launches on one stream run
+# one after another and each leaves its pair at zero, so the next may reuse it: a fresh pair
+# would cost a memset launch (and its host time) every call. Launches on different streams may
+# run at once, so each stream has its own pair.
+_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def schedule_counters(device: torch.device) -> torch.Tensor:
+    """Two int32 zeros on `device` for a dynamic-schedule launch on its current stream: the
+    stream's cached pair, or a new pair while a CUDA graph is captured (the graph then owns
+    them, and its replays must not share them with launches outside it) or off the GPU."""
+    if device.type != "cuda":
+        return torch.zeros(2, dtype=torch.int32, device=device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index != torch.cuda.current_device() or torch.cuda.is_current_stream_capturing():
+        # (A launch on another device than the current one is rare; it takes a fresh pair
+        # rather than asking that device's stream whether it is being captured.)
+        return torch.zeros(2, dtype=torch.int32, device=torch.device("cuda", index))
+    key = (index, torch.cuda.current_stream(index).cuda_stream)
+    counters = _COUNTERS.get(key)
+    if counters is None:
+        counters = _COUNTERS[key] = torch.zeros(2, dtype=torch.int32, device=torch.device("cuda", index))
+    return counters
 
 
 @functools.lru_cache(maxsize=None)
