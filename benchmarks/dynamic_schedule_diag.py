@@ -1,29 +1,22 @@
-"""The dynamic causal schedule's open question (notes/gluon_attention.md): at short causal shapes,
-is the launcher slower than the kernel, and why? For each shape, GPU time (do_bench) and host
-time a call of: the launcher (`attention_fwd(..., gluon=True)`: plan, fresh counters, cached
-launch path); the kernel through the cached path with fresh counters a call; the same with one
-set of counters reused (the kernel resets them); and one tile a program.
+"""The dynamic causal schedule at short causal shapes (notes/gluon_attention.md): is the launcher
+slower than the kernel, and why? For each shape, GPU time (do_bench) and host time a call of:
+the launcher (`attention_fwd(..., gluon=True)`: plan, the stream's cached counters, cached launch
+path); the kernel through the cached path with a fresh pair of counters a call; the same with
+one pair reused (the kernel resets them); and one tile a program.
     PYTHONPATH=src TRITONKIT_AUTOTUNE=0 python3 benchmarks/dynamic_schedule_diag.py"""
-import time
-
 import torch
 import triton.testing
 
 from tritonkit._launch import Launch
+from tritonkit.bench.timing import host_ms
 from tritonkit.gluon import attention_fwd as G
 from tritonkit.ops.attention import attention_fwd
 
 
-def host_us(f, n=100):
+def host_us(f):
     for _ in range(5):
         f()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(n):
-        f()
-    host = (time.perf_counter() - start) / n * 1e6
-    torch.cuda.synchronize()
-    return host
+    return host_ms(f) * 1e3
 
 
 for B, H, N, D in ((8, 16, 1024, 64), (8, 16, 1024, 128), (4, 16, 2048, 128), (4, 32, 4096, 128)):
