@@ -554,6 +554,7 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
 # would cost a memset launch (and its host time) every call. Launches on different streams may
 # run at once, so each stream has its own pair.
 _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+MAX_COUNTER_PAIRS = 1024
 
 
 def schedule_counters(device: torch.device) -> torch.Tensor:
@@ -570,6 +571,11 @@ def schedule_counters(device: torch.device) -> torch.Tensor:
     key = (index, torch.cuda.current_stream(index).cuda_stream)
     counters = _COUNTERS.get(key)
     if counters is None:
+        if len(_COUNTERS) >= MAX_COUNTER_PAIRS:
+            # Streams outside torch's pool (a program making its own) could grow this without
+            # bound. Dropping the pairs is safe: one still in use by a queued launch is freed
+            # to its stream's pool, which hands it out only to work queued after that launch.
+            _COUNTERS.clear()
         counters = _COUNTERS[key] = torch.zeros(2, dtype=torch.int32, device=torch.device("cuda", index))
     return counters
 
