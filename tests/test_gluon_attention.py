@@ -45,6 +45,14 @@ def test_structure_for_sm90(D, causal):
     kernel = _compiled(D, causal)
     _check_structure(kernel, D)
     assert "tanh.approx" not in kernel.ptx          # the softcap's code is constexpr-guarded away
+    # Causal tiles are handed out by a counter in global memory (the producer's atomic add; the
+    # last program's exchange puts the counters back to zero); full attention's round-robin
+    # needs no atomics at all.
+    atomics = set(re.findall(r"atom\.global\.[\w.]+", kernel.ptx))
+    if causal:
+        assert any(".add." in a for a in atomics) and any(".exch." in a for a in atomics)
+    else:
+        assert not atomics
 
 
 @pytest.mark.parametrize("D", [64, 128, 256])
