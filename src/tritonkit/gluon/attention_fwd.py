@@ -89,13 +89,14 @@ def _load_kv(desc, bufs, ready, empty, c, b, hk, j):
 
 
 @gluon.jit
-def _next_tile(sched):
-    # The next tile of a dynamic schedule: sched[0] counts the tiles handed out. One lane of the
-    # producer's warp takes it; the warp's reduction gives the value to every lane.
+def _warp_increment(counter):
+    # counter += 1 by one lane of the (1-warp) producer; the warp's reduction gives every lane
+    # the value before the add. The dynamic schedule's two counters: sched[0] the tiles handed
+    # out (the next tile is its old value), sched[1] the programs done.
     lanes: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     lane = gl.arange(0, 32, layout=lanes)
-    taken = gl.atomic_add(sched + lane * 0, gl.full([32], 1, gl.int32, lanes), mask=lane == 0)
-    return gl.max(gl.where(lane == 0, taken, 0), axis=0)
+    old = gl.atomic_add(counter + lane * 0, gl.full([32], 1, gl.int32, lanes), mask=lane == 0)
+    return gl.max(gl.where(lane == 0, old, 0), axis=0)
 
 
 @gluon.jit
@@ -149,22 +150,21 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
     if DYNAMIC:
         # Tiles in order, each to the program whose producer asks first: the longest go first
         # and the programs that finish early take the short ones (greedy longest-first).
-        t = _next_tile(sched)
+        t = _warp_increment(sched)
         while t < n_tiles:
             c = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
                               v_ready, k_empty, v_empty, tile_ids, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)
             ti += 1
-            t = _next_tile(sched)
+            t = _warp_increment(sched)
         for w in gl.static_range(2):    # no tile left: each consumer gets t >= n_tiles and stops
             mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
             _post_tile(tile_ids, w, t)
             mbarrier.arrive(q_ready.index(w), count=1)
         # The last program to finish puts the schedule back to zero, so that the same
         # arguments launch again (a benchmark's repeats, a CUDA graph's replays).
+        last = _warp_increment(sched + 1) == gl.num_programs(0) - 1
         lanes: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
         lane = gl.arange(0, 32, layout=lanes)
-        done = gl.atomic_add(sched + 1 + lane * 0, gl.full([32], 1, gl.int32, lanes), mask=lane == 0)
-        last = gl.max(gl.where(lane == 0, done, 0), axis=0) == gl.num_programs(0) - 1
         gl.atomic_xchg(sched + lane, gl.zeros([32], gl.int32, lanes), mask=(lane < 2) & last)
     else:
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
