@@ -13,6 +13,7 @@ import re
 import pytest
 import torch
 
+from tritonkit._counters import zeroed_counters
 from tritonkit.gluon import attention_fwd as gluon_fwd
 from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT, compile_sm90
 from tritonkit.ops.attention import attention_fwd, attention_reference
@@ -189,11 +190,11 @@ def test_schedule_counters_one_pair_a_stream():
     # Launches on one stream reuse its pair of counters (each leaves them at zero); two streams
     # running at once must not share a pair, and a captured graph gets a pair of its own.
     device = torch.device("cuda")
-    mine = gluon_fwd.schedule_counters(device)
-    assert gluon_fwd.schedule_counters(device) is mine and torch.equal(mine, torch.zeros_like(mine))
+    mine = zeroed_counters(device)
+    assert zeroed_counters(device) is mine and torch.equal(mine, torch.zeros_like(mine))
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        assert gluon_fwd.schedule_counters(device) is not mine
+        assert zeroed_counters(device) is not mine
     q, k, v = _qkv(2, 16, 8, 1500, 1500, 128)
     expected = attention_fwd(q, k, v, True, gluon=True)
     results = []

@@ -48,6 +48,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from .._counters import zeroed_counters
 from .._launch import Launch, target_capability
 from .._layout import cdiv
 from ..ops.attention.scores import kernel_qk_scale
@@ -535,10 +536,10 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     # tile, so a program's next K/V blocks load under its last tile's epilogue. Full attention:
     # round-robin, its tiles being of one length. Causal: tiles of unequal length, handed out
     # longest first to whichever program asks first (DYNAMIC; notes/gluon_attention.md has the
-    # schedules measured), through two int32 counters that start at zero and that the kernel
-    # leaves at zero.
+    # schedules measured), through two of `_counters`' int32 counters, which start at zero and
+    # which the kernel leaves at zero.
     dynamic = bool(causal)
-    sched = schedule_counters(q.device) if dynamic else lse
+    sched = zeroed_counters(q.device) if dynamic else lse
     args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(k, block_n), _descriptor(v, block_n),
             _descriptor(o, ROWS_PER_WARPGROUP), lse, sched, Nq, k.shape[2], H, H // k.shape[1],
             kernel_qk_scale(scale, softcap), n_m, n_tiles)
@@ -547,37 +548,6 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
                   num_warps=4)
     grid = (min(n_tiles, _num_sms(q.device)),)
     return grid, args, kwargs
-
-
-# The dynamic schedule's counters, one pair per (device, stream). Launches on one stream run
-# one after another and each leaves its pair at zero, so the next may reuse it: a fresh pair
-# would cost a memset launch (and its host time) every call. Launches on different streams may
-# run at once, so each stream has its own pair.
-_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
-MAX_COUNTER_PAIRS = 1024
-
-
-def schedule_counters(device: torch.device) -> torch.Tensor:
-    """Two int32 zeros on `device` for a dynamic-schedule launch on its current stream: the
-    stream's cached pair, or a new pair while a CUDA graph is captured (the graph then owns
-    them, and its replays must not share them with launches outside it) or off the GPU."""
-    if device.type != "cuda":
-        return torch.zeros(2, dtype=torch.int32, device=device)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index != torch.cuda.current_device() or torch.cuda.is_current_stream_capturing():
-        # (A launch on another device than the current one is rare; it takes a fresh pair
-        # rather than asking that device's stream whether it is being captured.)
-        return torch.zeros(2, dtype=torch.int32, device=torch.device("cuda", index))
-    key = (index, torch.cuda.current_stream(index).cuda_stream)
-    counters = _COUNTERS.get(key)
-    if counters is None:
-        if len(_COUNTERS) >= MAX_COUNTER_PAIRS:
-            # Streams outside torch's pool (a program making its own) could grow this without
-            # bound. Dropping the pairs is safe: one still in use by a queued launch is freed
-            # to its stream's pool, which hands it out only to work queued after that launch.
-            _COUNTERS.clear()
-        counters = _COUNTERS[key] = torch.zeros(2, dtype=torch.int32, device=torch.device("cuda", index))
-    return counters
 
 
 @functools.lru_cache(maxsize=None)
