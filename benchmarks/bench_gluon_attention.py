@@ -2,7 +2,7 @@
 """Attention forward on a Hopper GPU: the Gluon kernel beside SDPA's cuDNN and FlashAttention-2
 backends and tritonkit's Triton path, all in one process (triton.testing.do_bench, median).
 
-  PYTHONPATH=src TRITONKIT_AUTOTUNE=0 python3 benchmarks/bench_gluon_attention.py [--quick] [--backward]
+  PYTHONPATH=src TRITONKIT_AUTOTUNE=0 python3 benchmarks/bench_gluon_attention.py [--quick] [--backward] [--head-dim D]
 
 TFLOP/s count 4*B*H*Nq*Nk*D (halved when causal). Each row also prints the Gluon output's
 largest difference from cuDNN's. Variants of the tile config (ring depth) are timed beside the
@@ -91,6 +91,8 @@ def backward_main(opts) -> None:
     print(f"{'B':>2} {'H':>3} {'N':>6} {'D':>4} {'causal':>6} | {'gluon':>7} {'cudnn':>7} {'fa2':>7} {'triton':>7} "
           f"| {'g/cudnn':>7} {'g/fa2':>6} {'g/trit':>6} | {'max|dq,dk,dv - cudnn|':>24} | stages alone (ms)")
     for B, H, N, D, causal in BWD_CASES:
+        if opts.head_dim not in (None, D):
+            continue
         if time.time() - t_start > opts.deadline:
             print("deadline reached; remaining cases skipped")
             break
@@ -161,6 +163,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--backward", action="store_true")
     ap.add_argument("--deadline", type=float, default=240.0)
+    ap.add_argument("--head-dim", type=int, default=None, help="only the cases of this head dim")
     opts = ap.parse_args()
     if opts.backward:
         print(f"torch {torch.__version__} triton {triton.__version__} cudnn {torch.backends.cudnn.version()} "
@@ -172,6 +175,8 @@ def main():
     print(f"{'B':>2} {'H':>3} {'N':>6} {'D':>4} {'causal':>6} | {'gluon':>7} {'cudnn':>7} {'fa2':>7} {'triton':>7} "
           f"| {'g/cudnn':>7} {'g/fa2':>6} {'g/trit':>6} | {'maxdiff':>8} | variants")
     for B, H, N, D, causal in CASES[:4] if opts.quick else CASES:
+        if opts.head_dim not in (None, D):
+            continue
         if time.time() - t_start > opts.deadline:
             print("deadline reached; remaining cases skipped")
             break
