@@ -8,7 +8,10 @@ import tritonkit
 from tritonkit.ops.cross_entropy import (cross_entropy_bwd, cross_entropy_fwd, cross_entropy_reference,
                                          linear_cross_entropy_fwd, linear_cross_entropy_reference)
 from tritonkit.ops.cross_entropy import linear
+from tritonkit.ops.cross_entropy.kernel import Finish, launch_rows
 from tritonkit.ops.cross_entropy.linear import _LINEAR_CROSS_ENTROPY, chunk_tokens_for
+from tritonkit._counters import zeroed_counters
+from tritonkit._launch import record_launches
 from _cuda_graphs import capture
 from _tolerance import assert_close_to_reference, eps_for
 from conftest import ON_GPU
@@ -158,13 +161,47 @@ def test_cross_entropy_launchers(device):
     # The passes on their own: the backward kernel fed the forward's lse, scalar upstream.
     logits = torch.randn(6, 333, device=device)
     target = make_target(6, 333, "some", device)
-    loss, lse = cross_entropy_fwd(logits, target, IGNORE, 0.0, "sum", None, False)
+    loss, lse, count = cross_entropy_fwd(logits, target, IGNORE, 0.0, "sum", None, False)
     assert lse.dtype == torch.float64   # the row's max and the log of its sum, both kept
     torch.testing.assert_close(lse.float(), torch.logsumexp(logits, -1))
+    assert count.dtype == torch.int64 and count.item() == (target != IGNORE).sum().item()
     grad = cross_entropy_bwd(torch.tensor(2.0, device=device), logits, target, lse, IGNORE, 0.0, "sum", None)
     x = leaf(logits)
     (want,) = torch.autograd.grad(2.0 * torch.nn.functional.cross_entropy(x, target, reduction="sum"), x)
     torch.testing.assert_close(grad, want)
+
+
+@pytest.mark.parametrize("ignored", ["none", "some", "all"])
+def test_forward_finishes_in_its_one_launch(ignored, device):
+    # The forward's kernel also counts the targets, checks them and reduces the loss (a small
+    # input is bound by host time a launch), and leaves the shared counters at zero.
+    logits = torch.randn(37, 300, device=device)
+    target = make_target(37, 300, ignored, device)
+    for reduction in REDUCTIONS:
+        with record_launches() as launches:
+            loss, lse, count = cross_entropy_fwd(logits, target, IGNORE, 0.0, reduction, None, False)
+        assert [launch.name for launch in launches] == ["cross_entropy_fwd"]
+        assert count.item() == (target != IGNORE).sum().item()
+        assert not zeroed_counters(logits.device).any()
+        want = torch.nn.functional.cross_entropy(logits.double(), target, ignore_index=IGNORE, reduction=reduction)
+        torch.testing.assert_close(loss.double(), want, equal_nan=True)
+
+
+def test_kernel_flags_out_of_range_targets(device):
+    # On a GPU the flag feeds a device-side assert; on the CPU the launcher refuses such
+    # targets first, so the kernel's flag is checked here on its own.
+    logits = torch.randn(9, 40, device=device)
+    for bad, ok_expected in ((None, 1), (40, 0), (-1, 0)):
+        target = make_target(9, 40, "some", device)
+        if bad is not None:
+            target[4] = bad
+        ok = torch.full((), -7, dtype=torch.int32, device=device)
+        count = torch.empty((), dtype=torch.int64, device=device)
+        finish = Finish(zeroed_counters(logits.device).view(torch.int64), count, ok, None, "none")
+        launch_rows(logits, target, IGNORE, 0.0, None, loss=torch.empty(9, device=device), finish=finish)
+        assert ok.item() == ok_expected
+        assert count.item() == ((target != IGNORE) & (target >= 0) & (target < 40)).sum().item()
+        assert not zeroed_counters(logits.device).any()
 
 
 # --------------------------------------------------------------------------------------------

@@ -482,17 +482,19 @@ def _loss_placements(op: str, name: str, spec, reduction: str):
 def _cross_entropy_fwd_sharding(logits, target, ignore_index, label_smoothing, reduction, softcap, inplace):
     _only_shard("cross_entropy", "logits", logits, (0,), _VOCAB_WHY)
     loss, rows = _loss_placements("cross_entropy", "logits", logits, reduction)
-    return [([Replicate(), Replicate()], [Replicate(), Replicate()] + [None] * 5),
-            ([loss, rows], [rows, rows] + [None] * 5)]
+    # The third output counts the targets that are not ignore_index: each rank counts its rows.
+    return [([Replicate()] * 3, [Replicate(), Replicate()] + [None] * 5),
+            ([loss, rows, Partial()], [rows, rows] + [None] * 5)]
 
 
 @_rule("cross_entropy_bwd")
 def _cross_entropy_bwd_sharding(grad_loss, logits, target, lse, ignore_index, label_smoothing, reduction,
-                                softcap, inplace):
+                                softcap, inplace, count=None):
     _only_shard("cross_entropy backward", "logits", logits, (0,), _VOCAB_WHY)
     upstream = Shard(0) if reduction == "none" else Replicate()
-    return [([Replicate()], [Replicate()] * 4 + [None] * 5),
-            ([Shard(0)], [upstream, Shard(0), Shard(0), Shard(0)] + [None] * 5)]
+    # The count is read for reduction "mean" alone, which rows sharded refuse.
+    return [([Replicate()], [Replicate()] * 4 + [None] * 5 + [None if count is None else Replicate()]),
+            ([Shard(0)], [upstream, Shard(0), Shard(0), Shard(0)] + [None] * 5 + [None])]
 
 
 @_rule("linear_cross_entropy_fwd")

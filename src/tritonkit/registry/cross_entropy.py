@@ -140,7 +140,7 @@ def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
     # reduction="none"), and sometimes the gradient written over the logits view itself.
     logits, target, options = _fuzz_inputs(inputs)
     dtype = logits.dtype
-    loss, lse = cross_entropy_fwd(logits, target, **options)
+    loss, lse, count = cross_entropy_fwd(logits, target, **options)
     grad_loss = inputs.view(loss.shape, dtype) if loss.dim() else inputs.randn((), dtype)
     wide, same = logits.detach().double().requires_grad_(), logits.detach().clone().requires_grad_()
     (reference,) = torch.autograd.grad(cross_entropy_reference(wide, target, **options), wide, grad_loss.double())
@@ -148,7 +148,7 @@ def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
                                         grad_loss)
     note = f"cross_entropy backward {describe_options(target, options)}: logits {describe(logits)}"
     inplace = inputs.draw.boolean()
-    grad = cross_entropy_bwd(grad_loss, logits, target, lse, **options, inplace=inplace)
+    grad = cross_entropy_bwd(grad_loss, logits, target, lse, **options, inplace=inplace, count=count)
     assert not inplace or grad is logits, "cross_entropy_bwd(inplace=True) did not return the logits"
     return [Comparison(f"{note}, grad_loss {describe(grad_loss)}, inplace={inplace}", grad, reference, torch_same,
                        gradient=True)]

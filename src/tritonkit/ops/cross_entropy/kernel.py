@@ -10,9 +10,17 @@ over classes of -log_softmax. Its gradient, for an upstream scale s:
     dL/dz_j = s * (softmax(z)_j - (1 - eps) * [j == t] - eps / C)
     dL/dx_j = dL/dz_j * (1 - (z_j / c)^2)    (the softcap's derivative, 1 - tanh^2)
 A row whose target is ignore_index has loss 0 and gradient 0.
+
+The forward of `cross_entropy` also finishes the op in the same launch (FINISH): each row's
+program adds one to a ticket counter (and its row to the count of non-ignored targets), and
+the last to arrive writes the count, a flag for out-of-range targets and, for mean and sum,
+the loss, summed over the rows in a fixed order. A small logits tensor is bound by the host's
+time a call, which counting, checking and reducing with torch ops (a launch each) multiplied.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import triton
@@ -24,6 +32,7 @@ from ..._layout import next_power_of_2
 
 TARGET_DTYPES = (torch.int64, torch.int32)
 REDUCTIONS = ("mean", "sum", "none")
+REDUCTIONS_FINISHED = {"none": 0, "sum": 1, "mean": 2}   # the kernel's REDUCE
 MAX_BLOCK = 8192   # columns a program holds per step: 16 fp32 values a thread at 16 warps
 
 
@@ -42,21 +51,26 @@ def _softcapped(x, softcap, SOFTCAP: tl.constexpr):
 @triton.jit
 def _cross_entropy_kernel(
     # pointers: logits [rows, C] read; grad [rows, C] written (may be the logits themselves);
-    # target [rows]; loss [rows] fp32; lse [rows] fp64 (written; read, fp64 or fp32); count:
-    # number of non-ignored targets (a 0-d
-    # tensor, MEAN); upstream: the upstream gradient of each row's loss (UPSTREAM)
-    logits_ptr, grad_ptr, target_ptr, loss_ptr, lse_ptr, count_ptr, upstream_ptr,
+    # target [rows]; loss [rows] (fp32, or the op's output for reduction "none"); lse [rows]
+    # fp64 (written; read, fp64 or fp32); count: number of non-ignored targets (a 0-d tensor,
+    # read with MEAN, written with FINISH); upstream: the upstream gradient of each row's loss
+    # (UPSTREAM); with FINISH: tickets, int64 [2], zero at the start and left at zero (the
+    # ticket and count, a flag for bad targets), reduced (the op's 0-d loss), ok (int32 0-d: 1
+    # if every target is a class index or ignore_index)
+    logits_ptr, grad_ptr, target_ptr, loss_ptr, lse_ptr, count_ptr, upstream_ptr, tickets_ptr, reduced_ptr,
+    ok_ptr,
     # shape
-    n_cols,
+    n_rows, n_cols,
     # strides in elements (upstream_stride 0: one scalar for every row)
     l_row, l_col, g_row, g_col, t_stride, upstream_stride,
     # options
     ignore_index, smoothing, softcap,
     # meta: COMPUTE_LSE: pass 1 over the row (else lse is read from lse_ptr); STORE_LSE;
-    # WRITE_LOSS; WRITE_GRAD: pass 2 over the row; MEAN: gradient / count
+    # WRITE_LOSS; WRITE_GRAD: pass 2 over the row; MEAN: gradient / count; FINISH: the last
+    # program counts, checks and (REDUCE: 0 none, 1 sum, 2 mean) reduces
     BLOCK: tl.constexpr, COMPUTE_LSE: tl.constexpr, STORE_LSE: tl.constexpr, WRITE_LOSS: tl.constexpr,
     WRITE_GRAD: tl.constexpr, MEAN: tl.constexpr, UPSTREAM: tl.constexpr, SMOOTH: tl.constexpr,
-    SOFTCAP: tl.constexpr,
+    SOFTCAP: tl.constexpr, FINISH: tl.constexpr, REDUCE: tl.constexpr,
 ):
     # One program a row. Pass 1 walks the row in BLOCK columns keeping the running max m and
     # sum s of exp(z - m) (rescaled by exp(m_old - m_new) when the max grows); pass 2 walks it
@@ -106,7 +120,10 @@ def _cross_entropy_kernel(
         loss = (m - z_t) + log_s
         if SMOOTH:
             loss = (1.0 - smoothing) * (m - z_t) + smoothing * (m - z_sum / n_cols) + log_s
-        tl.store(loss_ptr + row, tl.where(valid, loss, 0.0))
+        tl.store(loss_ptr + row, tl.where(valid, loss, 0.0).to(loss_ptr.dtype.element_ty))
+    if FINISH:
+        _finish(loss_ptr, count_ptr, tickets_ptr, reduced_ptr, ok_ptr, n_rows, valid,
+                (target != ignore_index) & ~valid, REDUCE)
     if WRITE_GRAD:
         scale = 1.0
         if MEAN:
@@ -133,31 +150,78 @@ def _cross_entropy_kernel(
             tl.store(g_out + c * g_col, d.to(grad_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _finish(loss_ptr, count_ptr, tickets_ptr, reduced_ptr, ok_ptr, n_rows, valid, bad, REDUCE: tl.constexpr):
+    # Ticket and count in one int64 counter: programs taken in the low 32 bits, non-ignored
+    # targets in the high 32 (rows are programs, fewer than 2^31). Stores before a ticket are
+    # released by it (a barrier first: every thread's stores, the bad flag included), and the
+    # taker of the last ticket acquires them all; it resets both counters for the next launch.
+    if bad:
+        tl.atomic_xchg(tickets_ptr + 1, 1, sem="relaxed")
+    tl.debug_barrier()
+    taken = tl.atomic_add(tickets_ptr, 1 + (valid.to(tl.int64) << 32), sem="acq_rel")
+    if (taken & 0xFFFFFFFF) == n_rows - 1:
+        tl.atomic_xchg(tickets_ptr, 0, sem="relaxed")
+        flagged = tl.atomic_xchg(tickets_ptr + 1, 0, sem="relaxed")
+        count = (taken >> 32) + valid.to(tl.int64)
+        tl.store(count_ptr, count)
+        tl.store(ok_ptr, (flagged == 0).to(tl.int32))
+        if REDUCE != 0:
+            # 1024 rows a step (two a thread at 16 warps): a wider step would hold registers
+            # that the row loop's occupancy needs.
+            rows = tl.arange(0, 1024)
+            total = 0.0
+            for start in range(0, n_rows, 1024):
+                r = start + rows
+                total += tl.sum(tl.load(loss_ptr + r, mask=r < n_rows, other=0.0), axis=0)
+            if REDUCE == 2:
+                total = total / count.to(tl.float32)   # no targets: 0 / 0, NaN as torch's mean
+            tl.store(reduced_ptr, total.to(reduced_ptr.dtype.element_ty))
+
+
+class Finish(NamedTuple):
+    """What the forward's last program writes (see the module docstring): `count` (int64 0-d),
+    `ok` (int32 0-d), and for reduction mean or sum `reduced` (0-d, the op's loss); `tickets`
+    are two int64 counters at zero, which the launch leaves at zero."""
+    tickets: torch.Tensor
+    count: torch.Tensor
+    ok: torch.Tensor
+    reduced: torch.Tensor | None
+    reduction: str
+
+
 def launch_rows(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, label_smoothing: float,
                 softcap: float | None, *, loss: torch.Tensor | None = None, lse: torch.Tensor | None = None,
                 compute_lse: bool = True, grad: torch.Tensor | None = None, count: torch.Tensor | None = None,
-                upstream: torch.Tensor | None = None, name: str = "cross_entropy") -> None:
-    """One program per row of the 2-D `logits`. Writes the fp32 `loss` and fp64 `lse` rows
-    when given (lse is read instead when compute_lse is False), and the gradient into `grad`
-    (any 2-D tensor of logits' shape, logits itself included) scaled by 1/count and by
-    `upstream` (a 0-d tensor or one value a row) when given."""
+                upstream: torch.Tensor | None = None, finish: Finish | None = None,
+                name: str = "cross_entropy") -> None:
+    """One program per row of the 2-D `logits`. Writes the `loss` rows (fp32, or any float
+    dtype without a reduction to finish) and fp64 `lse` rows when given (lse is read instead
+    when compute_lse is False), and the gradient into `grad` (any 2-D tensor of logits'
+    shape, logits itself included) scaled by 1/count and by `upstream` (a 0-d tensor or one
+    value a row) when given; with `finish` (and `loss`), what the forward's last program
+    writes."""
     n_rows, n_cols = logits.shape
     if n_rows == 0:
         return
     block = min(MAX_BLOCK, next_power_of_2(n_cols))
     num_warps = max(1, min(16, block // 256))
     dummy = logits  # pointers of absent tensors; their flags keep the kernel from touching them
+    reduce = 0 if finish is None else REDUCTIONS_FINISHED[finish.reduction]
     Launch(name, _cross_entropy_kernel, (n_rows,), (
         logits, dummy if grad is None else grad, target, dummy if loss is None else loss,
-        dummy if lse is None else lse, dummy if count is None else count,
-        dummy if upstream is None else upstream,
-        n_cols, logits.stride(0), logits.stride(1),
+        dummy if lse is None else lse, finish.count if finish is not None else dummy if count is None else count,
+        dummy if upstream is None else upstream, dummy if finish is None else finish.tickets,
+        dummy if finish is None or finish.reduced is None else finish.reduced,
+        dummy if finish is None else finish.ok,
+        n_rows, n_cols, logits.stride(0), logits.stride(1),
         *(grad.stride() if grad is not None else (0, 0)), target.stride(0),
         upstream.stride(0) if upstream is not None and upstream.dim() else 0,
         ignore_index, float(label_smoothing), float(softcap or 1.0),
     ), dict(BLOCK=block, COMPUTE_LSE=compute_lse, STORE_LSE=compute_lse and lse is not None,
             WRITE_LOSS=loss is not None, WRITE_GRAD=grad is not None, MEAN=count is not None,
-            UPSTREAM=upstream is not None, SMOOTH=label_smoothing != 0.0, SOFTCAP=softcap is not None),
+            UPSTREAM=upstream is not None, SMOOTH=label_smoothing != 0.0, SOFTCAP=softcap is not None,
+            FINISH=finish is not None, REDUCE=reduce),
         num_warps=num_warps, num_stages=1)()
 
 

@@ -1,6 +1,7 @@
 """`cross_entropy` for logits the caller already has: one read of the logits forward (loss
 and each row's log-sum-exp), one read and one write backward (the gradient, from the saved
-log-sum-exp; into the logits buffer itself with inplace_backward)."""
+log-sum-exp; into the logits buffer itself with inplace_backward). One launch a pass: the
+forward's kernel also counts the targets, checks them and reduces the loss (kernel.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from ..._checks import check_tensor, check_writable_output
+from ..._counters import zeroed_counters
 from ..._op import Op, tracing
-from .kernel import (as_float_options, check_options, check_target, check_target_values, launch_rows, reduce_rows,
+from .kernel import (Finish, as_float_options, check_options, check_target, check_target_values, launch_rows,
                      valid_count)
 
 
@@ -36,31 +38,52 @@ def _check(logits: object, target: object) -> None:
 
 def cross_entropy_fwd(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
                       label_smoothing: float = 0.0, reduction: str = "mean", softcap: float | None = None,
-                      inplace_backward: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                      inplace_backward: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launcher for the forward pass: (loss in logits' dtype, float64 log-sum-exp of each row's
-    softcapped logits, which the backward reads: float64 so that it holds the row's max and the
-    log of its sum apart, see the kernel). inplace_backward asks the backward to write
-    the gradient over logits, so logits must be writable (not an expanded view)."""
+    softcapped logits, the int64 count of targets that are not ignore_index), the last two
+    for the backward. lse is float64 so that it holds the row's max and the log of its sum
+    apart (see the kernel). inplace_backward asks the backward to write the gradient over
+    logits, so logits must be writable (not an expanded view). Out-of-range targets: a
+    ValueError on the CPU, a device-side assert on a GPU (`check_target_values`)."""
     _check(logits, target)
     check_options(ignore_index, label_smoothing, reduction, softcap)
     if inplace_backward:
         check_writable_output("logits", logits)
-    check_target_values(target, logits.shape[1], ignore_index)
+    device = logits.device
+    if device.type != "cuda":
+        check_target_values(target, logits.shape[1], ignore_index)
     rows = logits.shape[0]
-    loss_rows = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    lse = torch.empty(rows, dtype=torch.float64, device=logits.device)
-    launch_rows(logits, target, ignore_index, label_smoothing, softcap, loss=loss_rows, lse=lse,
+    lse = torch.empty(rows, dtype=torch.float64, device=device)
+    count = torch.empty((), dtype=torch.int64, device=device)
+    if reduction == "none":
+        loss = loss_rows = torch.empty(rows, dtype=logits.dtype, device=device)
+    else:
+        loss = torch.empty((), dtype=logits.dtype, device=device)
+        loss_rows = torch.empty(rows, dtype=torch.float32, device=device)
+    if rows == 0:
+        count.zero_()
+        loss.fill_(float("nan") if reduction == "mean" else 0.0)   # torch's mean and sum of nothing
+        return loss, lse, count
+    ok = torch.empty((), dtype=torch.int32, device=device)
+    finish = Finish(zeroed_counters(device).view(torch.int64), count, ok, None if reduction == "none" else loss,
+                    reduction)
+    launch_rows(logits, target, ignore_index, label_smoothing, softcap, loss=loss_rows, lse=lse, finish=finish,
                 name="cross_entropy_fwd")
-    count = valid_count(target, ignore_index) if reduction == "mean" else None
-    return reduce_rows(loss_rows, count, reduction).to(logits.dtype), lse
+    if device.type == "cuda":
+        # Reading ok on the host would wait for the GPU: a device-side assert instead, as
+        # torch's own F.cross_entropy does (the next synchronising call fails loudly).
+        torch._assert_async(ok, "target has class indices outside [0, n_classes) that are not ignore_index")
+    return loss, lse, count
 
 
 def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor,
                       ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean",
-                      softcap: float | None = None, inplace: bool = False) -> torch.Tensor:
+                      softcap: float | None = None, inplace: bool = False,
+                      count: torch.Tensor | None = None) -> torch.Tensor:
     """Launcher for the backward pass: d(loss)/d(logits) for the upstream gradient grad_loss
-    (0-d for mean and sum, one value a row for none), from the forward's lse. inplace: written
-    over logits (whose autograd version is bumped) and logits returned."""
+    (0-d for mean and sum, one value a row for none), from the forward's lse (and, for mean,
+    its count of targets; counted again when not given). inplace: written over logits (whose
+    autograd version is bumped) and logits returned."""
     _check(logits, target)
     check_tensor("grad_loss", grad_loss)
     rows = logits.shape[0]
@@ -68,7 +91,10 @@ def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: tor
         raise ValueError(f"grad_loss has shape {tuple(grad_loss.shape)}, which does not fit reduction={reduction!r} "
                          f"over {rows} rows")
     grad = logits if inplace else torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
-    count = valid_count(target, ignore_index) if reduction == "mean" else None
+    if reduction != "mean":
+        count = None
+    elif count is None:
+        count = valid_count(target, ignore_index)
     launch_rows(logits, target, ignore_index, label_smoothing, softcap, lse=lse, compute_lse=False,
                 grad=grad, count=count, upstream=grad_loss, name="cross_entropy_bwd")
     if inplace:
@@ -78,24 +104,24 @@ def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: tor
 
 def _setup_context(ctx, inputs, output):
     logits, target, ignore_index, label_smoothing, reduction, softcap, inplace = inputs
-    ctx.mark_non_differentiable(output[1])
-    ctx.set_materialize_grads(False)  # lse's gradient is never read: no zero tensor for it
-    ctx.save_for_backward(logits, target, output[1])
+    ctx.set_materialize_grads(False)  # lse's and count's gradients are never read: no zeros for them
+    ctx.save_for_backward(logits, target, output[1], output[2])
     ctx.options = (ignore_index, label_smoothing, reduction, softcap)
     ctx.inplace = inplace
 
 
-def _backward(bwd, ctx, grad_loss, _grad_lse):
+def _backward(bwd, ctx, grad_loss, *_unused):
     # After an in-place backward, the logits' bumped version makes autograd refuse a second
     # backward through this graph (retain_graph) rather than read the gradient as logits.
-    logits, target, lse = ctx.saved_tensors
-    return bwd(grad_loss, logits, target, lse, *ctx.options, ctx.inplace), None, None, None, None, None, None
+    logits, target, lse, count = ctx.saved_tensors
+    return bwd(grad_loss, logits, target, lse, *ctx.options, ctx.inplace, count), None, None, None, None, None, None
 
 
 def _fake_fwd(logits, target, ignore_index, label_smoothing, reduction, softcap, inplace_backward):
     rows = logits.shape[0]
     shape = (rows,) if reduction == "none" else ()
-    return logits.new_empty(shape), logits.new_empty((rows,), dtype=torch.float64)
+    return (logits.new_empty(shape), logits.new_empty((rows,), dtype=torch.float64),
+            logits.new_empty((), dtype=torch.int64))
 
 
 def _op_check(logits, target, ignore_index, label_smoothing, reduction, softcap, inplace_backward):
@@ -107,12 +133,14 @@ def _op_check(logits, target, ignore_index, label_smoothing, reduction, softcap,
 _CROSS_ENTROPY = Op(
     "cross_entropy", forward=cross_entropy_fwd,
     forward_schema=("(Tensor logits, Tensor target, int ignore_index, float label_smoothing, str reduction, "
-                    "float? softcap, bool inplace_backward) -> (Tensor, Tensor)"),
+                    "float? softcap, bool inplace_backward) -> (Tensor, Tensor, Tensor)"),
     forward_fake=_fake_fwd, setup_context=_setup_context, backward=_backward,
     backward_launcher=cross_entropy_bwd,
     backward_schema=("(Tensor grad_loss, Tensor logits, Tensor target, Tensor lse, int ignore_index, "
-                     "float label_smoothing, str reduction, float? softcap, bool inplace) -> Tensor"),
-    backward_fake=lambda grad_loss, logits, *rest: torch.empty_like(logits), check=_op_check)
+                     "float label_smoothing, str reduction, float? softcap, bool inplace, Tensor? count=None) "
+                     "-> Tensor"),
+    backward_fake=lambda grad_loss, logits, *rest: torch.empty_like(logits), check=_op_check,
+    returns=lambda *args: 1)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
@@ -148,4 +176,4 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     check_options(ignore_index, label_smoothing, reduction, softcap)
     label_smoothing, softcap = as_float_options(label_smoothing, softcap)
     inplace = bool(inplace_backward) and not tracing(logits, target)
-    return _CROSS_ENTROPY(logits, target, ignore_index, label_smoothing, reduction, softcap, inplace)[0]
+    return _CROSS_ENTROPY(logits, target, ignore_index, label_smoothing, reduction, softcap, inplace)
