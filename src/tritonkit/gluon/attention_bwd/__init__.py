@@ -15,8 +15,9 @@ Three launches, none with atomics, so the same inputs give bitwise the same grad
 1. delta: the Triton path's preprocess kernel.
 2. dK/dV (`_dkdv_kernel`): one program per 128-key block of one (batch, kv head). K and V stay
    in shared memory; a producer warp streams the (Q, dO) blocks of every query head of the
-   group through a ring by TMA; two consumer warpgroups each own 64 of the keys (their dK and
-   dV accumulators in registers, 240 registers each through setmaxnreg) and per query block
+   group through a ring by TMA, with each block's lse (base 2) and delta beside them, which the
+   consumers read in their products' layout; two consumer warpgroups each own 64 of the keys
+   (their dK and dV accumulators in registers, 240 registers each through setmaxnreg) and per query block
    issue S^T = K Q^T and dP^T = V dO^T together, form P^T while dP^T is still running,
    issue dV += P^T dO, form dS^T while dV's product runs, then dK += dS^T Q (P^T and dS^T are
    register operands: S^T's accumulator layout is theirs). The two warpgroups share the

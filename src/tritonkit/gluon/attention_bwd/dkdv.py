@@ -39,8 +39,9 @@ def _key_tile(t, n_kb, Hkv, Nq, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr,
 
 
 @gluon.jit
-def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
-                   n_kb, Hkv, GROUP, Nq, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready,
+                   ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, CAUSAL: gl.constexpr,
+                   WINDOW_LEFT: gl.constexpr):
     STAGES: gl.constexpr = q_bufs.shape[0]
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     HALF: gl.constexpr = k_smem.shape[1]
@@ -49,13 +50,27 @@ def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_b
     for w in gl.static_range(2):
         tma.async_copy_global_to_shared(k_desc, [b, hk, n0 + w * HALF, 0], kv_ready, _tma_view(k_smem.index(w), k_desc))
         tma.async_copy_global_to_shared(v_desc, [b, hk, n0 + w * HALF, 0], kv_ready, _tma_view(v_smem.index(w), v_desc))
+    # The query block's lse (in base 2) and delta go into the ring beside Q and dO: the
+    # consumers read them from shared memory in their products' column layout, instead of
+    # loading them from global memory on their own chain and converting the layout through
+    # shared memory and a warpgroup barrier every block. Loaded before the slot's wait, so
+    # their latency runs under it; stored before the slot's arrive, which releases them.
+    flat: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
+    offs = gl.arange(0, BLOCK_M, layout=flat)
     c = 0
     for g in range(GROUP):
         h = hk * GROUP + g
+        row_base = (b.to(gl.int64) * H + h) * Nq
         for i in range(lo, end):
             s = c % STAGES
+            rows = i * BLOCK_M + offs
+            # Query rows past Nq load as zeros, with lse = delta = 0: they add nothing.
+            lse2 = gl.load(LSE + row_base + rows, mask=rows < Nq, other=0.0) * 1.4426950408889634
+            delta = gl.load(DELTA + row_base + rows, mask=rows < Nq, other=0.0)
             # A fresh mbarrier is in phase 0: waiting for parity 1 passes, the first lap is free.
             mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+            lse_bufs.index(s).store(lse2)
+            delta_bufs.index(s).store(delta)
             mbarrier.expect(ready.index(s), 2 * q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [b, h, i * BLOCK_M, 0], ready.index(s),
                                             _tma_view(q_bufs.index(s), q_desc))
@@ -65,9 +80,8 @@ def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_b
 
 
 @gluon.jit
-def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs, ready, empty,
-               LSE, DELTA, Nq, qk_scale, key0, MASKED: gl.constexpr, SOFTCAP: gl.constexpr,
-               WINDOW_LEFT: gl.constexpr):
+def _dkdv_step(c, m0, dk, dv, k_half, v_half, q_bufs, do_bufs, lse_bufs, delta_bufs, ready, empty,
+               qk_scale, key0, MASKED: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
     # product, dS^T under dV's; everything retires before the slot is released, the other
     # warpgroup's products covering this one's last wait.
@@ -77,13 +91,6 @@ def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs, ready, 
     NW: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_M)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-    # lse and delta are loaded before the wait on the ring, so they land while the barrier
-    # and the products run, one value a thread: in the products' column layout every thread
-    # would hold 16 of each, registers the accumulators need. Converted where they are used.
-    flat: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
-    rows = m0 + gl.arange(0, BLOCK_M, layout=flat)
-    lse2 = gl.load(LSE + row_base + rows, mask=rows < Nq, other=0.0) * 1.4426950408889634
-    delta = gl.load(DELTA + row_base + rows, mask=rows < Nq, other=0.0)
     s = c % STAGES
     mbarrier.wait(ready.index(s), (c // STAGES) & 1)
     q = q_bufs.index(s)
@@ -92,12 +99,14 @@ def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs, ready, 
                        use_acc=False, is_async=True)
     dpt = warpgroup_mma(v_half, do.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
                         use_acc=False, is_async=True)
+    # This block's lse (base 2) in the products' column layout, read while S^T runs.
+    lse2 = gl.expand_dims(lse_bufs.index(s).load(col_layout), 0)
     st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
     if SOFTCAP > 0:
         tht = _softcap_tanh(st, qk_scale)
-        pt = gl.exp2(tht * (SOFTCAP * 1.4426950408889634) - gl.expand_dims(gl.convert_layout(lse2, col_layout), 0))
+        pt = gl.exp2(tht * (SOFTCAP * 1.4426950408889634) - lse2)
     else:
-        pt = gl.exp2(st * qk_scale - gl.expand_dims(gl.convert_layout(lse2, col_layout), 0))
+        pt = gl.exp2(st * qk_scale - lse2)
     if MASKED:
         cols = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
         keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
@@ -116,9 +125,9 @@ def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs, ready, 
         # while that product and dP^T's hold their registers.
         pt = pt * (1.0 - tht * tht)
     dv = warpgroup_mma(pa, do, dv, is_async=True)
+    delta = gl.expand_dims(delta_bufs.index(s).load(col_layout), 0)
     dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))
-    dsa = gl.convert_layout((pt * (dpt - gl.expand_dims(gl.convert_layout(delta, col_layout), 0))).to(q.dtype),
-                            a_layout)
+    dsa = gl.convert_layout((pt * (dpt - delta)).to(q.dtype), a_layout)
     dk = warpgroup_mma(dsa, q, dk, is_async=True)
     # The register operands are dependencies of the wait that retires their products, so
     # their registers are not reused before the tensor cores have read them.
@@ -128,8 +137,8 @@ def _dkdv_step(c, m0, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs, ready, 
 
 
 @gluon.jit
-def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
-                   dk_desc, dv_desc, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
+def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty,
+                   dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
                    SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     HEAD_DIM: gl.constexpr = q_bufs.shape[2]
@@ -148,18 +157,17 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, kv_ready, 
     c = 0
     # The group's query heads in a fixed order, each over its query blocks: deterministic.
     for g in range(GROUP):
-        row_base = (b.to(gl.int64) * H + hk * GROUP + g) * Nq
         for i in range(lo, band):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs,
-                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
+            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_half, v_half, q_bufs, do_bufs, lse_bufs, delta_bufs,
+                                ready, empty, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
             c += 1
         for i in range(band, mid):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs,
-                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, False, SOFTCAP, WINDOW_LEFT)
+            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_half, v_half, q_bufs, do_bufs, lse_bufs, delta_bufs,
+                                ready, empty, qk_scale, key0, False, SOFTCAP, WINDOW_LEFT)
             c += 1
         for i in range(mid, end):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, row_base, dk, dv, k_half, v_half, q_bufs, do_bufs,
-                                ready, empty, LSE, DELTA, Nq, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
+            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_half, v_half, q_bufs, do_bufs, lse_bufs, delta_bufs,
+                                ready, empty, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
             c += 1
     dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
     # dK, dV through this warpgroup's own halves of K and V (no product reads them any more)
@@ -173,19 +181,19 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, kv_ready, 
 
 
 @gluon.jit
-def _dkdv_consumer0(k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+def _dkdv_consumer0(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc, dv_desc,
+                    n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
                     WINDOW_LEFT: gl.constexpr):
-    _dkdv_consumer(0, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
+    _dkdv_consumer(0, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc,
+                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
 
 
 @gluon.jit
-def _dkdv_consumer1(k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                    n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+def _dkdv_consumer1(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc, dv_desc,
+                    n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
                     WINDOW_LEFT: gl.constexpr):
-    _dkdv_consumer(1, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                   n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
+    _dkdv_consumer(1, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc,
+                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
 
 
 @gluon.jit
@@ -210,6 +218,9 @@ def _dkdv_kernel(
     v_smem = gl.allocate_shared_memory(dtype, [2, KEYS, HEAD_DIM], k_2d)
     q_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_2d)
     do_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_2d)
+    rows_1d: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    lse_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_1d)
+    delta_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_1d)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -218,10 +229,10 @@ def _dkdv_kernel(
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
     gl.warp_specialize([
-        (_dkdv_consumer0, (k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
-        (_dkdv_consumer1, (k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty, dk_desc, dv_desc, LSE, DELTA,
-                           n_kb, H, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
-        (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, kv_ready, ready, empty,
-                          n_kb, Hkv, GROUP, Nq, CAUSAL, WINDOW_LEFT)),
+        (_dkdv_consumer0, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc,
+                           dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
+        (_dkdv_consumer1, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc,
+                           dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
+        (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
+                          kv_ready, ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, CAUSAL, WINDOW_LEFT)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
