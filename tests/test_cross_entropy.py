@@ -525,6 +525,17 @@ def test_bad_input(device):
         tritonkit.cross_entropy(logits.view(2, 2, 50), target.view(2, 2))
     with pytest.raises(ValueError, match="logits"):
         tritonkit.cross_entropy(logits[:1].expand(4, 50), target, inplace_backward=True)
+    # The backward launcher on its own: the forward's float64 lse, one a row, and its count.
+    _, lse, count = cross_entropy_fwd(logits, target)
+    one = torch.ones((), device=device)
+    with pytest.raises(TypeError, match="lse"):
+        cross_entropy_bwd(one, logits, target, lse.float())
+    with pytest.raises(ValueError, match="lse"):
+        cross_entropy_bwd(one, logits, target, lse[:3])
+    with pytest.raises(TypeError, match="count"):
+        cross_entropy_bwd(one, logits, target, lse, count=count.float())
+    with pytest.raises(ValueError, match="count"):
+        cross_entropy_bwd(one, logits, target, lse, count=count.reshape(1))
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU out-of-range targets raise a device-side assert, which ends the process")

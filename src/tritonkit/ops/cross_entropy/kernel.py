@@ -107,8 +107,7 @@ def _cross_entropy_kernel(
             # probability; float64 keeps m and log s both, to be split again below.
             tl.store(lse_ptr + row, m.to(tl.float64) + log_s.to(tl.float64))
     else:
-        # The forward's lse: m, its float32 rounding, and log s the (exact) rest. A float32
-        # lse gives log s = 0, the float32 formula.
+        # The forward's float64 lse: m, its float32 rounding, and log s the (exact) rest.
         lse = tl.load(lse_ptr + row).to(tl.float64)
         m = lse.to(tl.float32)
         log_s = (lse - m.to(tl.float64)).to(tl.float32)

@@ -87,6 +87,14 @@ def cross_entropy_bwd(grad_loss: torch.Tensor, logits: torch.Tensor, target: tor
     _check(logits, target)
     check_tensor("grad_loss", grad_loss)
     rows = logits.shape[0]
+    # float64, as the forward saves it: the kernel splits it into the row's max and log-sum.
+    check_tensor("lse", lse, (torch.float64,))
+    if lse.shape != (rows,):
+        raise ValueError(f"lse has shape {tuple(lse.shape)}, expected ({rows},): the forward's log-sum-exp per row")
+    if count is not None:
+        check_tensor("count", count, (torch.int64, torch.int32))
+        if count.dim() != 0:
+            raise ValueError(f"count has shape {tuple(count.shape)}, expected (): the forward's count of targets")
     if grad_loss.shape != ((rows,) if reduction == "none" else ()):
         raise ValueError(f"grad_loss has shape {tuple(grad_loss.shape)}, which does not fit reduction={reduction!r} "
                          f"over {rows} rows")
