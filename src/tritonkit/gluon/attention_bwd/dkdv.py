@@ -1,6 +1,6 @@
 """The dK/dV pass of the Gluon attention backward (the package's docstring has the design):
 one program per 128-key block of one (batch, kv head), two consumer warpgroups of 64 keys
-each, a producer warp streaming (Q, dO) blocks through a ring."""
+each, a producer warp streaming (Q, dO) blocks, with their rows' lse and delta, through a ring."""
 
 from __future__ import annotations
 
