@@ -171,12 +171,13 @@ def test_cross_entropy_launchers(device):
     torch.testing.assert_close(grad, want)
 
 
-@pytest.mark.parametrize("ignored", ["none", "some", "all"])
-def test_forward_finishes_in_its_one_launch(ignored, device):
+@pytest.mark.parametrize("rows,classes,ignored", [(37, 300, "none"), (37, 300, "some"), (37, 300, "all"),
+                                                   (1100, 3, "some")])   # past the reduction's 1024-row step
+def test_forward_finishes_in_its_one_launch(rows, classes, ignored, device):
     # The forward's kernel also counts the targets, checks them and reduces the loss (a small
     # input is bound by host time a launch), and leaves the shared counters at zero.
-    logits = torch.randn(37, 300, device=device)
-    target = make_target(37, 300, ignored, device)
+    logits = torch.randn(rows, classes, device=device)
+    target = make_target(rows, classes, ignored, device)
     for reduction in REDUCTIONS:
         with record_launches() as launches:
             loss, lse, count = cross_entropy_fwd(logits, target, IGNORE, 0.0, reduction, None, False)
