@@ -1,5 +1,5 @@
 """One warmed-up launch of a Gluon attention pass, for Nsight Compute to profile (developer
-tool): the run_ncu lines below profile the kernel named in --pass with warp-state, scheduler,
+tool): the ncu lines below profile one kernel of that pass with warp-state, scheduler,
 pipe and source (SASS) counters.
 
     PYTHONPATH=src ncu --clock-control none --kernel-name regex:_dkdv_kernel --launch-skip 2 --launch-count 1 \\
