@@ -52,7 +52,7 @@ def _softcapped(x, softcap, SOFTCAP: tl.constexpr):
 def _cross_entropy_kernel(
     # pointers: logits [rows, C] read; grad [rows, C] written (may be the logits themselves);
     # target [rows]; loss [rows] (fp32, or the op's output for reduction "none"); lse [rows]
-    # fp64 (written; read, fp64 or fp32); count: number of non-ignored targets (a 0-d tensor,
+    # fp64 (written by pass 1, else read); count: number of non-ignored targets (a 0-d tensor,
     # read with MEAN, written with FINISH); upstream: the upstream gradient of each row's loss
     # (UPSTREAM); with FINISH: tickets, int64 [2], zero at the start and left at zero (the
     # ticket and count, a flag for bad targets), reduced (the op's 0-d loss), ok (int32 0-d: 1
