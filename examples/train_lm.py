@@ -6,6 +6,7 @@ log 4 = 1.386. Both runs start from the same weights and see the same batches, s
 loss curves should agree within bf16 noise.
 
     python examples/train_lm.py                       # GPU: both backends, ~300 steps each
+    python examples/train_lm.py --no-cuda-graph       # the same, every step run eagerly
     python examples/train_lm.py --tiny --steps 5      # CPU smoke run through the interpreter
 
 Prints each backend's final loss (mean of the last steps) and tokens per second.
@@ -84,11 +85,67 @@ def markov_batches(steps: int, batch: int, seq: int, vocab: int, seed: int, devi
         yield x.to(device)
 
 
+class Step:
+    """One training step (forward, loss, backward, AdamW), run eagerly or replayed from a CUDA
+    graph captured once. A small model's step is bound by the host: each op's Python,
+    dispatch and launch cost more than its GPU work, for torch's ops and tritonkit's alike, so
+    on a GPU the step is captured whole (after three eager steps on a side stream, which compile
+    the kernels and set up the optimizer's state) and each later step is one graph launch."""
+
+    WARMUP = 3
+
+    def __init__(self, model: torch.nn.Module, args, device: torch.device, graphed: bool):
+        self.model, self.device, self.graphed = model, device, graphed
+        self.opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, capturable=graphed)
+        self.graph = None
+        self.static_seqs = self.static_loss = None
+        self.eager_steps = 0
+
+    def _loss(self, seqs: torch.Tensor) -> torch.Tensor:
+        # the autocast cache would hold casts made during capture: off when graphed
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=not self.graphed):
+            logits = self.model(seqs[:, :-1])
+        # every position predicts the next token; the first two have too little context
+        vocab = logits.shape[-1]
+        return F.cross_entropy(logits[:, 1:].float().reshape(-1, vocab), seqs[:, 2:].reshape(-1))
+
+    def _eager(self, seqs: torch.Tensor) -> torch.Tensor:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self._loss(seqs)
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+    def __call__(self, seqs: torch.Tensor) -> float:
+        if not self.graphed:
+            return self._eager(seqs).item()
+        if self.graph is None and self.eager_steps < self.WARMUP:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                loss = self._eager(seqs)
+            torch.cuda.current_stream().wait_stream(side)
+            self.eager_steps += 1
+            return loss.item()
+        if self.graph is None:
+            # Captured with the gradients unset: the graph's backward writes them afresh at
+            # every replay (no zeroing between steps), and AdamW reads them there.
+            self.static_seqs = seqs.clone()
+            self.opt.zero_grad(set_to_none=True)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.static_loss = self._loss(self.static_seqs)
+                self.static_loss.backward()
+                self.opt.step()
+        self.static_seqs.copy_(seqs)
+        self.graph.replay()
+        return self.static_loss.item()  # synchronizes
+
+
 def train(attention_cls: type, args, device: torch.device) -> tuple[list[float], float]:
     torch.manual_seed(args.seed)
     model = LM(args.vocab, args.seq, args.dim, args.layers, args.heads, args.kv_heads, attention_cls).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16)
+    step_fn = Step(model, args, device, graphed=device.type == "cuda" and not args.no_cuda_graph)
     losses, tokens, elapsed = [], 0, 0.0
     warmup = min(5, args.steps // 4)
     batches = markov_batches(args.steps, args.batch, args.seq + 1, args.vocab, args.seed, device)
@@ -96,14 +153,7 @@ def train(attention_cls: type, args, device: torch.device) -> tuple[list[float],
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        with autocast:
-            logits = model(seqs[:, :-1])
-        # every position predicts the next token; the first two have too little context
-        loss = F.cross_entropy(logits[:, 1:].float().reshape(-1, args.vocab), seqs[:, 2:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        value = loss.item()  # synchronizes
+        value = step_fn(seqs)
         if step >= warmup:
             elapsed += time.perf_counter() - start
             tokens += seqs.shape[0] * (seqs.shape[1] - 1)
@@ -129,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-heads", type=int, default=2)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--log-every", type=int, default=50)
+    parser.add_argument("--no-cuda-graph", action="store_true",
+                        help="run every step eagerly instead of replaying a captured CUDA graph")
     args = parser.parse_args(argv)
     if args.tiny:
         args.batch, args.seq, args.vocab, args.dim, args.layers, args.heads, args.kv_heads = 2, 31, 16, 64, 1, 2, 1
