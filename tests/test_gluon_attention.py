@@ -44,7 +44,7 @@ def test_window_structure_for_sm90(D):
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_structure_for_sm90(D, causal):
     kernel = _compiled(D, causal)
-    _check_structure(kernel, D)
+    _check_structure(kernel, D, causal=causal)
     assert "tanh.approx" not in kernel.ptx          # the softcap's code is constexpr-guarded away
     # Causal tiles are handed out by a counter in global memory (the producer's atomic add; the
     # last program's exchange puts the counters back to zero); full attention's round-robin
@@ -69,16 +69,18 @@ def test_softcap_structure_for_sm90(D):
     assert kwargs["SOFTCAP"] == 50.0 and args[10] == 0.125 / 50.0
 
 
-def _check_structure(kernel, D, spill_bound=0):
+def _check_structure(kernel, D, spill_bound=0, causal=True):
     ttgir = kernel.asm["ttgir"]
-    # Three partitions: the default (consumer warpgroup 0) and two workers, a 4-warp consumer
-    # and the 1-warp producer, with the register budgets that sum within 64K per SM.
+    # The default partition (consumer warpgroup 0) and workers: the other 4-warp consumers and
+    # the 1-warp producer, with the register budgets that sum within 64K per SM.
+    consumers = gluon_fwd.tile_config(D, causal)[2]
+    regs = gluon_fwd.consumer_regs(consumers)
     assert "ttg.warp_specialize" in ttgir
-    assert re.findall(r"num_warps\((\d+)\)", ttgir) == ["4", "1"]
-    assert "requestedRegisters = array<i32: 240, 24>" in ttgir
+    assert re.findall(r"num_warps\((\d+)\)", ttgir) == ["4"] * (consumers - 1) + ["1"]
+    assert f"requestedRegisters = array<i32: {', '.join([str(regs)] * (consumers - 1))}, 24>" in ttgir
     budgets = {n for _, n in kernel.setmaxnreg()}
-    assert {gluon_fwd.CONSUMER_REGS, gluon_fwd.PRODUCER_REGS} <= budgets
-    assert (gluon_fwd.CONSUMER_REGS * 2 + gluon_fwd.PRODUCER_REGS) * 128 <= 65536
+    assert {regs, gluon_fwd.PRODUCER_REGS} <= budgets
+    assert (regs * consumers + gluon_fwd.PRODUCER_REGS) * 128 <= 65536
     # S(j) is retired while P(j-1) V(j-1) stays in flight: a wait with one group pending.
     waits = kernel.wgmma_waits()
     assert 1 in waits and 0 in waits
@@ -89,9 +91,9 @@ def _check_structure(kernel, D, spill_bound=0):
     usage = kernel.spills()
     assert usage["spill_stores"] <= spill_bound and usage["spill_loads"] <= spill_bound
     assert usage["stack"] <= spill_bound
-    block_n, stages = gluon_fwd.tile_config(D)
+    block_n, stages, _ = gluon_fwd.tile_config(D, causal)
     ring = 2 * stages * block_n * D * 2
-    assert ring + 2 * 64 * D * 2 <= kernel.shared <= HOPPER_SHARED_LIMIT
+    assert ring + consumers * 64 * D * 2 <= kernel.shared <= HOPPER_SHARED_LIMIT
 
 
 def test_not_supported_off_hopper():

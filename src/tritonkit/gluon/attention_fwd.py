@@ -8,19 +8,20 @@ With a softcap c (Gemma 2; SOFTCAP = c, a constexpr, 0 for none) the scores are 
 in the softmax and in lse alike; tanh is the GPU's `tanh.approx.f32`, as in the Triton kernels
 (`tritonkit.ops.attention.scores` has the formula and its accuracy).
 
-A tile is 128 query rows of one (batch, head). The grid is persistent, one program per SM
-taking tile after tile: round-robin for full attention, and under a causal mask each tile to
-the first program to ask (a counter in global memory), longest first. Each
-program runs three partitions:
-- a producer warp (24 registers) that loads each tile's two 64-row Q tiles and streams its K
+A tile is 128 query rows of one (batch, head), 192 for full attention at head dim 64
+(`tile_config`). The grid is persistent, one program per SM taking tile after tile:
+round-robin for full attention, and under a causal mask each tile to the first program to ask
+(a counter in global memory), longest first. Each program runs its partitions:
+- a producer warp (24 registers) that loads each tile's 64-row Q tiles and streams its K
   and V blocks through a ring of STAGES shared-memory buffers by TMA, each buffer guarded by a
-  "ready" mbarrier (TMA bytes landed) and an "empty" one (both consumers done with it);
+  "ready" mbarrier (TMA bytes landed) and an "empty" one (every consumer done with it);
 - two consumer warpgroups of 64 rows each (the default partition and a worker, 240 registers
-  each through setmaxnreg), each running the online softmax over all key blocks.
+  each through setmaxnreg), three at D=64 full attention (160 registers each), each running
+  the online softmax over all key blocks.
 Two overlaps keep the tensor cores busy:
-- inter-warpgroup ping-pong: a pair of mbarriers passes a turn between the consumers, and a
+- inter-warpgroup ping-pong: one mbarrier a consumer passes a turn round them in order, and a
   warpgroup issues its products for a block only on its turn, so one warpgroup's products run
-  while the other does its softmax (exp2 and row reductions on the multi-function units);
+  while the others do their softmax (exp2 and row reductions on the multi-function units);
 - intra-warpgroup: in iteration j a warpgroup issues S(j) = Q K(j)^T and then O += P(j-1) V(j-1),
   waits for S(j) alone (wgmma wait with one group still pending), and computes block j's
   softmax while P(j-1) V(j-1) still runs.
@@ -56,21 +57,33 @@ from .common import _softcap_tanh, _tile, _tma_view, _walk, _wgmma_layout, _wind
 
 LN2 = 0.6931471805599453
 ROWS_PER_WARPGROUP = 64      # wgmma's M per warpgroup: 4 warps x 16 rows
-ROWS_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP
 HEAD_DIMS = (64, 128, 256)
-# Registers per thread: 64K per SM over (4 + 4 + 4) warps' threads, the producer's warp
-# padded to a warpgroup by setmaxnreg: (240 + 240 + 24) * 128 = 64,512 <= 65,536.
+# Registers per thread: 64K per SM over the consumer warpgroups' threads and the producer's
+# warp, padded to a warpgroup by setmaxnreg: with two consumers (240 + 240 + 24) * 128 and with
+# three (160 * 3 + 24) * 128, both 64,512 <= 65,536.
 CONSUMER_REGS = 240
+CONSUMER_REGS_OF_THREE = 160
 PRODUCER_REGS = 24
 
 
 @functools.lru_cache(maxsize=None)
-def tile_config(head_dim: int) -> tuple[int, int]:
-    """(BLOCK_N, STAGES) for a head dim. Shared memory holds Q (128 x D, reused for O) and
-    STAGES buffers of K and V (BLOCK_N x D each), within Hopper's 227 KB:
-    D=64: 16 KB + 2 x 32 KB (a third buffer measured slower); D=128: 32 KB + 2 x 64 KB; D=256: 64 KB + 2 x 64 KB (64-key blocks,
-    so that S (32 registers) beside O (128) and P fit the 240-register budget)."""
-    return {64: (128, 2), 128: (128, 2), 256: (64, 2)}[head_dim]
+def tile_config(head_dim: int, causal: bool) -> tuple[int, int, int]:
+    """(BLOCK_N, STAGES, CONSUMERS) for a head dim and mask: a tile is CONSUMERS x 64 query rows,
+    one 64-row warpgroup each. Shared memory holds Q (reused for O) and STAGES buffers of K and
+    V (BLOCK_N x D each), within Hopper's 227 KB: D=128: 32 KB + 2 x 64 KB; D=256: 64 KB + 2 x
+    64 KB (64-key blocks, so that S (32 registers) beside O (128) and P fit the 240-register
+    budget). D=64 full attention: three consumers (24 KB + 2 x 32 KB): a 128-key block's
+    products are as short as its softmax there, so each warpgroup's softmax runs under the
+    other two's products (160 registers each: S 64, O 32, P twice 32). Causal D=64 keeps two:
+    a 192-row tile walks more of the diagonal's masked keys and its masked blocks spill at 160
+    registers (BENCHMARKS.md has both measured)."""
+    consumers = 3 if head_dim == 64 and not causal else 2
+    return {64: (128, 2, consumers), 128: (128, 2, 2), 256: (64, 2, 2)}[head_dim]
+
+
+def consumer_regs(consumers: int) -> int:
+    """Registers of each consumer warpgroup's threads (setmaxnreg) with this many consumers."""
+    return {2: CONSUMER_REGS, 3: CONSUMER_REGS_OF_THREE}[consumers]
 
 
 # ---------------------------------------------------------------------------------------
@@ -118,9 +131,10 @@ def _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_re
     # Tile t's loads (c: K/V blocks loaded before it, ti: tiles before it); returns c after it.
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    CONSUMERS: gl.constexpr = q_smem.shape[0]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
-    b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
-    lo, _ = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
+    b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N)
+    lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     count = n_kv - lo
     hk = h // GROUP
     # The tile's first K/V blocks go before its Q, whose buffer holds the previous tile's
@@ -129,7 +143,7 @@ def _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_re
     for j in range(n_pre):
         _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, lo + j)
         _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, lo + j)
-    for w in gl.static_range(2):
+    for w in gl.static_range(CONSUMERS):
         mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
         if DYNAMIC:
             _post_tile(tile_ids, w, t)
@@ -157,7 +171,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
                               v_ready, k_empty, v_empty, tile_ids, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)
             ti += 1
             t = _warp_increment(sched)
-        for w in gl.static_range(2):    # no tile left: each consumer gets t >= n_tiles and stops
+        CONSUMERS: gl.constexpr = q_smem.shape[0]
+        for w in gl.static_range(CONSUMERS):    # no tile left: each consumer gets t >= n_tiles and stops
             mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
             _post_tile(tile_ids, w, t)
             mbarrier.arrive(q_ready.index(w), count=1)
@@ -224,8 +239,19 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, 
 
 
 @gluon.jit
+def _wait_turn(my_turn, c, WG: gl.constexpr):
+    # The turn goes round the consumer warpgroups in order, each wait needing the previous
+    # one's arrive, so its parity is the issue count's: warpgroup 0 finds its first turn free,
+    # the others wait for theirs.
+    if WG == 0:
+        mbarrier.wait(my_turn, (c & 1) ^ 1)
+    else:
+        mbarrier.wait(my_turn, c & 1)
+
+
+@gluon.jit
 def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                    my_turn, other_turn, WG: gl.constexpr, row0, Nk, qk_scale, MASKED: gl.constexpr,
+                    my_turn, next_turn, WG: gl.constexpr, row0, Nk, qk_scale, MASKED: gl.constexpr,
                     CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     # Key block j of a tile, not its first (c: this block counted over the program's tiles):
     # S(j) and P(j-1) V(j-1) in flight together, softmax(j) under the latter.
@@ -240,13 +266,11 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
     sp = (c - 1) % STAGES
     mbarrier.wait(k_ready.index(s), (c // STAGES) & 1)
     mbarrier.wait(v_ready.index(sp), ((c - 1) // STAGES) & 1)
-    # The turn alternates strictly (each wait needs the other warpgroup's arrive), so its
-    # parity is the issue count's: warpgroup 0 finds its first turn free, warpgroup 1 waits.
-    mbarrier.wait(my_turn, (c & 1) ^ (1 - WG))
+    _wait_turn(my_turn, c, WG)
     qk = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
                        use_acc=False, is_async=True)
     acc = warpgroup_mma(pb, v_bufs.index(sp), acc, is_async=True)
-    mbarrier.arrive(other_turn, count=1)
+    mbarrier.arrive(next_turn, count=1)
     qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk, ))
     mbarrier.arrive(k_empty.index(s), count=1)
     p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS,
@@ -261,8 +285,8 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
 
 
 @gluon.jit
-def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                   v_empty, my_turn, other_turn, o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
+def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready,
+                   v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
                    SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
@@ -276,15 +300,15 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
     # The walk: key blocks [lo, n_kv), of which [lo, edge) hold the left window's edge,
     # [edge, band) are whole for every row and [band, n_kv) hold the diagonal and the ragged
     # tail (edge and band counted from lo).
-    lo, edge, band, first_whole, count = _walk(m0, n_kv, n_full, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
+    lo, edge, band, first_whole, count = _walk(m0, n_kv, n_full, WINDOW_LEFT, ROWS, BLOCK_N)
 
     # Block lo: S alone, then its softmax (masked unless whole).
     s0 = c % STAGES
     mbarrier.wait(k_ready.index(s0), (c // STAGES) & 1)
-    mbarrier.wait(my_turn, (c & 1) ^ (1 - WG))
+    _wait_turn(my_turn, c, WG)
     qk = warpgroup_mma(q, k_bufs.index(s0).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
                        use_acc=False, is_async=True)
-    mbarrier.arrive(other_turn, count=1)
+    mbarrier.arrive(next_turn, count=1)
     qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
     mbarrier.arrive(k_empty.index(s0), count=1)
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
@@ -300,15 +324,15 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
 
     for j in range(1, edge):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
-                                            k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
+                                            k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
                                             True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
     for j in range(gl.maximum(edge, 1), band):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
-                                            k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
+                                            k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
                                             False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
     for j in range(gl.maximum(band, 1), count):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
-                                            k_empty, v_empty, my_turn, other_turn, WG, row0, Nk, qk_scale,
+                                            k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
                                             True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
 
     # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
@@ -330,16 +354,17 @@ def _consumer_tile(WG: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_buf
 
 
 @gluon.jit
-def _consume_tile(WG: gl.constexpr, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
+def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready,
+                  k_empty, v_empty, turn,
                   o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
                   SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
     BLOCK_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
-    b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
-    lo, _ = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
-    _consumer_tile(WG, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                   turn.index(WG), turn.index(1 - WG), o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS,
+    b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N)
+    lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
+    _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
+                   v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS,
                    SOFTCAP, WINDOW_LEFT)
     tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
     mbarrier.arrive(q_empty.index(WG), count=1)
@@ -357,6 +382,7 @@ def _posted_tile(tile_ids, WG: gl.constexpr):
 def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
               turn, tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
               SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+    CONSUMERS: gl.constexpr = q_smem.shape[0]
     q = q_smem.index(WG)
     c = 0
     ti = 0
@@ -364,16 +390,16 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         mbarrier.wait(q_ready.index(WG), 0)
         t = _posted_tile(tile_ids, WG)
         while t < n_tiles:
-            c = _consume_tile(WG, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
-                              LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+            c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
+                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
             ti += 1
             mbarrier.wait(q_ready.index(WG), ti & 1)
             t = _posted_tile(tile_ids, WG)
     else:
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             mbarrier.wait(q_ready.index(WG), ti & 1)
-            c = _consume_tile(WG, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty, turn, o_desc,
-                              LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+            c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
+                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
             ti += 1
 
 
@@ -394,18 +420,28 @@ def _consumer1(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_emp
 
 
 @gluon.jit
+def _consumer2(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
+               LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
+               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+    _consumer(2, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
+              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
+
+
+@gluon.jit
 def _attn_fwd_kernel(
     # tensor descriptors of the whole (B, H, N, D) q, k, v, o; LSE: (B, H, Nq) float32;
     # SCHED: DYNAMIC's two int32 counters (tiles handed out, programs done), zero at launch and
     # left at zero (unused otherwise)
     q_desc, k_desc, v_desc, o_desc, LSE, SCHED,
     # shapes and scale (GROUP = query heads per kv head; qk_scale = scale * log2 e, or with a
-    # softcap c scale / c); tiles: n_m row blocks of 128 per head, n_tiles = n_m * H * B, taken
-    # round-robin by the programs, or with DYNAMIC each by the first program to ask
+    # softcap c scale / c); tiles: n_m row blocks of CONSUMERS x 64 per head, n_tiles = n_m * H * B,
+    # taken round-robin by the programs, or with DYNAMIC each by the first program to ask
     Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles,
-    # meta (SOFTCAP: the cap c, 0 for none; WINDOW_LEFT: a causal mask's left window, -1 for none)
+    # meta (SOFTCAP: the cap c, 0 for none; WINDOW_LEFT: a causal mask's left window, -1 for none;
+    # CONSUMERS: 64-row consumer warpgroups, 2 or 3, with CONSUMER_REGS registers each)
     CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-    DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -415,36 +451,56 @@ def _attn_fwd_kernel(
 
     smem_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
     kv_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-    q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], smem_2d)
+    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_DIM], smem_2d)
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
-    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     # DYNAMIC: each consumer warpgroup's next tile, posted by the producer (one value, 32 copies)
-    tile_ids = gl.allocate_shared_memory(gl.int32, [2, 32], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    for i in gl.static_range(2):
+    tile_ids = gl.allocate_shared_memory(gl.int32, [CONSUMERS, 32], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    for i in gl.static_range(CONSUMERS):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(q_empty.index(i), count=1)
         mbarrier.init(turn.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)   # released by both consumer warpgroups
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)   # released by every consumer warpgroup
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
 
-    gl.warp_specialize([
-        (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
-                      o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)),
-        (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
-                      o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)),
-        (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                     v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
-    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    # Each partition's arguments written out in both calls: held in a variable, a tuple of
+    # arguments does not carry the constexprs into the partitions (tried, with gl.constexpr too).
+    if CONSUMERS == 3:
+        gl.warp_specialize([
+            (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          DYNAMIC)),
+            (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          DYNAMIC)),
+            (_consumer2, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          DYNAMIC)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
+                         v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.static_assert(CONSUMERS == 2)
+        gl.warp_specialize([
+            (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          DYNAMIC)),
+            (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          DYNAMIC)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
+                         v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 # ---------------------------------------------------------------------------------------
@@ -500,7 +556,7 @@ def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = Fa
     Hkv, Nk = k.shape[1], k.shape[2]
     if D not in HEAD_DIMS or k.shape[3] != D or v.shape[3] != D:
         return f"head dim {D}: the Gluon forward has kernels for {', '.join(map(str, HEAD_DIMS))}"
-    if Hkv < 1 or H % Hkv or Nk < 1 or B < 1 or Nq < 1 or cdiv(Nq, ROWS_PER_PROGRAM) * H * B >= 2**31:
+    if Hkv < 1 or H % Hkv or Nk < 1 or B < 1 or Nq < 1 or cdiv(Nq, 2 * ROWS_PER_WARPGROUP) * H * B >= 2**31:
         return "empty sequences, a head count not a multiple of the kv heads', or 2^31 tiles or more"
     if scale is not None and not math.isfinite(scale):
         return f"scale {scale} is not finite"
@@ -529,10 +585,10 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     `tritonkit.gluon.compile` compiles for sm_90 without a GPU. softcap: the cap c, 0 for none;
     window_left: causal only, keys j >= i - window_left (-1: none)."""
     B, H, Nq, D = q.shape
-    block_n, stages = tile_config(D)
-    n_m = cdiv(Nq, ROWS_PER_PROGRAM)
+    block_n, stages, consumers = tile_config(D, bool(causal))
+    n_m = cdiv(Nq, consumers * ROWS_PER_WARPGROUP)
     n_tiles = n_m * H * B
-    # One program per SM (one fits: 240+240+24 registers x 128 threads), each taking tile after
+    # One program per SM (one fits: the register budgets above sum to 64,512), each taking tile after
     # tile, so a program's next K/V blocks load under its last tile's epilogue. Full attention:
     # round-robin, its tiles being of one length. Causal: tiles of unequal length, handed out
     # longest first to whichever program asks first (DYNAMIC; notes/gluon_attention.md has the
@@ -544,7 +600,8 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
             _descriptor(o, ROWS_PER_WARPGROUP), lse, sched, Nq, k.shape[2], H, H // k.shape[1],
             kernel_qk_scale(scale, softcap), n_m, n_tiles)
     kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left),
-                  DYNAMIC=dynamic, STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+                  DYNAMIC=dynamic, STAGES=stages, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs(consumers),
+                  PRODUCER_REGS=PRODUCER_REGS,
                   num_warps=4)
     grid = (min(n_tiles, _num_sms(q.device)),)
     return grid, args, kwargs

@@ -23,18 +23,18 @@ def _tma_view(buf, desc):
 
 
 @gluon.jit
-def _tile(t, n_m, H, Nk, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    # Tile t -> (b, h, first row m0, key blocks n_kv, unmasked key blocks n_full). Row blocks
-    # of one head are consecutive tiles, so programs running together share K and V in L2;
-    # causal tiles go longest first within a head.
+def _tile(t, n_m, H, Nk, CAUSAL: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+    # Tile t of ROWS query rows -> (b, h, first row m0, key blocks n_kv, unmasked key blocks
+    # n_full). Row blocks of one head are consecutive tiles, so programs running together
+    # share K and V in L2; causal tiles go longest first within a head.
     hb = t // n_m
     pid_m = t % n_m
     if CAUSAL:
         pid_m = n_m - 1 - pid_m
-    m0 = pid_m * (2 * BLOCK_M)
+    m0 = pid_m * ROWS
     # Key blocks [0, n_full) are visible to every row of the tile; [n_full, n_kv) need masks.
     if CAUSAL:
-        n_kv = gl.cdiv(gl.minimum(Nk, m0 + 2 * BLOCK_M), BLOCK_N)
+        n_kv = gl.cdiv(gl.minimum(Nk, m0 + ROWS), BLOCK_N)
         n_full = gl.minimum(m0 + 1, Nk) // BLOCK_N
     else:
         n_kv = gl.cdiv(Nk, BLOCK_N)

@@ -275,7 +275,7 @@ def _partitions(ttgir: str, ptx: str, fn: Any) -> list[Partition]:
     default_warps = re.search(r'"ttg.num-warps" = (\d+)', ttgir)
     entry = re.search(r"barrier\.sync\s+1;\s*setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);\s*"
                       r"barrier\.sync\s+1;", ptx)
-    names = _partition_functions(fn)
+    names = _partition_functions(fn, len(worker_warps) + 1)
     names += [f"partition{i}" for i in range(len(names), len(worker_warps) + 1)]
     parts = [Partition(names[0], "default", int(default_warps.group(1)) if default_warps else 4,
                        int(entry.group(1)) if entry else None)]
@@ -284,9 +284,10 @@ def _partitions(ttgir: str, ptx: str, fn: Any) -> list[Partition]:
     return parts
 
 
-def _partition_functions(fn: Any) -> list[str]:
-    """The functions named by the first gl.warp_specialize([(f, args), ...], ...) call in the
-    kernel's Python source, in order (the first is the default partition's)."""
+def _partition_functions(fn: Any, count: int) -> list[str]:
+    """The functions named by the kernel's gl.warp_specialize([(f, args), ...], ...) call of
+    `count` partitions (the first such call in its Python source; a kernel may hold one call
+    per constexpr branch), in order (the first is the default partition's)."""
     import ast
     import inspect
     import textwrap
@@ -297,6 +298,8 @@ def _partition_functions(fn: Any) -> list[str]:
     for node in ast.walk(tree):
         if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "warp_specialize"
                 and node.args and isinstance(node.args[0], (ast.List, ast.Tuple))):
-            return [ast.unparse(item.elts[0]) for item in node.args[0].elts
-                    if isinstance(item, ast.Tuple) and item.elts]
+            names = [ast.unparse(item.elts[0]) for item in node.args[0].elts
+                     if isinstance(item, ast.Tuple) and item.elts]
+            if len(names) == count:
+                return names
     return []

@@ -18,7 +18,7 @@ def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_buf
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
-    b, h, m0, n_kv, n_full = _tile(gl.program_id(0), n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+    b, h, m0, n_kv, n_full = _tile(gl.program_id(0), n_m, H, Nk, CAUSAL, 2 * BLOCK_M, BLOCK_N)
     lo, _ = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
     hk = h // GROUP
     for w in gl.static_range(2):
@@ -120,7 +120,7 @@ def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, rea
     s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
     acc_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
-    b, h, m0, n_kv, n_full = _tile(gl.program_id(0), n_m, H, Nk, CAUSAL, BLOCK_M, BLOCK_N)
+    b, h, m0, n_kv, n_full = _tile(gl.program_id(0), n_m, H, Nk, CAUSAL, 2 * BLOCK_M, BLOCK_N)
     row0 = m0 + WG * BLOCK_M
     q = q_smem.index(WG)
     do = do_smem.index(WG)

@@ -5,8 +5,8 @@ descriptor cannot read, packed sequences, explicit tiles, and windows other than
 mask's left one. Both take a softcap.
 
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
-the H200 (BENCHMARKS.md, "Attention on Hopper: Gluon and Triton paths"): the forward at head
-dims 128 and 256, the backward at head dim 128. Both paths give results within the same
+the H200 (BENCHMARKS.md): the forward at head dims 128 and 256, and at 64 for full attention
+without a softcap (its three-warpgroup tile); the backward at head dim 128. Both paths give results within the same
 rounding of the float64 reference and are deterministic; they are not bitwise equal to each
 other.
 
@@ -23,6 +23,7 @@ import torch
 from ..._launch import PathChoice
 
 GLUON_FORWARD_HEAD_DIMS = (128, 256)
+GLUON_FORWARD_FULL_HEAD_DIMS = (64,)     # full attention without a softcap only
 GLUON_BACKWARD_HEAD_DIMS = (128,)
 
 
@@ -51,9 +52,13 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
     cannot take the call)."""
     if gluon is False:
         return _chosen("forward", False, "gluon=False forces the Triton kernels")
-    if gluon is None and q.shape[-1] not in GLUON_FORWARD_HEAD_DIMS:
-        return _chosen("forward", False, f"head dim {q.shape[-1]}: the Gluon forward is chosen at head dims "
-                       f"{_dims(GLUON_FORWARD_HEAD_DIMS)}, where it measured faster")
+    full = not flags[0] and not flags[3]
+    if gluon is None and q.shape[-1] not in GLUON_FORWARD_HEAD_DIMS and not (
+            full and q.shape[-1] in GLUON_FORWARD_FULL_HEAD_DIMS):
+        return _chosen("forward", False, f"head dim {q.shape[-1]}{'' if full else ' with a mask or softcap'}: the "
+                       f"Gluon forward is chosen at head dims {_dims(GLUON_FORWARD_HEAD_DIMS)}, and "
+                       f"{_dims(GLUON_FORWARD_FULL_HEAD_DIMS)} for full attention without a softcap, where it "
+                       "measured faster")
     from ...gluon import attention_fwd as kernels
     refused = (_plain(flags, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if flags[0] else None)
                or kernels.refusal(q, k, v, flags[0], scale))
