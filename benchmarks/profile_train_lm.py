@@ -1,5 +1,5 @@
-"""Where a step of `examples/train_lm.py` (its defaults) goes, for tritonkit's attention and for
-SDPA in the same layer (developer tool, GPU):
+"""Where an eager step of `examples/train_lm.py` (its defaults with `--no-cuda-graph`) goes, for
+tritonkit's attention and for SDPA in the same layer (developer tool, GPU):
     PYTHONPATH=src python3 benchmarks/profile_train_lm.py [--steps 5]
 
 For each backend: the step time with a sync at each end (as the example times it), the GPU's
@@ -14,7 +14,6 @@ import time
 
 os.environ.setdefault("TRITONKIT_AUTOTUNE", "0")
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import tritonkit  # noqa: E402
@@ -41,17 +40,12 @@ def main():
     for name, cls in backends.items():
         torch.manual_seed(0)
         model = ex.LM(vocab, seq, dim, layers, heads, kv_heads, cls).to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        # the example's own step, run eagerly: what the profile is about is each op's host time
+        step_fn = ex.Step(model, argparse.Namespace(lr=1e-3), device, graphed=False)
         seqs = next(ex.markov_batches(1, batch, seq + 1, vocab, 0, device))
 
         def step():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                logits = model(seqs[:, :-1])
-            loss = F.cross_entropy(logits[:, 1:].float().reshape(-1, vocab), seqs[:, 2:].reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            return loss.item()
+            return step_fn(seqs)
 
         for _ in range(10):
             step()
