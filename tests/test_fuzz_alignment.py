@@ -41,9 +41,10 @@ def fuzz(examples: int):
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def fuzz_eps(dtype: torch.dtype, gradient: bool = False) -> float:
+def fuzz_eps(dtype: torch.dtype, gradient: bool = False, truncations: float = 1.0) -> float:
     """`_tolerance.eps_for`, at least one rounding of the dtype (its unit roundoff), and for
-    bf16 under the interpreter one bf16 ulp (2**-7).
+    bf16 under the interpreter one bf16 ulp (2**-7) for each truncation the result may carry
+    (`Comparison.truncations`).
 
     One rounding: the fuzz draws tiny outputs (31 two-term dot products, say), where torch's
     own error is a noisy yardstick. Both results round an intermediate (gated_linear's h) and
@@ -54,10 +55,13 @@ def fuzz_eps(dtype: torch.dtype, gradient: bool = False) -> float:
     The interpreter's fp32 -> bf16 casts truncate, and a truncated result is off by up to one
     ulp per element. When the output is dominated by a few large entries (a peaked softmax
     row) the relative error of the whole tensor gets close to that bound (7.1e-3 seen for a
-    781-long row at 3x randn, where the result was bit-for-bit the truncated fp32 softmax)."""
+    781-long row at 3x randn, where the result was bit-for-bit the truncated fp32 softmax).
+    A sum of truncated terms carries each term's error, all toward zero, amplified by the sum's
+    condition number: gated_linear's 13-term dot product of truncated h with a condition number
+    of about 4 read 2.0e-2 against torch's 7.8e-4."""
     eps = max(eps_for(dtype, gradient=gradient), torch.finfo(dtype).eps / 2)
     if dtype == torch.bfloat16 and tritonkit.INTERPRETED:
-        eps = max(eps, 2.0 ** -7)
+        eps = max(eps, 2.0 ** -7 * truncations)
     return eps
 
 
@@ -87,7 +91,8 @@ def test_fuzz(op_name, case):
     def one_example(data):
         for compared in case.run(FuzzInputs(HypothesisDraw(data), DEVICE, ON_GPU)):
             assert_close_to_reference(compared.ours, compared.reference, compared.torch,
-                                      eps=fuzz_eps(compared.precision or compared.ours.dtype, compared.gradient),
+                                      eps=fuzz_eps(compared.precision or compared.ours.dtype, compared.gradient,
+                                                   compared.truncations),
                                       what=f"{op_name} {case.name}: {compared.what}")
 
     one_example()

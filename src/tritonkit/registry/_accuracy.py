@@ -28,6 +28,11 @@ class Comparison:
     # The narrowest dtype the result was computed from, where narrower than its own (a float32
     # weight gradient of bfloat16 activations): the tolerance follows it.
     precision: torch.dtype | None = None
+    # Roundings of the result's dtype it may carry where casts truncate (Triton's interpreter
+    # truncates float32 -> bfloat16): 1 for a cast result; a sum of terms each cast first (an
+    # intermediate rounded before a product) carries 1 + the sum's condition number
+    # ||sum |terms||| / ||sum terms||, each term's truncation, all of one sign, amplified by it.
+    truncations: float = 1.0
 
 
 def mismatch(out: torch.Tensor, ref: torch.Tensor) -> str | None:
@@ -40,6 +45,17 @@ def mismatch(out: torch.Tensor, ref: torch.Tensor) -> str | None:
     if not torch.equal(out64[infinite], ref64[infinite]) or not torch.isfinite(out64[torch.isfinite(ref64)]).all():
         return "infinities differ from the reference"
     return None
+
+
+def condition(magnitudes: torch.Tensor, ref: torch.Tensor) -> float:
+    """||magnitudes|| / ||ref|| over the entries where ref is finite, for a ref that sums terms
+    and magnitudes the same sums of their absolute values: how much the sums amplify an error
+    relative to each term. ||magnitudes|| alone where ref is all zero (`relative_error` then
+    measures the absolute error)."""
+    finite = torch.isfinite(ref)
+    scale = ref[finite].double().norm().item()
+    size = magnitudes[finite].double().norm().item()
+    return size / scale if scale > 0 else size
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:

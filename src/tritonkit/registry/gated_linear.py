@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from ..ops.gated import SILU, _gated_bwd_checked, swiglu, swiglu_reference
-from ..ops.gated_linear import gated_linear, gated_linear_reference
+from ..ops.gated_linear import _REFERENCE_ACTIVATIONS, gated_linear, gated_linear_reference
 from . import BenchCase, InspectRequest, OpEntry
-from ._accuracy import Comparison
+from ._accuracy import Comparison, condition
 from ._fuzz import FuzzCase, FuzzInputs, compare_gradients, compare_outputs, describe
 from ._inputs import peer_compile
 from ._peers import liger
@@ -91,7 +91,8 @@ def _sample(device: torch.device) -> tuple:
 
 def _fuzz_draw(inputs: FuzzInputs):
     """gate and up (separate, or one packed tensor) as swiglu's fuzz draws them, a weight of an
-    edge number of rows at its own layout, a bias or none, and an activation."""
+    edge number of rows at its own layout, a bias or none, and an activation: (the tensors, ours
+    and the reference bound to the activation, a description, the activation)."""
     tensors = _fuzz_inputs(inputs)
     gate = tensors["gate"]
     width = gate.shape[-1] // (1 if "up" in tensors else 2)
@@ -106,18 +107,28 @@ def _fuzz_draw(inputs: FuzzInputs):
                                                                           activation=activation, **upcast)
 
     note = " ".join([activation] + [f"{name} {describe(t)}" for name, t in tensors.items()])
-    return tensors, bind(gated_linear), bind(gated_linear_reference), note
+    return tensors, bind(gated_linear), bind(gated_linear_reference), note, activation
 
 
 def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
-    tensors, ours, reference, note = _fuzz_draw(inputs)
+    tensors, ours, reference, note, activation = _fuzz_draw(inputs)
     out = ours(**tensors)
     assert out.dtype == tensors["gate"].dtype and out.is_contiguous(), f"out: {out.dtype} {out.stride()}"
-    return compare_outputs(note, ("out",), out, reference(**tensors, upcast=True), reference(**tensors, upcast=False))
+    ref = reference(**tensors, upcast=True)
+    (compared,) = compare_outputs(note, ("out",), out, ref, reference(**tensors, upcast=False))
+    # h is cast to the inputs' dtype before its product with the weight, as torch's is: each of
+    # its terms carries a rounding, which the product's cancellation amplifies.
+    gate, up = tensors["gate"], tensors.get("up")
+    gate, up = gate.chunk(2, dim=-1) if up is None else (gate, up)
+    h = _REFERENCE_ACTIVATIONS[activation](gate.double()) * up.double()
+    bias = tensors.get("bias")
+    magnitudes = F.linear(h.abs(), tensors["weight"].double().abs(), None if bias is None else bias.double().abs())
+    compared.truncations = 1.0 + condition(magnitudes, ref)
+    return [compared]
 
 
 def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
-    tensors, ours, reference, note = _fuzz_draw(inputs)
+    tensors, ours, reference, note, _ = _fuzz_draw(inputs)
     gate = tensors["gate"]
     shape = (*gate.shape[:-1], tensors["weight"].shape[0])
     upstream = inputs.view(shape, gate.dtype)
