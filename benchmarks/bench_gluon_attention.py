@@ -26,6 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tritonkit._counters import zeroed_counters
 from tritonkit.gluon import attention_fwd as gluon_fwd
+from tritonkit.gluon.host import num_sms
 from tritonkit.ops.attention import attention_fwd
 
 CASES = [  # (B, H, N, D, causal)
@@ -55,7 +56,7 @@ def gluon_variant(q, k, v, causal, stages=None, schedule=None):
     if schedule is not None:
         n_tiles = args[-1]
         kwargs = dict(kwargs, DYNAMIC=schedule == "dynamic")
-        grid = (n_tiles,) if schedule == "tile a program" else (min(n_tiles, gluon_fwd._num_sms(q.device)),)
+        grid = (n_tiles,) if schedule == "tile a program" else (min(n_tiles, num_sms(q.device)),)
         if schedule == "dynamic" and args[5].dtype != torch.int32:   # full attention passes lse there
             args = (*args[:5], zeroed_counters(q.device), *args[6:])
     return lambda: gluon_fwd._attn_fwd_kernel[grid](*args, **kwargs)

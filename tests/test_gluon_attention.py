@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tritonkit._counters import zeroed_counters
-from tritonkit.gluon import attention_fwd as gluon_fwd
+from tritonkit.gluon import attention_fwd as gluon_fwd, host
 from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT, compile_sm90
 from tritonkit.ops.attention import attention_fwd, attention_reference
 
@@ -74,13 +74,13 @@ def _check_structure(kernel, D, spill_bound=0, causal=True):
     # The default partition (consumer warpgroup 0) and workers: the other 4-warp consumers and
     # the 1-warp producer, with the register budgets that sum within 64K per SM.
     consumers = gluon_fwd.tile_config(D, causal)[2]
-    regs = gluon_fwd.consumer_regs(consumers)
+    regs = host.consumer_regs(consumers)
     assert "ttg.warp_specialize" in ttgir
     assert re.findall(r"num_warps\((\d+)\)", ttgir) == ["4"] * (consumers - 1) + ["1"]
     assert f"requestedRegisters = array<i32: {', '.join([str(regs)] * (consumers - 1))}, 24>" in ttgir
     budgets = {n for _, n in kernel.setmaxnreg()}
-    assert {regs, gluon_fwd.PRODUCER_REGS} <= budgets
-    assert (regs * consumers + gluon_fwd.PRODUCER_REGS) * 128 <= 65536
+    assert {regs, host.PRODUCER_REGS} <= budgets
+    assert (regs * consumers + host.PRODUCER_REGS) * 128 <= 65536
     # S(j) is retired while P(j-1) V(j-1) stays in flight: a wait with one group pending.
     waits = kernel.wgmma_waits()
     assert 1 in waits and 0 in waits

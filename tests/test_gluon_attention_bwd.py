@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tritonkit.gluon import attention_bwd as gluon_bwd
-from tritonkit.gluon import attention_fwd as gluon_fwd
+from tritonkit.gluon import host
 from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT, compile_sm90
 from tritonkit.ops.attention import attention_bwd, attention_fwd, attention_reference
 
@@ -66,7 +66,7 @@ def _check_structure(compiled, kernel, D):
     assert "ttg.warp_specialize" in ttgir
     assert re.findall(r"num_warps\((\d+)\)", ttgir) == ["4", "1"]
     assert "requestedRegisters = array<i32: 240, 24>" in ttgir
-    assert {gluon_fwd.CONSUMER_REGS, gluon_fwd.PRODUCER_REGS} <= {n for _, n in compiled.setmaxnreg()}
+    assert {host.CONSUMER_REGS, host.PRODUCER_REGS} <= {n for _, n in compiled.setmaxnreg()}
     # A wait with one group pending: dK/dV retires S^T while dP^T runs (then dP^T while dV's
     # product runs); dQ retires S(j), dP(j) while dS(j-1) K(j-1) runs.
     waits = compiled.wgmma_waits()

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from tritonkit import _launch
-from tritonkit.gluon import attention_fwd as gluon_fwd
+from tritonkit.gluon import attention_fwd as gluon_fwd, host
 from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT
 from tritonkit.inspector import compile_report, explain, format_report, main, record
 from tritonkit.registry import InspectRequest
@@ -37,7 +37,7 @@ def _by_launch(reports) -> dict:
 
 def _check_warp_specialized(report, spill_bound: int = 0, consumers: int = 2):
     assert report.language == "gluon" and report.path == "gluon", (report.kernel, report.path, report.path_reason)
-    consumer, producer = gluon_fwd.consumer_regs(consumers), gluon_fwd.PRODUCER_REGS
+    consumer, producer = host.consumer_regs(consumers), host.PRODUCER_REGS
     # The default partition and the workers before the last are 4-warp consumer warpgroups, the
     # last worker the 1-warp producer; whole warpgroups launch (registers move between them).
     # The default partition keeps what the workers leave of 64K registers (at or above theirs).

@@ -47,23 +47,16 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .._counters import zeroed_counters
 from .._launch import Launch, target_capability
 from .._layout import cdiv
 from ..ops.attention.scores import kernel_qk_scale
 from .common import _softcap_tanh, _tile, _tma_view, _walk, _wgmma_layout, _window_start
+from .host import GL_DTYPES, PRODUCER_REGS, ROWS_PER_WARPGROUP, consumer_regs, descriptor, num_sms, tma_refusal
 
-LN2 = 0.6931471805599453
-ROWS_PER_WARPGROUP = 64      # wgmma's M per warpgroup: 4 warps x 16 rows
 HEAD_DIMS = (64, 128, 256)
-# Registers per thread: 64K per SM over the consumer warpgroups' threads and the producer's
-# warp, padded to a warpgroup by setmaxnreg: with two consumers (240 + 240 + 24) * 128 and with
-# three (160 * 3 + 24) * 128, both 64,512 <= 65,536.
-CONSUMER_REGS = 240
-CONSUMER_REGS_OF_THREE = 160
-PRODUCER_REGS = 24
+
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,11 +72,6 @@ def tile_config(head_dim: int, causal: bool) -> tuple[int, int, int]:
     registers (BENCHMARKS.md has both measured)."""
     consumers = 3 if head_dim == 64 and not causal else 2
     return {64: (128, 2, consumers), 128: (128, 2, 2), 256: (64, 2, 2)}[head_dim]
-
-
-def consumer_regs(consumers: int) -> int:
-    """Registers of each consumer warpgroup's threads (setmaxnreg) with this many consumers."""
-    return {2: CONSUMER_REGS, 3: CONSUMER_REGS_OF_THREE}[consumers]
 
 
 # ---------------------------------------------------------------------------------------
@@ -507,38 +495,13 @@ def _attn_fwd_kernel(
 # Launcher
 # ---------------------------------------------------------------------------------------
 
-_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
-
-
-def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    """A descriptor of the whole (B, H, N, D) tensor read (or written) as (1, 1, rows, D) boxes."""
-    block = [1, 1, rows, t.shape[-1]]
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, _box_layout(rows, t.shape[-1], t.dtype))
-
-
-@functools.lru_cache(maxsize=None)
-def _box_layout(rows: int, head_dim: int, dtype: torch.dtype) -> gl.NVMMASharedLayout:
-    # Made once per box: building a layout costs tens of microseconds of host time, and a
-    # backward makes eleven descriptors a call.
-    return gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], _GL_DTYPES[dtype])
-
-
-def _tma_ready(t: torch.Tensor) -> bool:
-    """TMA's rules: 16-byte aligned base, unit innermost stride, other strides positive multiples
-    of 16 bytes below 2^40, dims below 2^32."""
-    if t.data_ptr() % 16 or t.stride(-1) != 1 or any(n >= 2**32 for n in t.shape):
-        return False
-    size = t.element_size()
-    return all(0 < s and s * size % 16 == 0 and s * size < 2**40 for s in t.stride()[:-1])
-
-
 def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
             scale: float | None = None) -> str | None:
     """Why `attention_fwd_gluon` cannot take these inputs (already validated by the Triton
     launcher's checks), or None where it can: the GPU that launches on q's device would run on
     must be Hopper (compute capability 9.0: the kernel uses wgmma and setmaxnreg, which sm_100
     does not have), the tensors float16/bfloat16 with head dim 64, 128 or 256, readable by TMA
-    in place (see `_tma_ready`), with a positive-length key sequence and fewer than 2^31 tiles
+    in place (see `tma_refusal`), with a positive-length key sequence and fewer than 2^31 tiles
     of 128 rows. The GPU is `_launch.target_capability`'s: the device's own, or the target the
     inspector records for (so it can show which path an input takes on an H100 from a CPU).
     Nothing here launches or synchronises."""
@@ -548,7 +511,7 @@ def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = Fa
     if capability != 90:
         return (f"{q.device.type} tensors run no compiled GPU kernel" if capability is None
                 else f"the GPU is sm_{capability}, not Hopper (sm_90)")
-    if q.dtype not in _GL_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+    if q.dtype not in GL_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
         return f"dtype {str(q.dtype).removeprefix('torch.')}: the Gluon kernels take float16 and bfloat16"
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return "q, k, v must be 4-d (B, H, N, D)"
@@ -561,16 +524,6 @@ def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = Fa
     if scale is not None and not math.isfinite(scale):
         return f"scale {scale} is not finite"
     return tma_refusal(q=q, k=k, v=v)
-
-
-def tma_refusal(**tensors: torch.Tensor) -> str | None:
-    """Why TMA cannot read one of these tensors in place (naming it), or None."""
-    for name, t in tensors.items():
-        if not _tma_ready(t):
-            where = (f"its data starts {t.data_ptr() % 16} bytes past a 16-byte boundary" if t.data_ptr() % 16
-                     else f"strides {tuple(t.stride())} are not TMA's (unit innermost, 16-byte multiples)")
-            return f"{name} cannot be read by TMA in place: {where}"
-    return None
 
 
 def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -588,30 +541,23 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     block_n, stages, consumers = tile_config(D, bool(causal))
     n_m = cdiv(Nq, consumers * ROWS_PER_WARPGROUP)
     n_tiles = n_m * H * B
-    # One program per SM (one fits: the register budgets above sum to 64,512), each taking tile after
-    # tile, so a program's next K/V blocks load under its last tile's epilogue. Full attention:
+    # One program per SM (one fits: `host`'s register budgets sum to 64,512), each taking tile
+    # after tile, so a program's next K/V blocks load under its last tile's epilogue. Full attention:
     # round-robin, its tiles being of one length. Causal: tiles of unequal length, handed out
     # longest first to whichever program asks first (DYNAMIC; notes/gluon_attention.md has the
     # schedules measured), through two of `_counters`' int32 counters, which start at zero and
     # which the kernel leaves at zero.
     dynamic = bool(causal)
     sched = zeroed_counters(q.device) if dynamic else lse
-    args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(k, block_n), _descriptor(v, block_n),
-            _descriptor(o, ROWS_PER_WARPGROUP), lse, sched, Nq, k.shape[2], H, H // k.shape[1],
+    args = (descriptor(q, ROWS_PER_WARPGROUP), descriptor(k, block_n), descriptor(v, block_n),
+            descriptor(o, ROWS_PER_WARPGROUP), lse, sched, Nq, k.shape[2], H, H // k.shape[1],
             kernel_qk_scale(scale, softcap), n_m, n_tiles)
     kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left),
                   DYNAMIC=dynamic, STAGES=stages, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs(consumers),
                   PRODUCER_REGS=PRODUCER_REGS,
                   num_warps=4)
-    grid = (min(n_tiles, _num_sms(q.device)),)
+    grid = (min(n_tiles, num_sms(q.device)),)
     return grid, args, kwargs
-
-
-@functools.lru_cache(maxsize=None)
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 132                      # compiling for sm_90 without a GPU: an H100/H200
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def attention_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,

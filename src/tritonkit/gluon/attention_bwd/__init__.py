@@ -53,7 +53,7 @@ import torch
 from ..._launch import Launch
 from ..._layout import cdiv
 from ...ops.attention.scores import kernel_qk_scale
-from ..attention_fwd import CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, _descriptor, tma_refusal
+from ..host import CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, descriptor, tma_refusal
 from .dkdv import _dkdv_kernel
 from .dq import _dq_kernel
 
@@ -90,9 +90,9 @@ def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     Hkv, Nk = k.shape[1], k.shape[2]
     block_m, stages, _, _ = tile_config(D)
     n_kb = cdiv(Nk, KEYS_PER_PROGRAM)
-    args = (_descriptor(q, block_m), _descriptor(do, block_m), _descriptor(k, ROWS_PER_WARPGROUP),
-            _descriptor(v, ROWS_PER_WARPGROUP), _descriptor(dk, ROWS_PER_WARPGROUP),
-            _descriptor(dv, ROWS_PER_WARPGROUP), lse, delta, Nq, H, Hkv, H // Hkv, kernel_qk_scale(scale, softcap),
+    args = (descriptor(q, block_m), descriptor(do, block_m), descriptor(k, ROWS_PER_WARPGROUP),
+            descriptor(v, ROWS_PER_WARPGROUP), descriptor(dk, ROWS_PER_WARPGROUP),
+            descriptor(dv, ROWS_PER_WARPGROUP), lse, delta, Nq, H, Hkv, H // Hkv, kernel_qk_scale(scale, softcap),
             scale, n_kb)
     kwargs = _meta(causal, softcap, window_left, stages)
     return (n_kb * Hkv * B, ), args, kwargs
@@ -107,8 +107,8 @@ def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     Hkv, Nk = k.shape[1], k.shape[2]
     _, _, block_n, stages = tile_config(D)
     n_m = cdiv(Nq, QUERIES_PER_PROGRAM)
-    args = (_descriptor(q, ROWS_PER_WARPGROUP), _descriptor(do, ROWS_PER_WARPGROUP), _descriptor(k, block_n),
-            _descriptor(v, block_n), _descriptor(dq, ROWS_PER_WARPGROUP), lse, delta, Nq, Nk, H, H // Hkv,
+    args = (descriptor(q, ROWS_PER_WARPGROUP), descriptor(do, ROWS_PER_WARPGROUP), descriptor(k, block_n),
+            descriptor(v, block_n), descriptor(dq, ROWS_PER_WARPGROUP), lse, delta, Nq, Nk, H, H // Hkv,
             kernel_qk_scale(scale, softcap), scale, n_m)
     kwargs = _meta(causal, softcap, window_left, stages)
     return (n_m * H * B, ), args, kwargs

@@ -22,30 +22,24 @@ def _has_tma(device: torch.device) -> bool:
 
 
 def _tma_ok(*tensors: torch.Tensor) -> bool:
-    """Whether these (B, H, N, D) operands can be read through tensor descriptors (TMA).
+    """Whether these (B, H, N, D) operands can be read through tensor descriptors (TMA): a
+    device that has it, and each operand's layout TMA's (`tma_layout_ok`). Views that start
+    inside a buffer (packed qkv at an odd offset) and rows of, say, 131 elements fail here, and
+    take the pointer path instead, silently."""
+    return all(_has_tma(t.device) and tma_layout_ok(t) for t in tensors)
 
-    TMA addresses a tensor by its base and a byte stride per dimension, and refuses on the
-    host (an AssertionError in TensorDescriptor, or an error when the driver encodes the
-    descriptor) a base that is not 16-byte aligned or a stride that is not a multiple of 16
-    bytes; the innermost stride must be 1. Views that start inside a buffer (packed qkv at an
-    odd offset) and rows of, say, 131 elements fail here, and take the pointer path instead,
-    silently. Also refused, to stay inside the hardware's documented range: strides of 0
-    (broadcast dims), of 2^40 bytes or more, and dims of 2^32 or more.
-    """
-    for t in tensors:
-        if not _has_tma(t.device) or t.data_ptr() % 16:
-            return False
-        size = t.element_size()
-        *outer, inner = t.stride()
-        if inner != 1:
-            return False
-        for n in t.shape:
-            if n >= 2**32:
-                return False
-        for s in outer:
-            if s <= 0 or s * size % 16 or s * size >= 2**40:
-                return False
-    return True
+
+def tma_layout_ok(t: torch.Tensor) -> bool:
+    """Whether TMA can address t in place. TMA addresses a tensor by its base and a byte stride
+    per dimension, and refuses on the host (an AssertionError in TensorDescriptor, or an error
+    when the driver encodes the descriptor) a base that is not 16-byte aligned or a stride that
+    is not a multiple of 16 bytes; the innermost stride must be 1. Also refused, to stay inside
+    the hardware's documented range: strides of 0 (broadcast dims), of 2^40 bytes or more, and
+    dims of 2^32 or more."""
+    if t.data_ptr() % 16 or t.stride(-1) != 1 or any(n >= 2**32 for n in t.shape):
+        return False
+    size = t.element_size()
+    return all(0 < s and s * size % 16 == 0 and s * size < 2**40 for s in t.stride()[:-1])
 
 
 def _use_tma(tma: bool | None, *tensors: torch.Tensor) -> bool:
