@@ -58,7 +58,6 @@ from .host import GL_DTYPES, PRODUCER_REGS, ROWS_PER_WARPGROUP, consumer_regs, d
 HEAD_DIMS = (64, 128, 256)
 
 
-
 @functools.lru_cache(maxsize=None)
 def tile_config(head_dim: int, causal: bool) -> tuple[int, int, int]:
     """(BLOCK_N, STAGES, CONSUMERS) for a head dim and mask: a tile is CONSUMERS x 64 query rows,
@@ -274,8 +273,8 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
 
 @gluon.jit
 def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready,
-                   v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
-                   SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                   v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, H, Nq, Nk, qk_scale,
+                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -343,17 +342,16 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
 
 @gluon.jit
 def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready,
-                  k_empty, v_empty, turn,
-                  o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-                  SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                  k_empty, v_empty, turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
     BLOCK_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N)
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                   v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS,
-                   SOFTCAP, WINDOW_LEFT)
+                   v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, H, Nq, Nk, qk_scale,
+                   CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
     tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
     mbarrier.arrive(q_empty.index(WG), count=1)
     return c + n_kv - lo
@@ -542,11 +540,11 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     n_m = cdiv(Nq, consumers * ROWS_PER_WARPGROUP)
     n_tiles = n_m * H * B
     # One program per SM (one fits: `host`'s register budgets sum to 64,512), each taking tile
-    # after tile, so a program's next K/V blocks load under its last tile's epilogue. Full attention:
-    # round-robin, its tiles being of one length. Causal: tiles of unequal length, handed out
-    # longest first to whichever program asks first (DYNAMIC; notes/gluon_attention.md has the
-    # schedules measured), through two of `_counters`' int32 counters, which start at zero and
-    # which the kernel leaves at zero.
+    # after tile, so a program's next K/V blocks load under its last tile's epilogue. Full
+    # attention: round-robin, its tiles being of one length. Causal: tiles of unequal length,
+    # handed out longest first to whichever program asks first (DYNAMIC; notes/gluon_attention.md
+    # has the schedules measured), through two of `_counters`' int32 counters, which start at
+    # zero and which the kernel leaves at zero.
     dynamic = bool(causal)
     sched = zeroed_counters(q.device) if dynamic else lse
     args = (descriptor(q, ROWS_PER_WARPGROUP), descriptor(k, block_n), descriptor(v, block_n),

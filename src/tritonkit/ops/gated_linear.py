@@ -49,11 +49,20 @@ def gated_linear_reference(gate: torch.Tensor, up: torch.Tensor | None, weight: 
                            upcast: bool = True) -> torch.Tensor:
     """F.linear(act(gate) * up, weight, bias) in float64 (upcast=True) or in torch's own
     arithmetic in the inputs' dtype (the eager peer); up None: gate holds [gate, up]."""
+    if upcast:
+        weight = weight.double()
+        bias = None if bias is None else bias.double()
+    return F.linear(gated_hidden_reference(gate, up, activation, upcast), weight, bias)
+
+
+def gated_hidden_reference(gate: torch.Tensor, up: torch.Tensor | None, activation: str = "silu",
+                           upcast: bool = True) -> torch.Tensor:
+    """h = act(gate) * up, the input of gated_linear's product, as `gated_linear_reference`
+    computes it (float64 with upcast; up None: gate holds [gate, up])."""
     gate, up = gate.chunk(2, dim=-1) if up is None else (gate, up)
     if upcast:
-        gate, up, weight = gate.double(), up.double(), weight.double()
-        bias = None if bias is None else bias.double()
-    return F.linear(_REFERENCE_ACTIVATIONS[activation](gate) * up, weight, bias)
+        gate, up = gate.double(), up.double()
+    return _REFERENCE_ACTIVATIONS[activation](gate) * up
 
 
 def _activation_code(activation: str) -> int:

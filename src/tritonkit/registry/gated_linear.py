@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ..ops.gated import SILU, _gated_bwd_checked, swiglu, swiglu_reference
-from ..ops.gated_linear import _REFERENCE_ACTIVATIONS, gated_linear, gated_linear_reference
+from ..ops.gated_linear import gated_hidden_reference, gated_linear, gated_linear_reference
 from . import BenchCase, InspectRequest, OpEntry
 from ._accuracy import Comparison, condition
 from ._fuzz import FuzzCase, FuzzInputs, compare_gradients, compare_outputs, describe
@@ -118,9 +118,7 @@ def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
     (compared,) = compare_outputs(note, ("out",), out, ref, reference(**tensors, upcast=False))
     # h is cast to the inputs' dtype before its product with the weight, as torch's is: each of
     # its terms carries a rounding, which the product's cancellation amplifies.
-    gate, up = tensors["gate"], tensors.get("up")
-    gate, up = gate.chunk(2, dim=-1) if up is None else (gate, up)
-    h = _REFERENCE_ACTIVATIONS[activation](gate.double()) * up.double()
+    h = gated_hidden_reference(tensors["gate"], tensors.get("up"), activation)
     bias = tensors.get("bias")
     magnitudes = F.linear(h.abs(), tensors["weight"].double().abs(), None if bias is None else bias.double().abs())
     compared.truncations = 1.0 + condition(magnitudes, ref)

@@ -6,9 +6,9 @@ mask's left one. Both take a softcap.
 
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
 the H200 (BENCHMARKS.md): the forward at head dims 128 and 256, and at 64 for full attention
-without a softcap (its three-warpgroup tile); the backward at head dim 128. Both paths give results within the same
-rounding of the float64 reference and are deterministic; they are not bitwise equal to each
-other.
+without a softcap (its three-warpgroup tile); the backward at head dim 128. Both paths give
+results within the same rounding of the float64 reference and are deterministic; they are not
+bitwise equal to each other.
 
 Each choice comes with its reason (`PathChoice`), which `tritonkit inspect` reports: the
 inspector records the launches on CPU tensors for an sm_90 target, and the Gluon kernels'
