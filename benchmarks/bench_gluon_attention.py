@@ -206,7 +206,7 @@ def main():
             ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         diff = (attention_fwd(q, k, v, causal, gluon=True)[0].float() - ref.float()).abs().max().item()
         variants = []
-        block_n, stages, _ = gluon_fwd.tile_config(D, causal)
+        block_n, stages = gluon_fwd.tile_config(D)
         alts = [(name, dict(schedule=name)) for name in ("tile a program", "round-robin", "dynamic")]
         alts += [(f"stages={alt}", dict(stages=alt)) for alt in (2, 3)
                  if alt != stages and 2 * alt * block_n * D * 2 + 2 * 64 * D * 2 <= 224 * 1024]

@@ -27,7 +27,9 @@ def _compiled(D: int, causal: bool, Nq: int = 333, Nk: int = 517, softcap: float
     v = torch.empty_like(k)
     o, lse = torch.empty_like(q), torch.empty(2, 4, Nq)
     grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, D ** -0.5, softcap, window_left)
-    return compile_sm90(gluon_fwd._attn_fwd_kernel, args, kwargs)
+    kernel = compile_sm90(gluon_fwd._attn_fwd_kernel, args, kwargs)
+    kernel.consumers = kwargs["CONSUMERS"]
+    return kernel
 
 
 # A causal mask's left window: its masked blocks also keep rows that have seen no key yet
@@ -44,7 +46,7 @@ def test_window_structure_for_sm90(D):
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_structure_for_sm90(D, causal):
     kernel = _compiled(D, causal)
-    _check_structure(kernel, D, causal=causal)
+    _check_structure(kernel, D)
     assert "tanh.approx" not in kernel.ptx          # the softcap's code is constexpr-guarded away
     # Causal tiles are handed out by a counter in global memory (the producer's atomic add; the
     # last program's exchange puts the counters back to zero); full attention's round-robin
@@ -54,6 +56,29 @@ def test_structure_for_sm90(D, causal):
         assert any(".add." in a for a in atomics) and any(".exch." in a for a in atomics)
     else:
         assert not atomics
+
+
+# The causal forward at D=64 takes three consumers from THREE_CONSUMERS_CAUSAL_ROWS rows; at 160
+# registers its masked blocks (the diagonal's) spill (108 bytes stored and loaded, ptxas sm_90),
+# measured faster than two consumers all the same (BENCHMARKS.md).
+CAUSAL_THREE_CONSUMERS_SPILL_BOUND = 112
+
+
+def test_consumer_count():
+    rows = gluon_fwd.THREE_CONSUMERS_CAUSAL_ROWS
+    assert gluon_fwd.consumer_count(64, False, 1) == 3
+    assert gluon_fwd.consumer_count(64, True, rows - 1) == 2
+    assert gluon_fwd.consumer_count(64, True, rows) == 3
+    assert gluon_fwd.consumer_count(64, False, 1, softcap=50.0) == 2
+    assert gluon_fwd.consumer_count(64, True, rows, window_left=100) == 2
+    assert gluon_fwd.consumer_count(128, False, rows) == 2 and gluon_fwd.consumer_count(256, True, rows) == 2
+
+
+def test_long_causal_structure_for_sm90():
+    Nq = gluon_fwd.THREE_CONSUMERS_CAUSAL_ROWS + 5          # ragged: not a multiple of 192
+    kernel = _compiled(64, True, Nq=Nq, Nk=Nq + 300)
+    assert kernel.consumers == 3
+    _check_structure(kernel, 64, CAUSAL_THREE_CONSUMERS_SPILL_BOUND)
 
 
 @pytest.mark.parametrize("D", [64, 128, 256])
@@ -69,11 +94,11 @@ def test_softcap_structure_for_sm90(D):
     assert kwargs["SOFTCAP"] == 50.0 and args[10] == 0.125 / 50.0
 
 
-def _check_structure(kernel, D, spill_bound=0, causal=True):
+def _check_structure(kernel, D, spill_bound=0):
     ttgir = kernel.asm["ttgir"]
     # The default partition (consumer warpgroup 0) and workers: the other 4-warp consumers and
     # the 1-warp producer, with the register budgets that sum within 64K per SM.
-    consumers = gluon_fwd.tile_config(D, causal)[2]
+    consumers = kernel.consumers
     regs = host.consumer_regs(consumers)
     assert "ttg.warp_specialize" in ttgir
     assert re.findall(r"num_warps\((\d+)\)", ttgir) == ["4"] * (consumers - 1) + ["1"]
@@ -91,7 +116,7 @@ def _check_structure(kernel, D, spill_bound=0, causal=True):
     usage = kernel.spills()
     assert usage["spill_stores"] <= spill_bound and usage["spill_loads"] <= spill_bound
     assert usage["stack"] <= spill_bound
-    block_n, stages, _ = gluon_fwd.tile_config(D, causal)
+    block_n, stages = gluon_fwd.tile_config(D)
     ring = 2 * stages * block_n * D * 2
     assert ring + consumers * 64 * D * 2 <= kernel.shared <= HOPPER_SHARED_LIMIT
 
@@ -158,6 +183,19 @@ def _qkv(B, H, Hkv, Nq, Nk, D, dtype=torch.bfloat16):
 ])
 def test_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal):
     _check(*_qkv(B, H, Hkv, Nq, Nk, D), causal)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("B, H, Hkv, Nq, Nk", [
+    (1, 2, 1, 8197, 8197),     # ragged (192-row tiles, 128-key blocks), MQA
+    (1, 4, 2, 8192, 8500),     # Nq < Nk, GQA
+    (1, 2, 2, 8300, 8200),     # Nq > Nk: rows past Nk see every key
+])
+def test_long_causal_d64_three_consumers(B, H, Hkv, Nq, Nk):
+    # The causal forward at D=64 from THREE_CONSUMERS_CAUSAL_ROWS rows runs 192-row tiles.
+    assert Nq >= gluon_fwd.THREE_CONSUMERS_CAUSAL_ROWS and gluon_fwd.consumer_count(64, True, Nq) == 3
+    _check(*_qkv(B, H, Hkv, Nq, Nk, 64), True)
 
 
 @pytest.mark.gpu

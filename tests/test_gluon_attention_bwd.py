@@ -87,6 +87,13 @@ def _check_structure(compiled, kernel, D):
         # only global loads are the producer's two a query block, and no consumer converts a
         # layout through shared memory behind a warpgroup barrier every block.
         assert compiled.ptx.count("ld.global") <= 4
+        # At D=64 the warpgroups hold their K and V halves in registers (`kv_in_registers`):
+        # every product takes its A operand from registers; at D=128 S^T's and dP^T's read it
+        # from shared memory (K and V in registers would spill there).
+        products = [line for line in compiled.ptx.splitlines() if "wgmma.mma_async" in line]
+        from_registers = [line for line in products if re.search(r"\}\s*,\s*\{", line)]
+        assert gluon_bwd.kv_in_registers(D) == (2 if D == 64 else 0)
+        assert len(from_registers) == (len(products) if D == 64 else len(products) // 3)
 
 
 @pytest.mark.parametrize("kernel", ["dkdv", "dq"])

@@ -65,7 +65,7 @@ def test_forward_takes_the_gluon_kernel_and_its_structure(D, causal):
     (report,) = _reports("fwd", D, causal)
     assert report.launch == "attention_fwd_gluon" and report.kernel == "_attn_fwd_kernel"
     assert report.path_of == "attention forward" and f"head dim {D}" in report.path_reason
-    _check_warp_specialized(report, consumers=gluon_fwd.tile_config(D, causal)[2])
+    _check_warp_specialized(report, consumers=gluon_fwd.consumer_count(D, causal, SEQ))
     if D == 128:
         assert "P(j-1) V(j-1)" in " ".join(explain(report))
 
@@ -118,12 +118,18 @@ def test_the_path_and_its_reason():
     assert window.path == "gluon" and "left window" in window.reason
     d64 = dict(aligned, shape=(1, 2, 4096, 64))
     assert _choice("fwd", **d64).path == "gluon"               # full, no softcap: three consumers
+    long_rows = gluon_fwd.THREE_CONSUMERS_CAUSAL_ROWS
+    assert _choice("fwd", causal=True, **dict(d64, shape=(1, 2, long_rows, 64))).path == "gluon"
+    assert _choice("bwd", causal=True, **d64).path == "gluon"
+    assert _choice("bwd", **d64).path == "gluon"
     cases = [
         (("fwd", dict(aligned, offset=1)), "q cannot be read by TMA in place"),   # a view at an odd offset
-        (("fwd", dict(d64, causal=True)), "head dim 64 with a mask or softcap"),
-        (("fwd_softcap", d64), "head dim 64 with a mask or softcap"),
+        (("fwd", dict(d64, causal=True)), "three-warpgroup tile"),             # causal, short rows
+        (("fwd", dict(d64, causal=True, shape=(1, 2, long_rows - 1, 64))), "three-warpgroup tile"),
+        (("fwd_softcap", d64), "three-warpgroup tile"),
         (("fwd_window", aligned), "a sliding window"),
-        (("bwd", dict(aligned, shape=(1, 2, 4096, 64))), "head dim 64"),     # measured: Triton's faster
+        (("fwd", dict(aligned, shape=(1, 2, 4096, 96))), "head dim 96"),
+        (("bwd", dict(aligned, shape=(1, 2, 4096, 256))), "head dim 256"),
         (("fwd", dict(aligned, path="triton")), "gluon=False"),
     ]
     for (pass_, request), reason in cases:

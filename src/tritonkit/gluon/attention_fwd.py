@@ -8,15 +8,15 @@ With a softcap c (Gemma 2; SOFTCAP = c, a constexpr, 0 for none) the scores are 
 in the softmax and in lse alike; tanh is the GPU's `tanh.approx.f32`, as in the Triton kernels
 (`tritonkit.ops.attention.scores` has the formula and its accuracy).
 
-A tile is 128 query rows of one (batch, head), 192 for full attention at head dim 64
-(`tile_config`). The grid is persistent, one program per SM taking tile after tile:
+A tile is 128 query rows of one (batch, head), 192 at head dim 64 for full attention and long
+causal rows (`consumer_count`). The grid is persistent, one program per SM taking tile after tile:
 round-robin for full attention, and under a causal mask each tile to the first program to ask
 (a counter in global memory), longest first. Each program runs its partitions:
 - a producer warp (24 registers) that loads each tile's 64-row Q tiles and streams its K
   and V blocks through a ring of STAGES shared-memory buffers by TMA, each buffer guarded by a
   "ready" mbarrier (TMA bytes landed) and an "empty" one (every consumer done with it);
 - two consumer warpgroups of 64 rows each (the default partition and a worker, 240 registers
-  each through setmaxnreg), three at D=64 full attention (160 registers each), each running
+  each through setmaxnreg), three for those 192-row tiles (160 registers each), each running
   the online softmax over all key blocks.
 Two overlaps keep the tensor cores busy:
 - inter-warpgroup ping-pong: one mbarrier a consumer passes a turn round them in order, and a
@@ -58,19 +58,32 @@ from .host import GL_DTYPES, PRODUCER_REGS, ROWS_PER_WARPGROUP, consumer_regs, d
 HEAD_DIMS = (64, 128, 256)
 
 
+# From this many query rows the causal forward at head dim 64 takes three consumers too: below
+# it a 192-row tile's extra masked keys on the diagonal and the ragged last tile (the longest
+# under a causal mask) cost more than the third warpgroup's overlap gains (BENCHMARKS.md).
+THREE_CONSUMERS_CAUSAL_ROWS = 8192
+
+
+def consumer_count(head_dim: int, causal: bool, n_rows: int, softcap: float = 0.0, window_left: int = -1) -> int:
+    """Consumer warpgroups of a tile (64 query rows each). At head dim 64 a 128-key block's two
+    products take about as many tensor-core cycles as its softmax takes issue cycles, so with
+    two warpgroups one's softmax does not fit under the other's products; with three, each
+    softmax runs under the other two's (160 registers each: S 64, O 32, P twice 32). Three for
+    full attention and for causal from THREE_CONSUMERS_CAUSAL_ROWS rows; two with a softcap or
+    a window (measured slower: the masked blocks spill at 160 registers) and at D = 128, 256."""
+    if head_dim != 64 or softcap or window_left >= 0:
+        return 2
+    return 3 if not causal or n_rows >= THREE_CONSUMERS_CAUSAL_ROWS else 2
+
+
 @functools.lru_cache(maxsize=None)
-def tile_config(head_dim: int, causal: bool) -> tuple[int, int, int]:
-    """(BLOCK_N, STAGES, CONSUMERS) for a head dim and mask: a tile is CONSUMERS x 64 query rows,
-    one 64-row warpgroup each. Shared memory holds Q (reused for O) and STAGES buffers of K and
-    V (BLOCK_N x D each), within Hopper's 227 KB: D=128: 32 KB + 2 x 64 KB; D=256: 64 KB + 2 x
-    64 KB (64-key blocks, so that S (32 registers) beside O (128) and P fit the 240-register
-    budget). D=64 full attention: three consumers (24 KB + 2 x 32 KB): a 128-key block's
-    products are as short as its softmax there, so each warpgroup's softmax runs under the
-    other two's products (160 registers each: S 64, O 32, P twice 32). Causal D=64 keeps two:
-    a 192-row tile walks more of the diagonal's masked keys and its masked blocks spill at 160
-    registers (BENCHMARKS.md has both measured)."""
-    consumers = 3 if head_dim == 64 and not causal else 2
-    return {64: (128, 2, consumers), 128: (128, 2, 2), 256: (64, 2, 2)}[head_dim]
+def tile_config(head_dim: int) -> tuple[int, int]:
+    """(BLOCK_N, STAGES): keys a block and ring stages. Shared memory holds Q (reused for O,
+    64 rows a consumer) and STAGES buffers of K and V (BLOCK_N x D each), within Hopper's
+    227 KB: D=128: 32 KB + 2 x 64 KB; D=256: 64 KB + 2 x 64 KB (64-key blocks, so that S (32
+    registers) beside O (128) and P fit the 240-register budget); D=64 with three consumers
+    24 KB + 2 x 32 KB."""
+    return {64: (128, 2), 128: (128, 2), 256: (64, 2)}[head_dim]
 
 
 # ---------------------------------------------------------------------------------------
@@ -536,7 +549,8 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     `tritonkit.gluon.compile` compiles for sm_90 without a GPU. softcap: the cap c, 0 for none;
     window_left: causal only, keys j >= i - window_left (-1: none)."""
     B, H, Nq, D = q.shape
-    block_n, stages, consumers = tile_config(D, bool(causal))
+    consumers = consumer_count(D, bool(causal), Nq, softcap, window_left)
+    block_n, stages = tile_config(D)
     n_m = cdiv(Nq, consumers * ROWS_PER_WARPGROUP)
     n_tiles = n_m * H * B
     # One program per SM (one fits: `host`'s register budgets sum to 64,512), each taking tile

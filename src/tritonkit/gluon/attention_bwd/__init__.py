@@ -14,7 +14,8 @@ to dV's product.
 Three launches, none with atomics, so the same inputs give bitwise the same gradients:
 1. delta: the Triton path's preprocess kernel.
 2. dK/dV (`_dkdv_kernel`): one program per 128-key block of one (batch, kv head). K and V stay
-   in shared memory; a producer warp streams the (Q, dO) blocks of every query head of the
+   in shared memory (at D=64 each warpgroup also holds its halves in registers, see
+   `kv_in_registers`); a producer warp streams the (Q, dO) blocks of every query head of the
    group through a ring by TMA, with each block's lse (base 2) and delta beside them, which the
    consumers read in their products' layout; two consumer warpgroups each own 64 of the keys
    (their dK and dV accumulators in registers, 240 registers each through setmaxnreg) and per query block
@@ -75,6 +76,17 @@ def tile_config(head_dim: int) -> tuple[int, int, int, int]:
     return {64: (64, 4, 64, 4), 128: (64, 3, 64, 4)}[head_dim]
 
 
+def kv_in_registers(head_dim: int) -> int:
+    """How many of K and V (in that order, 0 to 2) the dK/dV consumers hold in registers as the
+    A operand of S^T's and dP^T's products instead of reading them from shared memory every
+    block. Those products are m64n64: with both operands in shared memory they read 128 bytes a
+    clock, all that shared memory gives, beside the TMA stores into the ring and dV's and dK's
+    B operands. At D=64 K and V take 16 registers each and fit (no spills); at D=128 they take
+    32 each next to dK and dV's 128, and even K alone spills 200-570 bytes and runs slower
+    (BENCHMARKS.md has both)."""
+    return 2 if head_dim == 64 else 0
+
+
 def _meta(causal: bool, softcap: float, window_left: int, stages: int) -> dict:
     """The constexprs and launch options both passes take."""
     return dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
@@ -94,7 +106,7 @@ def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             descriptor(v, ROWS_PER_WARPGROUP), descriptor(dk, ROWS_PER_WARPGROUP),
             descriptor(dv, ROWS_PER_WARPGROUP), lse, delta, Nq, H, Hkv, H // Hkv, kernel_qk_scale(scale, softcap),
             scale, n_kb)
-    kwargs = _meta(causal, softcap, window_left, stages)
+    kwargs = dict(_meta(causal, softcap, window_left, stages), KV_REGS=kv_in_registers(D))
     return (n_kb * Hkv * B, ), args, kwargs
 
 

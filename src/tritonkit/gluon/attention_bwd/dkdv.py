@@ -80,14 +80,14 @@ def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_b
 
 
 @gluon.jit
-def _dkdv_step(c, m0, dk, dv, k_half, v_half, q_bufs, do_bufs, lse_bufs, delta_bufs, ready, empty,
+def _dkdv_step(c, m0, dk, dv, k_op, v_op, q_bufs, do_bufs, lse_bufs, delta_bufs, ready, empty,
                qk_scale, key0, MASKED: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
     # product, dS^T under dV's; everything retires before the slot is released, the other
     # warpgroup's products covering this one's last wait.
     STAGES: gl.constexpr = q_bufs.shape[0]
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
-    KEYS: gl.constexpr = k_half.shape[0]
+    KEYS: gl.constexpr = k_op.shape[0]
     NW: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_M)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
@@ -95,9 +95,9 @@ def _dkdv_step(c, m0, dk, dv, k_half, v_half, q_bufs, do_bufs, lse_bufs, delta_b
     mbarrier.wait(ready.index(s), (c // STAGES) & 1)
     q = q_bufs.index(s)
     do = do_bufs.index(s)
-    st = warpgroup_mma(k_half, q.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+    st = warpgroup_mma(k_op, q.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
                        use_acc=False, is_async=True)
-    dpt = warpgroup_mma(v_half, do.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+    dpt = warpgroup_mma(v_op, do.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
                         use_acc=False, is_async=True)
     # This block's lse (base 2) in the products' column layout, read while S^T runs.
     lse2 = gl.expand_dims(lse_bufs.index(s).load(col_layout), 0)
@@ -139,7 +139,7 @@ def _dkdv_step(c, m0, dk, dv, k_half, v_half, q_bufs, do_bufs, lse_bufs, delta_b
 @gluon.jit
 def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty,
                    dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
-                   SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                   SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr):
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     HEAD_DIM: gl.constexpr = q_bufs.shape[2]
     KEYS: gl.constexpr = k_smem.shape[1]
@@ -154,19 +154,30 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, 
     dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
     mbarrier.wait(kv_ready, 0)
+    # K and V of this warpgroup's keys are the A operands of every block's S^T and dP^T
+    # products: held in registers (KV_REGS of them, K first), they are read from shared memory
+    # once instead of once a block (an m64n64 product with both operands in shared memory reads
+    # as many bytes a clock as shared memory gives).
+    kv_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_wgmma_layout(NW, BLOCK_M), k_width=2)
+    k_op = k_half
+    v_op = v_half
+    if KV_REGS >= 1:
+        k_op = k_half.load(kv_layout)
+    if KV_REGS >= 2:
+        v_op = v_half.load(kv_layout)
     c = 0
     # The group's query heads in a fixed order, each over its query blocks: deterministic.
     for g in range(GROUP):
         for i in range(lo, band):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_half, v_half, q_bufs, do_bufs, lse_bufs, delta_bufs,
+            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                 ready, empty, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
             c += 1
         for i in range(band, mid):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_half, v_half, q_bufs, do_bufs, lse_bufs, delta_bufs,
+            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                 ready, empty, qk_scale, key0, False, SOFTCAP, WINDOW_LEFT)
             c += 1
         for i in range(mid, end):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_half, v_half, q_bufs, do_bufs, lse_bufs, delta_bufs,
+            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                 ready, empty, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
             c += 1
     dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
@@ -183,17 +194,17 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, 
 @gluon.jit
 def _dkdv_consumer0(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc, dv_desc,
                     n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
-                    WINDOW_LEFT: gl.constexpr):
+                    WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr):
     _dkdv_consumer(0, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc,
-                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
+                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS)
 
 
 @gluon.jit
 def _dkdv_consumer1(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc, dv_desc,
                     n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
-                    WINDOW_LEFT: gl.constexpr):
+                    WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr):
     _dkdv_consumer(1, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc,
-                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
+                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS)
 
 
 @gluon.jit
@@ -205,7 +216,7 @@ def _dkdv_kernel(
     # scale); n_kb: key blocks of 128 per kv head
     Nq, H, Hkv, GROUP, qk_scale, sm_scale, n_kb,
     CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, STAGES: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    KV_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -230,9 +241,9 @@ def _dkdv_kernel(
         mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
     gl.warp_specialize([
         (_dkdv_consumer0, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc,
-                           dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
+                           dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS)),
         (_dkdv_consumer1, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc,
-                           dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
+                           dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS)),
         (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
                           kv_ready, ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, CAUSAL, WINDOW_LEFT)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

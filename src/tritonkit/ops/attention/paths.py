@@ -5,8 +5,9 @@ descriptor cannot read, packed sequences, explicit tiles, and windows other than
 mask's left one. Both take a softcap.
 
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
-the H200 (BENCHMARKS.md): the forward at head dims 128 and 256, and at 64 for full attention
-without a softcap (its three-warpgroup tile); the backward at head dim 128. Both paths give
+the H200 (BENCHMARKS.md): the forward at head dims 128 and 256, and at 64 where it runs its
+three-warpgroup tile (full attention, and causal at long sequences, without a softcap or
+window); the backward at head dims 64 and 128. Both paths give
 results within the same rounding of the float64 reference and are deterministic; they are not
 bitwise equal to each other.
 
@@ -23,8 +24,9 @@ import torch
 from ..._launch import PathChoice
 
 GLUON_FORWARD_HEAD_DIMS = (128, 256)
-GLUON_FORWARD_FULL_HEAD_DIMS = (64,)     # full attention without a softcap only
-GLUON_BACKWARD_HEAD_DIMS = (128,)
+# Only where the forward runs three consumer warpgroups (`gluon.attention_fwd.consumer_count`).
+GLUON_FORWARD_WIDE_TILE_HEAD_DIMS = (64,)
+GLUON_BACKWARD_HEAD_DIMS = (64, 128)
 
 
 def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None,
@@ -52,13 +54,19 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
     cannot take the call)."""
     if gluon is False:
         return _chosen("forward", False, "gluon=False forces the Triton kernels")
-    full = not flags[0] and not flags[3]
-    if gluon is None and q.shape[-1] not in GLUON_FORWARD_HEAD_DIMS and not (
-            full and q.shape[-1] in GLUON_FORWARD_FULL_HEAD_DIMS):
-        return _chosen("forward", False, f"head dim {q.shape[-1]}{'' if full else ' with a mask or softcap'}: the "
-                       f"Gluon forward is chosen at head dims {_dims(GLUON_FORWARD_HEAD_DIMS)}, and "
-                       f"{_dims(GLUON_FORWARD_FULL_HEAD_DIMS)} for full attention without a softcap, where it "
-                       "measured faster")
+    causal, window_left, _, softcap = flags
+    D = q.shape[-1]
+    if gluon is None and D not in GLUON_FORWARD_HEAD_DIMS:
+        if D not in GLUON_FORWARD_WIDE_TILE_HEAD_DIMS:
+            return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen at head dims "
+                           f"{_dims(GLUON_FORWARD_HEAD_DIMS + GLUON_FORWARD_WIDE_TILE_HEAD_DIMS)}, where it "
+                           "measured faster")
+        from ...gluon import attention_fwd as kernels
+        if kernels.consumer_count(D, causal, q.shape[-2], softcap, window_left) < 3:
+            return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen there only for its "
+                           "three-warpgroup tile (full attention, or causal from "
+                           f"{kernels.THREE_CONSUMERS_CAUSAL_ROWS} query rows; no softcap or window), where "
+                           "it measured faster")
     from ...gluon import attention_fwd as kernels
     refused = (_plain(flags, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if flags[0] else None)
                or kernels.refusal(q, k, v, flags[0], scale))
