@@ -121,6 +121,20 @@ def _check_structure(kernel, D, spill_bound=0):
     assert ring + consumers * 64 * D * 2 <= kernel.shared <= HOPPER_SHARED_LIMIT
 
 
+def test_descriptor_is_what_the_checked_constructor_makes():
+    # host.descriptor skips the Gluon descriptor's own checks (the kernels' refusal made them):
+    # it must give what the checking constructor gives, on views as on whole tensors.
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    assert host._UNCHECKED       # the Triton this runs with has the fields host sets
+    packed = torch.empty(2, 300, 3, 4, 64, dtype=torch.bfloat16)
+    for t, rows in ((torch.empty(2, 4, 100, 128, dtype=torch.float16), 64), (packed[:, :, 1].transpose(1, 2), 128)):
+        made = host.descriptor(t, rows)
+        checked = TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, t.shape[-1]], made.layout)
+        assert type(made) is TensorDescriptor and made.base is t
+        assert vars(made) == vars(checked)
+
+
 def test_not_supported_off_hopper():
     q = torch.randn(1, 2, 64, 64, dtype=torch.bfloat16)
     assert not gluon_fwd.supported(q, q, q, False)

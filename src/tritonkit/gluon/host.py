@@ -4,6 +4,7 @@ SM count of their persistent grids."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
@@ -29,9 +30,28 @@ def consumer_regs(consumers: int) -> int:
 
 
 def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    """A descriptor of the whole (B, H, N, D) tensor read (or written) as (1, 1, rows, D) boxes."""
+    """A descriptor of the whole (B, H, N, D) tensor read (or written) as (1, 1, rows, D) boxes.
+
+    Only for tensors the kernels' `refusal` accepted (TMA's layout: 16-byte aligned data and
+    strides, unit innermost stride, no empty dim) or allocated like them. The descriptor's own
+    constructor checks exactly that again, which costs microseconds of host time per descriptor
+    and a backward makes eleven a call, so it is built without it where the class has the
+    fields this module knows (`_FIELDS`; otherwise through the constructor)."""
     block = [1, 1, rows, t.shape[-1]]
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, _box_layout(rows, t.shape[-1], t.dtype))
+    layout = _box_layout(rows, t.shape[-1], t.dtype)
+    if not _UNCHECKED:
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+    made = _new(TensorDescriptor)
+    made.__dict__.update(base=t, shape=list(t.shape), strides=list(t.stride()), block_shape=block, layout=layout,
+                         padding="zero")
+    return made
+
+
+# The fields of Triton 3.6's Gluon descriptor, in order: the unchecked construction above sets
+# them all, and is used only while the class has exactly these.
+_FIELDS = ("base", "shape", "strides", "block_shape", "layout", "padding")
+_UNCHECKED = tuple(f.name for f in dataclasses.fields(TensorDescriptor)) == _FIELDS
+_new = object.__new__
 
 
 @functools.lru_cache(maxsize=None)

@@ -229,8 +229,9 @@ def _bench_cases(on_gpu: bool) -> list[BenchCase]:
             cases += [_case(4, 32, 32, n, 128, causal, backward,
                             seed_table=(n, causal, backward) == (4096, False, False))
                       for n in (1024, 2048, 4096, 8192, 16384)]
-        cases += [_case(4, 32, 32, 4096, 64, False, backward), _case(4, 32, 32, 16384, 64, True, backward),
-                  _case(4, 16, 16, 4096, 256, False, backward), _case(4, 32, 8, 4096, 128, False, backward)]
+        # issue 16's head dims 64 (full and causal at both lengths) and 256, and GQA
+        cases += [_case(4, 32, 32, n, 64, causal, backward) for n in (4096, 16384) for causal in (False, True)]
+        cases += [_case(4, 16, 16, 4096, 256, False, backward), _case(4, 32, 8, 4096, 128, False, backward)]
         # issue 15's bars: a sliding window of 1024 at three lengths (time linear in N), and a
         # softcap beside the same causal case without one
         cases += [_masked_case(1, 32, 8, n, 128, backward, window=1024) for n in (8192, 16384, 32768)]
