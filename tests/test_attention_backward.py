@@ -161,13 +161,13 @@ BWD_TMA_LAYOUTS = {  # layout -> (dK/dV reads q, dO through descriptors, dQ read
 
 @pytest.mark.parametrize("name", list(BWD_TMA_LAYOUTS))
 def test_backward_tma_per_pass_follows_the_host_check(name, device):
-    # Each pass decides for the operands it streams; a mixed case (dK/dV through descriptors,
-    # dQ through pointers) must be as right as the others.
+    # Each pass of the Triton backward decides for the operands it streams; a mixed case (dK/dV
+    # through descriptors, dQ through pointers) must be as right as the others.
     q, k, v = _layout(name, device)
     do = torch.randn(q.shape, dtype=q.dtype, device=device)
     o, lse = attention_fwd(q, k, v, True)
     with record_launches() as launches:
-        ours = attention_bwd(do, q, k, v, o, lse, True)
+        ours = attention_bwd(do, q, k, v, o, lse, True, gluon=False)
     assert tuple(launch.constexprs["USE_TMA"] for launch in launches[1:]) == BWD_TMA_LAYOUTS[name]
     if name == "k rows 68 elements apart (136 B)":
         wide, theirs = reference_grads(q, k, v, True, do)

@@ -298,18 +298,20 @@ def test_kept_plans_record_what_built_plans_record(case, capability, device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("tma", [None, False])
 def test_bound_templates_launch_the_same_bits(tma, monkeypatch, device):
-    # Compiled kernels only: after a layout's first calls, every launch goes through its plan's
-    # bound template (no Launch key is made) and gives the bits the Launch path gave, forward
-    # and backward, with dQ on the current stream and beside dK/dV.
+    # Compiled kernels only: after a layout's first calls, every launch of the Triton kernels
+    # goes through its plan's bound template (no Launch key is made) and gives the bits the
+    # Launch path gave, forward and backward, with dQ on the current stream and beside dK/dV.
+    # (The Gluon kernels, which Hopper would take for this backward, launch through the keyed
+    # cache each call.)
     monkeypatch.setenv("TRITONKIT_AUTOTUNE", "0")
     q, k, v = packed_qkv(8, 4, 256, 64, torch.bfloat16, device)
     k, v = k[:, :2], v[:, :2]  # train_lm's layer: 4 query heads over 2 kv heads
     do = torch.randn_like(q)
 
     def step():
-        o, lse = attention_fwd(q, k, v, True, tma=tma)
-        return (o, lse, *attention_bwd(do, q, k, v, o, lse, True, tma=tma),
-                *attention_bwd(do, q, k, v, o, lse, True, tma=tma, concurrent_dq=True))
+        o, lse = attention_fwd(q, k, v, True, tma=tma, gluon=False)
+        return (o, lse, *attention_bwd(do, q, k, v, o, lse, True, tma=tma, gluon=False),
+                *attention_bwd(do, q, k, v, o, lse, True, tma=tma, concurrent_dq=True, gluon=False))
     first = step()
     torch.testing.assert_close(first[0], attention_reference(q, k, v, True).to(q.dtype), atol=2e-2, rtol=2e-2)
     _equal(first[5:], first[2:5])  # beside dK/dV or after it: the same gradients
