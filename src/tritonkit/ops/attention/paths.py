@@ -27,6 +27,12 @@ GLUON_FORWARD_HEAD_DIMS = (128, 256)
 # Only where the forward runs three consumer warpgroups (`gluon.attention_fwd.consumer_count`).
 GLUON_FORWARD_WIDE_TILE_HEAD_DIMS = (64,)
 GLUON_BACKWARD_HEAD_DIMS = (64, 128)
+# At these head dims the Gluon backward only from GLUON_BACKWARD_MIN_WORK multiply-adds on: below,
+# its kernels and the Triton ones take the same GPU time (measured at 2^33, B=8 H=16 N=1024 D=64;
+# the Gluon ones faster from 2^35) and a call is bound by host time, where the Triton launches'
+# bound templates cost less.
+GLUON_BACKWARD_SMALL_WORK_TRITON_DIMS = (64,)
+GLUON_BACKWARD_MIN_WORK = 2**34
 
 
 def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None,
@@ -79,14 +85,19 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
 
 def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                    lse: torch.Tensor, scale: float, flags: tuple, varlen: tuple | None, dkdv_config: object,
-                   dq_config: object, tma: bool | None, gluon: bool | None) -> PathChoice:
-    """Which kernels run the dK/dV and dQ passes, and why; gluon as in `gluon_forward`."""
+                   dq_config: object, tma: bool | None, gluon: bool | None, work: int) -> PathChoice:
+    """Which kernels run the dK/dV and dQ passes, and why; gluon as in `gluon_forward`. work: the
+    multiply-adds of the Q K^T the mask leaves visible (B H Nq D times the keys a row sees)."""
     causal = flags[0]
     if gluon is False:
         return _chosen("backward", False, "gluon=False forces the Triton kernels")
     if gluon is None and q.shape[-1] not in GLUON_BACKWARD_HEAD_DIMS:
         return _chosen("backward", False, f"head dim {q.shape[-1]}: the Gluon backward is chosen at head dim "
                        f"{_dims(GLUON_BACKWARD_HEAD_DIMS)}, where it measured faster")
+    if gluon is None and q.shape[-1] in GLUON_BACKWARD_SMALL_WORK_TRITON_DIMS and work < GLUON_BACKWARD_MIN_WORK:
+        return _chosen("backward", False, f"head dim {q.shape[-1]} with {work} multiply-adds of Q K^T, under "
+                       f"{GLUON_BACKWARD_MIN_WORK}: the kernels of both paths take the same time there, and the "
+                       "Triton kernels' launches cost less host time")
     from ...gluon import attention_bwd as kernels
     refused = (_plain(flags, varlen, dkdv_config if dq_config is None else dq_config, tma,
                       causal_window=(q.shape[-2], k.shape[-2]) if causal else None)

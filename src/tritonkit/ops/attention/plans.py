@@ -378,10 +378,11 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     preprocess = LaunchTemplate("attention_bwd_preprocess", _attn_bwd_preprocess_kernel,
                                 (cdiv(Nq, pre_block), H, B), (Nq, D, *o.stride(), *do.stride()),
                                 dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)
+    work = B * H * Nq * row_keys * D
     if concurrent_dq is None:
-        concurrent_dq = B * H * Nq * row_keys * D >= CONCURRENT_DQ_MIN_WORK
+        concurrent_dq = work >= CONCURRENT_DQ_MIN_WORK
     concurrent = bool(concurrent_dq) and q.device.type == "cuda" and _launch.launches_execute()
-    choice = gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon)
+    choice = gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon, work)
     if choice.path == "gluon":
         from ...gluon.attention_bwd import attention_bwd_gluon
         return _BackwardLaunches(preprocess, choice, gluon=(attention_bwd_gluon, (causal, scale, softcap, window_left)),
