@@ -354,25 +354,6 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
 
 
 @gluon.jit
-def _pass_tile(WG: gl.constexpr, c, count, k_bufs, k_ready, v_ready, k_empty, v_empty, my_turn, next_turn):
-    # A warpgroup whose rows all lie past Nq (a ragged last tile) computes nothing: it keeps
-    # only its part of the handshakes, each block's turn passed on and its K and V released,
-    # so the others' tensor cores and issue slots go to rows that exist. It waits for each
-    # block to land before releasing it: its arrival then counts towards this block's
-    # release, not the slot's previous one.
-    STAGES: gl.constexpr = k_bufs.shape[0]
-    for j in range(count):
-        cj = c + j
-        s = cj % STAGES
-        _wait_turn(my_turn, cj, WG)
-        mbarrier.arrive(next_turn, count=1)
-        mbarrier.wait(k_ready.index(s), (cj // STAGES) & 1)
-        mbarrier.arrive(k_empty.index(s), count=1)
-        mbarrier.wait(v_ready.index(s), (cj // STAGES) & 1)
-        mbarrier.arrive(v_empty.index(s), count=1)
-
-
-@gluon.jit
 def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready,
                   k_empty, v_empty, turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
                   SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
@@ -381,13 +362,9 @@ def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N)
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
-    if m0 + WG * BLOCK_M < Nq:
-        _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready,
-                       k_empty, v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, H, Nq, Nk,
-                       qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
-    else:
-        _pass_tile(WG, c, n_kv - lo, k_bufs, k_ready, v_ready, k_empty, v_empty, turn.index(WG),
-                   turn.index((WG + 1) % CONSUMERS))
+    _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
+                   v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, H, Nq, Nk, qk_scale,
+                   CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
     tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
     mbarrier.arrive(q_empty.index(WG), count=1)
     return c + n_kv - lo
