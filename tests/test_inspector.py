@@ -37,7 +37,7 @@ def test_add_aligned_gets_128_bit_loads(dtype, vector):
         assert report.load_widths(arg) == {128}, instructions(report, arg)
         assert vector in instructions(report, arg)
     assert {m.bits for m in report.stores("out_ptr")} == {128}
-    assert report.tensor_cores == {"wgmma": 0, "mma": 0}
+    assert report.tensor_cores == {"wgmma": 0, "wgmma_register_a": 0, "mma": 0}
     assert report.registers > 0 and report.occupancy.blocks_per_sm >= 1
 
 

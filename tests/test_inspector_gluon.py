@@ -79,6 +79,12 @@ def test_backward_causal_d128_takes_the_gluon_kernels_and_their_structure():
     assert "both paths run" in " ".join(explain(pre))
     _check_warp_specialized(reports["attention_bwd_dkdv_gluon"], spill_bound=DKDV_SPILL_BOUND[128])
     _check_warp_specialized(reports["attention_bwd_dq_gluon"])
+    # The report counts the products whose A operand comes from registers: in dK/dV at D=128,
+    # dV's and dK's (P^T and dS^T), a third of them; S^T's and dP^T's read K and V from shared memory.
+    dkdv = reports["attention_bwd_dkdv_gluon"]
+    assert dkdv.tensor_cores["wgmma_register_a"] * 3 == dkdv.tensor_cores["wgmma"] > 0
+    assert f"({dkdv.tensor_cores['wgmma_register_a']} with A in registers)" in format_report(dkdv)
+    assert "take their A operand from registers" in " ".join(explain(dkdv))
 
 
 @pytest.mark.parametrize("D", [128, 256])

@@ -283,6 +283,9 @@ def _compile(jit, signature, constexprs, attrs, options, arch: int) -> _Compiled
         asm=asm, metadata=kernel.metadata,
         memory=_memory_ops(ptx, _ttgir_arg_names(asm["ttgir"])),
         tensor_cores={"wgmma": len(re.findall(r"\bwgmma\.mma_async", ptx)),
+                      # wgmma with its A operand a register list ({...}) rather than a
+                      # shared-memory descriptor
+                      "wgmma_register_a": len(re.findall(r"\bwgmma\.mma_async[^;]*\}\s*,\s*\{", ptx)),
                       "mma": len(re.findall(r"\bmma\.sync", ptx))},
         sass_memory=_sass_counts(asm["cubin"]),
         ptxas=_ptxas_usage(ptx, arch, options),

@@ -22,7 +22,13 @@ def _memory_lines(report: KernelReport) -> list[str]:
 
 
 def _tensor_core_text(report: KernelReport) -> str:
-    used = [f"{name} x{n}" for name, n in report.tensor_cores.items() if n]
+    cores = report.tensor_cores
+    used = []
+    if cores.get("wgmma"):
+        from_registers = cores.get("wgmma_register_a", 0)
+        used.append(f"wgmma x{cores['wgmma']}" + (f" ({from_registers} with A in registers)" if from_registers else ""))
+    if cores.get("mma"):
+        used.append(f"mma x{cores['mma']}")
     return ", ".join(used) if used else "none"
 
 
@@ -186,8 +192,11 @@ def explain(report: KernelReport, aligned: KernelReport | None = None) -> list[s
         out.append("Tiles are staged into shared memory with cp.async, pipelined over "
                    f"{report.num_stages} stages.")
     if report.tensor_cores.get("wgmma"):
+        from_registers = report.tensor_cores.get("wgmma_register_a", 0)
         out.append(f"Matrix products use Hopper's warp-group tensor-core instruction wgmma.mma_async "
-                   f"({report.tensor_cores['wgmma']} in the PTX).")
+                   f"({report.tensor_cores['wgmma']} in the PTX"
+                   + (f"; {from_registers} take their A operand from registers, the others read both operands "
+                      "from shared memory" if from_registers else "") + ").")
     elif report.tensor_cores.get("mma"):
         out.append(f"Matrix products use mma.sync tensor-core instructions ({report.tensor_cores['mma']}); "
                    "on Hopper wgmma would be faster.")
