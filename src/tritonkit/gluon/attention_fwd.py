@@ -59,8 +59,8 @@ HEAD_DIMS = (64, 128, 256)
 
 
 # From this many query rows the causal forward at head dim 64 takes three consumers too: below
-# it a 192-row tile's extra masked keys on the diagonal and the ragged last tile (the longest
-# under a causal mask) cost more than the third warpgroup's overlap gains (BENCHMARKS.md).
+# it they measured slower than two (BENCHMARKS.md), most likely because the diagonal's masked
+# blocks, which spill at 160 registers, are a larger share of a shorter walk.
 THREE_CONSUMERS_CAUSAL_ROWS = 8192
 
 
