@@ -41,10 +41,10 @@ def fuzz(examples: int):
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def fuzz_eps(dtype: torch.dtype, gradient: bool = False, truncations: float = 1.0) -> float:
-    """`_tolerance.eps_for`, at least one rounding of the dtype (its unit roundoff), and for
-    bf16 under the interpreter one bf16 ulp (2**-7) for each truncation the result may carry
-    (`Comparison.truncations`).
+def fuzz_eps(dtype: torch.dtype, gradient: bool = False, roundings: float = 1.0) -> float:
+    """`_tolerance.eps_for`, at least one rounding of the dtype (its unit roundoff), and one ulp
+    of the dtype for each rounding the result may carry (`Comparison.roundings`) where it
+    carries more than one, or where Triton's interpreter truncates it (bf16).
 
     One rounding: the fuzz draws tiny outputs (31 two-term dot products, say), where torch's
     own error is a noisy yardstick. Both results round an intermediate (gated_linear's h) and
@@ -62,14 +62,11 @@ def fuzz_eps(dtype: torch.dtype, gradient: bool = False, truncations: float = 1.
 
     Rounding to nearest does the same on a smaller scale in any dtype: each term of the sum
     carries its own rounding of h (the activation's and the product's), which the condition
-    number amplifies, so a sum with truncations > 1 gets two roundings of its dtype times it. A
-    float32 draw, one 128-term dot product of near-cancelling terms (out 0.0507), read 3.5e-6
-    against torch's luckily exact 1.8e-8."""
+    number amplifies. A float32 draw, one 128-term dot product of near-cancelling terms (out
+    0.0507), read 3.5e-6 against torch's luckily exact 1.8e-8."""
     eps = max(eps_for(dtype, gradient=gradient), torch.finfo(dtype).eps / 2)
-    if truncations > 1:
-        eps = max(eps, torch.finfo(dtype).eps * truncations)
-    if dtype == torch.bfloat16 and tritonkit.INTERPRETED:
-        eps = max(eps, 2.0 ** -7 * truncations)
+    if roundings > 1 or (dtype == torch.bfloat16 and tritonkit.INTERPRETED):
+        eps = max(eps, torch.finfo(dtype).eps * roundings)
     return eps
 
 
@@ -100,7 +97,7 @@ def test_fuzz(op_name, case):
         for compared in case.run(FuzzInputs(HypothesisDraw(data), DEVICE, ON_GPU)):
             assert_close_to_reference(compared.ours, compared.reference, compared.torch,
                                       eps=fuzz_eps(compared.precision or compared.ours.dtype, compared.gradient,
-                                                   compared.truncations),
+                                                   compared.roundings),
                                       what=f"{op_name} {case.name}: {compared.what}")
 
     one_example()

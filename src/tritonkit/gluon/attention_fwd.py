@@ -69,8 +69,9 @@ def consumer_count(head_dim: int, causal: bool, n_rows: int, softcap: float = 0.
     products take about as many tensor-core cycles as its softmax takes issue cycles, so with
     two warpgroups one's softmax does not fit under the other's products; with three, each
     softmax runs under the other two's (160 registers each: S 64, O 32, P twice 32). Three for
-    full attention and for causal from THREE_CONSUMERS_CAUSAL_ROWS rows; two with a softcap or
-    a window (measured slower: the masked blocks spill at 160 registers) and at D = 128, 256."""
+    full attention and for causal from THREE_CONSUMERS_CAUSAL_ROWS rows; two at D = 128 and 256,
+    with a softcap (measured slower with three) and with a window (not measured with three; the
+    masked blocks spill at 160 registers)."""
     if head_dim != 64 or softcap or window_left >= 0:
         return 2
     return 3 if not causal or n_rows >= THREE_CONSUMERS_CAUSAL_ROWS else 2

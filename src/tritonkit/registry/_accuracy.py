@@ -28,11 +28,11 @@ class Comparison:
     # The narrowest dtype the result was computed from, where narrower than its own (a float32
     # weight gradient of bfloat16 activations): the tolerance follows it.
     precision: torch.dtype | None = None
-    # Roundings of the result's dtype it may carry where casts truncate (Triton's interpreter
-    # truncates float32 -> bfloat16): 1 for a cast result; a sum of terms each cast first (an
-    # intermediate rounded before a product) carries 1 + the sum's condition number
-    # ||sum |terms||| / ||sum terms||, each term's truncation, all of one sign, amplified by it.
-    truncations: float = 1.0
+    # Roundings of the result's dtype it may carry: 1 for a result rounded (or, by Triton's
+    # interpreter, truncated from float32 to bfloat16) once; a sum of terms each rounded first
+    # (an intermediate cast before a product) carries 1 + the sum's condition number
+    # ||sum |terms||| / ||sum terms||, each term's rounding amplified by it.
+    roundings: float = 1.0
 
 
 def mismatch(out: torch.Tensor, ref: torch.Tensor) -> str | None:

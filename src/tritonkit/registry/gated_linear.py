@@ -121,7 +121,7 @@ def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
     h = gated_hidden_reference(tensors["gate"], tensors.get("up"), activation)
     bias = tensors.get("bias")
     magnitudes = F.linear(h.abs(), tensors["weight"].double().abs(), None if bias is None else bias.double().abs())
-    compared.truncations = 1.0 + condition(magnitudes, ref)
+    compared.roundings = 1.0 + condition(magnitudes, ref)
     return [compared]
 
 

@@ -26,13 +26,12 @@ from ..._launch import PathChoice
 GLUON_FORWARD_HEAD_DIMS = (128, 256)
 # Only where the forward runs three consumer warpgroups (`gluon.attention_fwd.consumer_count`).
 GLUON_FORWARD_WIDE_TILE_HEAD_DIMS = (64,)
-GLUON_BACKWARD_HEAD_DIMS = (64, 128)
-# At these head dims the Gluon backward only from GLUON_BACKWARD_MIN_WORK multiply-adds on: below,
-# its kernels and the Triton ones take the same GPU time (measured at 2^33, B=8 H=16 N=1024 D=64;
+# Head dim -> the multiply-adds of Q K^T from which the Gluon backward is chosen. At D=64, below
+# 2^34, its kernels and the Triton ones take the same GPU time (measured at 2^33, B=8 H=16 N=1024;
 # the Gluon ones faster from 2^35) and a call is bound by host time, where the Triton launches'
 # bound templates cost less.
-GLUON_BACKWARD_SMALL_WORK_TRITON_DIMS = (64,)
-GLUON_BACKWARD_MIN_WORK = 2**34
+GLUON_BACKWARD_MIN_WORK = {64: 2**34, 128: 0}
+GLUON_BACKWARD_HEAD_DIMS = tuple(GLUON_BACKWARD_MIN_WORK)
 
 
 def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None,
@@ -62,18 +61,17 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
         return _chosen("forward", False, "gluon=False forces the Triton kernels")
     causal, window_left, _, softcap = flags
     D = q.shape[-1]
-    if gluon is None and D not in GLUON_FORWARD_HEAD_DIMS:
-        if D not in GLUON_FORWARD_WIDE_TILE_HEAD_DIMS:
-            return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen at head dims "
-                           f"{_dims(GLUON_FORWARD_HEAD_DIMS + GLUON_FORWARD_WIDE_TILE_HEAD_DIMS)}, where it "
-                           "measured faster")
-        from ...gluon import attention_fwd as kernels
-        if kernels.consumer_count(D, causal, q.shape[-2], softcap, window_left) < 3:
-            return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen there only for its "
-                           "three-warpgroup tile (full attention, or causal from "
-                           f"{kernels.THREE_CONSUMERS_CAUSAL_ROWS} query rows; no softcap or window), where "
-                           "it measured faster")
+    if gluon is None and D not in GLUON_FORWARD_HEAD_DIMS + GLUON_FORWARD_WIDE_TILE_HEAD_DIMS:
+        return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen at head dims "
+                       f"{_dims(GLUON_FORWARD_HEAD_DIMS + GLUON_FORWARD_WIDE_TILE_HEAD_DIMS)}, where it "
+                       "measured faster")
     from ...gluon import attention_fwd as kernels
+    if (gluon is None and D in GLUON_FORWARD_WIDE_TILE_HEAD_DIMS
+            and kernels.consumer_count(D, causal, q.shape[-2], softcap, window_left) < 3):
+        return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen there only for its "
+                       "three-warpgroup tile (full attention, or causal from "
+                       f"{kernels.THREE_CONSUMERS_CAUSAL_ROWS} query rows; no softcap or window), where "
+                       "it measured faster")
     refused = (_plain(flags, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if flags[0] else None)
                or kernels.refusal(q, k, v, flags[0], scale))
     if refused:
@@ -94,10 +92,10 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     if gluon is None and q.shape[-1] not in GLUON_BACKWARD_HEAD_DIMS:
         return _chosen("backward", False, f"head dim {q.shape[-1]}: the Gluon backward is chosen at head dim "
                        f"{_dims(GLUON_BACKWARD_HEAD_DIMS)}, where it measured faster")
-    if gluon is None and q.shape[-1] in GLUON_BACKWARD_SMALL_WORK_TRITON_DIMS and work < GLUON_BACKWARD_MIN_WORK:
+    if gluon is None and work < GLUON_BACKWARD_MIN_WORK[q.shape[-1]]:
         return _chosen("backward", False, f"head dim {q.shape[-1]} with {work} multiply-adds of Q K^T, under "
-                       f"{GLUON_BACKWARD_MIN_WORK}: the kernels of both paths take the same time there, and the "
-                       "Triton kernels' launches cost less host time")
+                       f"{GLUON_BACKWARD_MIN_WORK[q.shape[-1]]}: the kernels of both paths take the same time "
+                       "there, and the Triton kernels' launches cost less host time")
     from ...gluon import attention_bwd as kernels
     refused = (_plain(flags, varlen, dkdv_config if dq_config is None else dq_config, tma,
                       causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
