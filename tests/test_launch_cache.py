@@ -497,3 +497,54 @@ def test_template_runs_hooks_that_reshape_its_descriptors(jit_kernel, monkeypatc
     for _ in range(2):
         template(TensorDescriptor(a, [4, 64], [64, 1], [2, 64]), a)
     assert seen == [64] * 4 and len(compiled.calls) == 5
+
+
+
+def test_gluon_plans_bind_their_launches(monkeypatch):
+    # The Gluon kernels' launches of an attention plan bind as the Triton ones do: the first
+    # call makes a key, later calls with new tensors of the layout launch the bound kernel
+    # straight, each with descriptors of its own tensors; the backward's two passes share the
+    # descriptors of q, do, k and v (the same boxes at D=128).
+    from tritonkit.gluon import attention_bwd, attention_fwd
+
+    class FakeDriver:
+        @staticmethod
+        def get_current_device():
+            return 0
+
+        @staticmethod
+        def get_current_stream(device):
+            return 1000
+
+    monkeypatch.setattr(_launch, "_driver", lambda: FakeDriver)
+    monkeypatch.setattr(_launch, "INTERPRETED", False)
+    key = _launch._specialization_key
+    keys = []
+    monkeypatch.setattr(_launch, "_specialization_key", lambda *a, **kw: keys.append(1) or key(*a, **kw))
+
+    def tensors(n):
+        return [torch.randn(1, 2, 64, 128, dtype=torch.float16) for _ in range(n)]
+
+    def cached(template, head):
+        compiled = _FakeCompiled()
+        monkeypatch.setitem(_launch._cache_of(template.kernel).compiled, key(template.as_launch(head), 0), compiled)
+        return compiled
+
+    lse, delta = torch.zeros(1, 2, 64), torch.zeros(1, 2, 64)
+    q, k, v, o = tensors(4)
+    forward = attention_fwd.ForwardLaunch(q, k, True, 0.125)
+    fwd = cached(forward.template, forward.head(q, k, v, o, lse))
+    do, dq, dk, dv = tensors(4)
+    backward = attention_bwd.BackwardLaunches(q, k, True, 0.125)
+    heads = backward.heads(do, q, k, v, lse, delta, dq, dk, dv)
+    assert heads[0][:4] == heads[1][:4]                         # shared descriptors
+    dkdv, dq_pass = cached(backward.dkdv.template, heads[0]), cached(backward.dq.template, heads[1])
+    for _ in range(3):
+        q, k, v, o, do, dq, dk, dv = tensors(8)
+        forward(q, k, v, o, lse)
+        backward(do, q, k, v, lse, delta, dq, dk, dv)
+        # the call's own tensors behind its descriptors, after grid, stream and metadata
+        assert [d.base for d in fwd.calls[-1][9:13]] == [q, k, v, o]
+        assert [d.base for d in dkdv.calls[-1][9:15]] == [q, do, k, v, dk, dv]
+        assert [d.base for d in dq_pass.calls[-1][9:14]] == [q, do, k, v, dq]
+    assert len(keys) == 3 and len(fwd.calls) == len(dkdv.calls) == len(dq_pass.calls) == 3

@@ -49,7 +49,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 from .._counters import zeroed_counters
-from .._launch import Launch, target_capability
+from .._launch import LaunchTemplate, target_capability
 from .._layout import cdiv
 from ..ops.attention.scores import kernel_qk_scale
 from .common import _softcap_tanh, _tile, _tma_view, _walk, _wgmma_layout, _window_start
@@ -509,7 +509,7 @@ def _attn_fwd_kernel(
 
 def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
             scale: float | None = None) -> str | None:
-    """Why `attention_fwd_gluon` cannot take these inputs (already validated by the Triton
+    """Why `ForwardLaunch` cannot take these inputs (already validated by the Triton
     launcher's checks), or None where it can: the GPU that launches on q's device would run on
     must be Hopper (compute capability 9.0: the kernel uses wgmma and setmaxnreg, which sm_100
     does not have), the tensors float16/bfloat16 with head dim 64, 128 or 256, readable by TMA
@@ -540,47 +540,59 @@ def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = Fa
 
 def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               scale: float | None = None) -> bool:
-    """Whether `attention_fwd_gluon` takes these inputs (see `refusal`)."""
+    """Whether `ForwardLaunch` takes these inputs (see `refusal`)."""
     return refusal(q, k, v, causal, scale) is None
+
+
+class ForwardLaunch:
+    """The forward launch of one attention plan (one layout of q, k, v: shapes, dtypes,
+    alignment, device): grid, scalar arguments and constexprs worked out once, the compiled
+    kernel bound after the first call (`_launch.LaunchTemplate`), so that a call makes only its
+    descriptors (and takes its stream's schedule counters). softcap: the cap c, 0 for none;
+    window_left: causal only, keys j >= i - window_left (-1: none)."""
+
+    __slots__ = ("template", "block_n", "dynamic")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, softcap: float = 0.0,
+                 window_left: int = -1):
+        B, H, Nq, D = q.shape
+        consumers = consumer_count(D, bool(causal), Nq, softcap, window_left)
+        self.block_n, stages = tile_config(D)
+        n_m = cdiv(Nq, consumers * ROWS_PER_WARPGROUP)
+        n_tiles = n_m * H * B
+        # One program per SM (one fits: `host`'s register budgets sum to 64,512), each taking
+        # tile after tile, so a program's next K/V blocks load under its last tile's epilogue.
+        # Full attention: round-robin, its tiles being of one length. Causal: tiles of unequal
+        # length, handed out longest first to whichever program asks first (DYNAMIC;
+        # notes/gluon_attention.md has the schedules measured), through two of `_counters`'
+        # int32 counters, which start at zero and which the kernel leaves at zero.
+        self.dynamic = bool(causal)
+        tail = (Nq, k.shape[2], H, H // k.shape[1], kernel_qk_scale(scale, softcap), n_m, n_tiles)
+        constexprs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap),
+                          WINDOW_LEFT=int(window_left), DYNAMIC=self.dynamic, STAGES=stages, CONSUMERS=consumers,
+                          CONSUMER_REGS=consumer_regs(consumers), PRODUCER_REGS=PRODUCER_REGS)
+        self.template = LaunchTemplate("attention_fwd_gluon", _attn_fwd_kernel, (min(n_tiles, num_sms(q.device)),),
+                                       tail, constexprs, num_warps=4, num_stages=None)
+
+    def head(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> tuple:
+        """The call's own leading arguments: descriptors of q, k, v, o; lse; the counters."""
+        sched = zeroed_counters(q.device) if self.dynamic else lse
+        return (descriptor(q, ROWS_PER_WARPGROUP), descriptor(k, self.block_n), descriptor(v, self.block_n),
+                descriptor(o, ROWS_PER_WARPGROUP), lse, sched)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> None:
+        """Writes o (like q, as the Triton launcher allocates it) and lse (B, H, Nq) float32,
+        natural log, exactly as `tritonkit.ops.attention.attention_fwd` defines them, for
+        inputs of the plan's layout. Made by the attention dispatch
+        (`tritonkit.ops.attention.paths`) only where `supported(q, k, v, causal, scale)` is
+        true (and with a window, where every row sees a key); inputs are not validated again."""
+        self.template(*self.head(q, k, v, o, lse))
 
 
 def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                 causal: bool, scale: float, softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
-    """(grid, positional args, keyword args) of one forward launch: the launcher's, and what
-    `tritonkit.gluon.compile` compiles for sm_90 without a GPU. softcap: the cap c, 0 for none;
-    window_left: causal only, keys j >= i - window_left (-1: none)."""
-    B, H, Nq, D = q.shape
-    consumers = consumer_count(D, bool(causal), Nq, softcap, window_left)
-    block_n, stages = tile_config(D)
-    n_m = cdiv(Nq, consumers * ROWS_PER_WARPGROUP)
-    n_tiles = n_m * H * B
-    # One program per SM (one fits: `host`'s register budgets sum to 64,512), each taking tile
-    # after tile, so a program's next K/V blocks load under its last tile's epilogue. Full
-    # attention: round-robin, its tiles being of one length. Causal: tiles of unequal length,
-    # handed out longest first to whichever program asks first (DYNAMIC; notes/gluon_attention.md
-    # has the schedules measured), through two of `_counters`' int32 counters, which start at
-    # zero and which the kernel leaves at zero.
-    dynamic = bool(causal)
-    sched = zeroed_counters(q.device) if dynamic else lse
-    args = (descriptor(q, ROWS_PER_WARPGROUP), descriptor(k, block_n), descriptor(v, block_n),
-            descriptor(o, ROWS_PER_WARPGROUP), lse, sched, Nq, k.shape[2], H, H // k.shape[1],
-            kernel_qk_scale(scale, softcap), n_m, n_tiles)
-    kwargs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left),
-                  DYNAMIC=dynamic, STAGES=stages, CONSUMERS=consumers, CONSUMER_REGS=consumer_regs(consumers),
-                  PRODUCER_REGS=PRODUCER_REGS,
-                  num_warps=4)
-    grid = (min(n_tiles, num_sms(q.device)),)
-    return grid, args, kwargs
-
-
-def attention_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                        causal: bool, scale: float, softcap: float = 0.0, window_left: int = -1) -> None:
-    """The forward on Hopper, writing o (like q, as the Triton launcher allocates it) and lse
-    (B, H, Nq) float32, natural log, exactly as `tritonkit.ops.attention.attention_fwd` defines
-    them (softcap: the cap c, 0 for none; window_left: a causal mask's left window, -1 for
-    none). Called by the attention dispatch (`tritonkit.ops.attention.paths`) only where
-    `supported(q, k, v, causal, scale)` is true (and with a window, where every row sees a
-    key); inputs are not validated again here."""
-    grid, args, kwargs = launch_args(q, k, v, o, lse, causal, scale, softcap, window_left)
-    num_warps = kwargs.pop("num_warps")
-    Launch("attention_fwd_gluon", _attn_fwd_kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()
+    """(grid, positional args, keyword args with num_warps) of one forward launch, as
+    `ForwardLaunch` makes it: what `tritonkit.gluon.compile` compiles for sm_90 without a GPU."""
+    plan = ForwardLaunch(q, k, causal, scale, softcap, window_left)
+    launch = plan.template.as_launch(plan.head(q, k, v, o, lse))
+    return launch.grid, launch.args, {**launch.constexprs, "num_warps": launch.num_warps}

@@ -51,7 +51,7 @@ import functools
 
 import torch
 
-from ..._launch import Launch
+from ..._launch import LaunchTemplate
 from ..._layout import cdiv
 from ...ops.attention.scores import kernel_qk_scale
 from ..host import CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, descriptor, tma_refusal
@@ -88,47 +88,104 @@ def kv_in_registers(head_dim: int) -> int:
 
 
 def _meta(causal: bool, softcap: float, window_left: int, stages: int) -> dict:
-    """The constexprs and launch options both passes take."""
+    """The constexprs both passes take."""
     return dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
-                CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+                CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS)
+
+
+class _Pass:
+    """One pass of the backward for one plan: its launch template and the box rows of each
+    descriptor it reads (q, do, k, v) and writes."""
+
+    __slots__ = ("template", "q_rows", "kv_rows")
+
+    def __init__(self, name: str, kernel, grid: tuple, tail: tuple, constexprs: dict, q_rows: int, kv_rows: int):
+        self.template = LaunchTemplate(name, kernel, grid, tail, constexprs, num_warps=4, num_stages=None)
+        self.q_rows, self.kv_rows = q_rows, kv_rows
+
+
+class BackwardLaunches:
+    """The dK/dV and dQ launches of one attention plan (one layout of do, q, k, v: shapes,
+    dtypes, alignment, device): grids, scalar arguments and constexprs worked out once, each
+    compiled kernel bound after its first call (`_launch.LaunchTemplate`), so that a call makes
+    only its descriptors, one per tensor and box (the passes read q, do, k and v in the same
+    boxes at D = 64 and 128). softcap: the cap c, 0 for none; window_left: causal only, keys
+    j >= i - window_left (-1: none)."""
+
+    __slots__ = ("dkdv", "dq")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, softcap: float = 0.0,
+                 window_left: int = -1):
+        B, H, Nq, D = q.shape
+        Hkv, Nk = k.shape[1], k.shape[2]
+        block_m, dkdv_stages, block_n, dq_stages = tile_config(D)
+        qk_scale = kernel_qk_scale(scale, softcap)
+        n_kb = cdiv(Nk, KEYS_PER_PROGRAM)
+        self.dkdv = _Pass("attention_bwd_dkdv_gluon", _dkdv_kernel, (n_kb * Hkv * B,),
+                          (Nq, H, Hkv, H // Hkv, qk_scale, scale, n_kb),
+                          dict(_meta(causal, softcap, window_left, dkdv_stages), KV_REGS=kv_in_registers(D)),
+                          block_m, ROWS_PER_WARPGROUP)
+        n_m = cdiv(Nq, QUERIES_PER_PROGRAM)
+        self.dq = _Pass("attention_bwd_dq_gluon", _dq_kernel, (n_m * H * B,),
+                        (Nq, Nk, H, H // Hkv, qk_scale, scale, n_m), _meta(causal, softcap, window_left, dq_stages),
+                        ROWS_PER_WARPGROUP, block_n)
+
+    def heads(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
+              delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> tuple[tuple, tuple]:
+        """Each pass's own leading arguments for a call: its descriptors, then lse and delta."""
+        a, b = self.dkdv, self.dq
+        inputs = (descriptor(q, a.q_rows), descriptor(do, a.q_rows), descriptor(k, a.kv_rows),
+                  descriptor(v, a.kv_rows))
+        if (b.q_rows, b.kv_rows) != (a.q_rows, a.kv_rows):
+            inputs_dq = (descriptor(q, b.q_rows), descriptor(do, b.q_rows), descriptor(k, b.kv_rows),
+                         descriptor(v, b.kv_rows))
+        else:   # the same boxes (D = 64 and 128): the same descriptors
+            inputs_dq = inputs
+        return ((*inputs, descriptor(dk, a.kv_rows), descriptor(dv, a.kv_rows), lse, delta),
+                (*inputs_dq, descriptor(dq, b.q_rows), lse, delta))
+
+    def __call__(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
+                 delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor,
+                 dq_beside: contextlib.AbstractContextManager | None = None) -> None:
+        """The dK/dV and dQ passes on Hopper, writing dq, dk, dv (allocated like q, k, v by the
+        Triton launcher), deterministic, from the Triton preprocess's delta (B, H, Nq) float32
+        (rowsum(dO * O), less lse's upstream gradient) and the forward's lse. Made by the
+        attention dispatch (`tritonkit.ops.attention.paths`) only where `supported(...)` is
+        true; inputs are not validated again here. dq_beside: a context to launch the dQ pass
+        in (a side stream beside the dK/dV pass, whose last, uneven programs it fills; the
+        plans' choice), or None for the current stream."""
+        dkdv, dq_ = self.heads(do, q, k, v, lse, delta, dq, dk, dv)
+        self.dkdv.template(*dkdv)
+        with dq_beside or contextlib.nullcontext():
+            self.dq.template(*dq_)
+
+
+def _launch_args(which: _Pass, head: tuple) -> tuple[tuple, tuple, dict]:
+    launch = which.template.as_launch(head)
+    return launch.grid, launch.args, {**launch.constexprs, "num_warps": launch.num_warps}
 
 
 def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dk: torch.Tensor,
                      dv: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, causal: bool,
                      scale: float, softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
-    """(grid, positional args, keyword args) of the dK/dV launch (also what `compile_sm90` takes);
-    softcap: the cap c, 0 for none; window_left: causal only, keys j >= i - window_left (-1: none)."""
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
-    block_m, stages, _, _ = tile_config(D)
-    n_kb = cdiv(Nk, KEYS_PER_PROGRAM)
-    args = (descriptor(q, block_m), descriptor(do, block_m), descriptor(k, ROWS_PER_WARPGROUP),
-            descriptor(v, ROWS_PER_WARPGROUP), descriptor(dk, ROWS_PER_WARPGROUP),
-            descriptor(dv, ROWS_PER_WARPGROUP), lse, delta, Nq, H, Hkv, H // Hkv, kernel_qk_scale(scale, softcap),
-            scale, n_kb)
-    kwargs = dict(_meta(causal, softcap, window_left, stages), KV_REGS=kv_in_registers(D))
-    return (n_kb * Hkv * B, ), args, kwargs
+    """(grid, positional args, keyword args with num_warps) of the dK/dV launch, as
+    `BackwardLaunches` makes it: what `compile_sm90` takes."""
+    plan = BackwardLaunches(q, k, causal, scale, softcap, window_left)
+    return _launch_args(plan.dkdv, plan.heads(do, q, k, v, lse, delta, q, dk, dv)[0])
 
 
 def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dq: torch.Tensor,
                    lse: torch.Tensor, delta: torch.Tensor, causal: bool, scale: float,
                    softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
-    """(grid, positional args, keyword args) of the dQ launch (also what `compile_sm90` takes);
-    softcap: the cap c, 0 for none; window_left: causal only, keys j >= i - window_left (-1: none)."""
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
-    _, _, block_n, stages = tile_config(D)
-    n_m = cdiv(Nq, QUERIES_PER_PROGRAM)
-    args = (descriptor(q, ROWS_PER_WARPGROUP), descriptor(do, ROWS_PER_WARPGROUP), descriptor(k, block_n),
-            descriptor(v, block_n), descriptor(dq, ROWS_PER_WARPGROUP), lse, delta, Nq, Nk, H, H // Hkv,
-            kernel_qk_scale(scale, softcap), scale, n_m)
-    kwargs = _meta(causal, softcap, window_left, stages)
-    return (n_m * H * B, ), args, kwargs
+    """(grid, positional args, keyword args with num_warps) of the dQ launch, as
+    `BackwardLaunches` makes it: what `compile_sm90` takes."""
+    plan = BackwardLaunches(q, k, causal, scale, softcap, window_left)
+    return _launch_args(plan.dq, plan.heads(do, q, k, v, lse, delta, dq, k, v)[1])
 
 
 def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
             lse: torch.Tensor, causal: bool = False, scale: float | None = None) -> str | None:
-    """Why `attention_bwd_gluon` cannot take these inputs (already validated by the Triton
+    """Why `BackwardLaunches` cannot take these inputs (already validated by the Triton
     launcher's checks), or None where it can: the forward's conditions (`attention_fwd.refusal`:
     a Hopper GPU, float16/bfloat16, q, k, v that TMA can read in place) with head dim 64 or
     128, and do that TMA can read too (o is read by the pointer-path preprocess; lse is made
@@ -146,27 +203,5 @@ def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def supported(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
               lse: torch.Tensor, causal: bool = False, scale: float | None = None) -> bool:
-    """Whether `attention_bwd_gluon` takes these inputs (see `refusal`)."""
+    """Whether `BackwardLaunches` takes these inputs (see `refusal`)."""
     return refusal(do, q, k, v, o, lse, causal, scale) is None
-
-
-def attention_bwd_gluon(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
-                        delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool,
-                        scale: float, softcap: float = 0.0, window_left: int = -1,
-                        dq_beside: contextlib.AbstractContextManager | None = None) -> None:
-    """The dK/dV and dQ passes on Hopper, writing dq, dk, dv (allocated like q, k, v by the
-    Triton launcher), deterministic, from the Triton preprocess's delta (B, H, Nq) float32
-    (rowsum(dO * O), less lse's upstream gradient) and the forward's lse (softcap: the cap c the
-    forward used, 0 for none; window_left: a causal mask's left window, -1 for none). Called by the
-    attention dispatch (`tritonkit.ops.attention.paths`) only where `supported(...)` is true;
-    inputs are not validated again here. dq_beside: a context to launch the dQ pass in (a side
-    stream beside the dK/dV pass, whose last, uneven programs it fills; the plans' choice), or
-    None for the current stream."""
-    for name, kernel, (grid, args, kwargs), context in (
-            ("attention_bwd_dkdv_gluon", _dkdv_kernel,
-             dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale, softcap, window_left), None),
-            ("attention_bwd_dq_gluon", _dq_kernel,
-             dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale, softcap, window_left), dq_beside)):
-        num_warps = kwargs.pop("num_warps")
-        with context or contextlib.nullcontext():
-            Launch(name, kernel, grid, args, kwargs, num_warps=num_warps, num_stages=None)()

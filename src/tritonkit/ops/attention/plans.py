@@ -187,8 +187,7 @@ class _ForwardLaunch:
     def __call__(self, q, k, v, o, lse, cu_q=None, cu_k=None) -> None:
         record_choice(self.choice)
         if self.gluon is not None:
-            launch, flags = self.gluon
-            launch(q, k, v, o, lse, *flags)
+            self.gluon(q, k, v, o, lse)
             return
         if self.descriptors is not None:
             of_q, of_k, of_v = self.descriptors
@@ -207,8 +206,8 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, flags: tuple, varlen
     causal, window_left, window_right, softcap = flags
     choice = gluon_forward(q, k, v, scale, flags, varlen, config, tma, gluon)
     if choice.path == "gluon":
-        from ...gluon.attention_fwd import attention_fwd_gluon
-        return _ForwardLaunch(choice, gluon=(attention_fwd_gluon, (causal, scale, softcap, window_left)))
+        from ...gluon.attention_fwd import ForwardLaunch
+        return _ForwardLaunch(choice, gluon=ForwardLaunch(q, k, causal, scale, softcap, window_left))
     block_d = _block_d(D)
     use_tma = _use_tma(tma, q, k, v)
     row_keys = _keys_a_row_sees(Nq, Nk, flags, varlen)
@@ -339,9 +338,8 @@ class _BackwardLaunches:
         self.preprocess(o, do, delta, dlse)
         record_choice(self.choice)
         if self.gluon is not None:
-            launch, flags = self.gluon
-            launch(do, q, k, v, lse, delta, dq, dk, dv, *flags,
-                   dq_beside=beside_the_current_stream(q.device) if self.concurrent else None)
+            self.gluon(do, q, k, v, lse, delta, dq, dk, dv,
+                       dq_beside=beside_the_current_stream(q.device) if self.concurrent else None)
             return
         q_in, do_in = q, do
         if self.dkdv_descriptors is not None:
@@ -384,8 +382,8 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     concurrent = bool(concurrent_dq) and q.device.type == "cuda" and _launch.launches_execute()
     choice = gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon, work)
     if choice.path == "gluon":
-        from ...gluon.attention_bwd import attention_bwd_gluon
-        return _BackwardLaunches(preprocess, choice, gluon=(attention_bwd_gluon, (causal, scale, softcap, window_left)),
+        from ...gluon.attention_bwd import BackwardLaunches
+        return _BackwardLaunches(preprocess, choice, gluon=BackwardLaunches(q, k, causal, scale, softcap, window_left),
                                  concurrent=concurrent)
 
     common = dict(_score_flags(*flags), BLOCK_D=block_d, PAD_D=pad_d)
