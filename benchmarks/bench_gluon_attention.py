@@ -141,7 +141,7 @@ def backward_main(opts) -> None:
                 num_stages=1),
         }
         g1, a1, k1 = gluon_bwd.dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale)
-        g2, a2, k2 = gluon_bwd.dq_launch_args(do, q, k, v, dq, lse, delta, causal, scale)
+        g2, a2, k2 = gluon_bwd.dq_launch_args(do, q, k, v, o, dq, lse, delta, None, causal, scale)
         stages["dkdv"] = lambda: gluon_bwd._dkdv_kernel[g1](*a1, **k1)
         stages["dq"] = lambda: gluon_bwd._dq_kernel[g2](*a2, **k2)
         alone = []

@@ -35,7 +35,7 @@ def _compiled(kernel: str, D: int, causal: bool, Nq: int = 333, Nk: int = 517, s
     if kernel == "dkdv":
         grid, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, D ** -0.5, softcap)
         return compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
-    grid, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, lse, lse, causal, D ** -0.5, softcap)
+    grid, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, causal, D ** -0.5, softcap)
     return compile_sm90(gluon_bwd._dq_kernel, args, kwargs)
 
 
@@ -82,6 +82,10 @@ def _check_structure(compiled, kernel, D):
     else:                  # Q, dO (128 rows), the ring of K and V
         least = (2 * 128 * D + 2 * stages_q * block_n * D) * 2
     assert least <= compiled.shared <= HOPPER_SHARED_LIMIT
+    if kernel == "dq":
+        # Q, dO and O of each warpgroup land on one barrier (three TMA loads of one box), and
+        # the consumers store the delta they form for the dK/dV pass after this one.
+        assert "st.global" in compiled.ptx
     if kernel == "dkdv":
         # lse and delta reach the consumers through the ring (the producer loads them): the
         # only global loads are the producer's two a query block, and no consumer converts a
@@ -108,7 +112,7 @@ def test_window_structure_for_sm90(kernel, D):
         _, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, True, D ** -0.5, 0.0, 100)
         compiled = compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
     else:
-        _, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, lse, lse, True, D ** -0.5, 0.0, 100)
+        _, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, True, D ** -0.5, 0.0, 100)
         compiled = compile_sm90(gluon_bwd._dq_kernel, args, kwargs)
     _check_structure(compiled, kernel, D)
 
@@ -279,3 +283,34 @@ def test_refuses_what_tma_cannot_read():
     q2, k2, v2 = _qkv(1, 2, 2, 64, 64, 256)
     o2, lse2 = attention_fwd(q2, k2, v2)
     assert not gluon_bwd.supported(torch.randn_like(q2), q2, k2, v2, o2, lse2)   # D=256
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_first_cuda_work_of_a_thread():
+    # The dQ pass is the backward's first launch and Triton encodes its tensor descriptors
+    # before its launcher makes a context current: in a thread with none yet (autograd's
+    # backward thread, when this backward is the first thing it runs) the launch path must
+    # make one current first, or the driver refuses to encode them.
+    import threading
+
+    q, k, v = _qkv(1, 2, 2, 256, 256, 128)
+    do = torch.randn_like(q)
+    o, lse = attention_fwd(q, k, v, True)
+    expected = attention_bwd(do, q, k, v, o, lse, True, gluon=True)
+    torch.cuda.synchronize()
+    got, failure = [], []
+
+    def run():
+        try:
+            got.extend(attention_bwd(do, q, k, v, o, lse, True, gluon=True))
+            torch.cuda.synchronize()
+        except Exception as error:      # reported in the test's own thread
+            failure.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert not failure, failure
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)

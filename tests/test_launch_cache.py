@@ -536,15 +536,15 @@ def test_gluon_plans_bind_their_launches(monkeypatch):
     fwd = cached(forward.template, forward.head(q, k, v, o, lse))
     do, dq, dk, dv = tensors(4)
     backward = attention_bwd.BackwardLaunches(q, k, True, 0.125)
-    heads = backward.heads(do, q, k, v, lse, delta, dq, dk, dv)
-    assert heads[0][:4] == heads[1][:4]                         # shared descriptors
-    dkdv, dq_pass = cached(backward.dkdv.template, heads[0]), cached(backward.dq.template, heads[1])
+    heads = backward.heads(do, q, k, v, o, lse, delta, None, dq, dk, dv)
+    assert heads[0][:2] + heads[0][3:5] == heads[1][:4]          # shared descriptors
+    dq_pass, dkdv = cached(backward.dq[False].template, heads[0]), cached(backward.dkdv.template, heads[1])
     for _ in range(3):
         q, k, v, o, do, dq, dk, dv = tensors(8)
         forward(q, k, v, o, lse)
-        backward(do, q, k, v, lse, delta, dq, dk, dv)
+        backward(do, q, k, v, o, lse, None, dq, dk, dv)
         # the call's own tensors behind its descriptors, after grid, stream and metadata
         assert [d.base for d in fwd.calls[-1][9:13]] == [q, k, v, o]
+        assert [d.base for d in dq_pass.calls[-1][9:15]] == [q, do, o, k, v, dq]
         assert [d.base for d in dkdv.calls[-1][9:15]] == [q, do, k, v, dk, dv]
-        assert [d.base for d in dq_pass.calls[-1][9:14]] == [q, do, k, v, dq]
     assert len(keys) == 3 and len(fwd.calls) == len(dkdv.calls) == len(dq_pass.calls) == 3

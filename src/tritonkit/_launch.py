@@ -41,6 +41,7 @@ except ImportError:  # a Triton without Gluon
     GluonTensorDescriptor = TensorDescriptor
 
 from . import _triton_version  # noqa: E402
+from ._cuda_context import make_current  # noqa: E402
 
 try:
     from triton import knobs  # noqa: E402
@@ -99,6 +100,8 @@ class Launch:
             with np.errstate(all="ignore"):
                 self.kernel[self.grid](*self.args, **self.constexprs, **self.launch_options())
             return None
+        if device is not None:
+            make_current(device)
         direct = None if not _fast_path_verified() or _launch_hooks_set() else self._direct()
         if direct is None:
             self.kernel[self.grid](*self.args, **self.constexprs, **self.launch_options())
@@ -200,6 +203,8 @@ class LaunchTemplate:
             current = torch.cuda.current_device() if cuda else _driver().get_current_device()
             if (current == device and (choices is None or self.kernel.cache is choices)
                     and not _launch_hooks_set() and _triton_version.supported()):
+                if cuda:
+                    make_current(device)
                 if hooks is not None:
                     hooks((*head, *self.tail))
                 run(grid[0], grid[1], grid[2], _driver().get_current_stream(device), function, metadata,

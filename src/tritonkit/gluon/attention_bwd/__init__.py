@@ -11,9 +11,14 @@ from the raw Q K^T with the forward's `tanh.approx.f32`: P = exp(c tanh(t) - lse
 the capped score's derivative, dS = P (1 - tanh(t)^2) (dP - delta), folded into P once P has gone
 to dV's product.
 
-Three launches, none with atomics, so the same inputs give bitwise the same gradients:
-1. delta: the Triton path's preprocess kernel.
-2. dK/dV (`_dkdv_kernel`): one program per 128-key block of one (batch, kv head). K and V stay
+Two launches, none with atomics, so the same inputs give bitwise the same gradients:
+1. dQ (`_dq_kernel`): one program per 128 query rows of one (batch, head), the forward's
+   structure: Q and dO in shared memory, K and V streamed through a ring, two 64-row consumer
+   warpgroups passing a turn so one's elementwise work runs under the other's products, and
+   within a warpgroup S(j) and dP(j) issued beside dQ += dS(j-1) K(j-1). Each warpgroup also
+   loads its O tile and forms its rows' delta = rowsum(dO * O) (less lse's upstream gradient)
+   in its prologue, and stores it for the dK/dV pass: no launch of its own for delta.
+2. dK/dV (`_dkdv_kernel`), after dQ (it reads every row's delta): one program per 128-key block of one (batch, kv head). K and V stay
    in shared memory (at D=64 each warpgroup also holds its halves in registers, see
    `kv_in_registers`); a producer warp streams the (Q, dO) blocks of every query head of the
    group through a ring by TMA, with each block's lse (base 2) and delta beside them, which the
@@ -23,10 +28,6 @@ Three launches, none with atomics, so the same inputs give bitwise the same grad
    issue dV += P^T dO, form dS^T while dV's product runs, then dK += dS^T Q (P^T and dS^T are
    register operands: S^T's accumulator layout is theirs). The two warpgroups share the
    tensor cores: one's exponentials run under the other's products.
-3. dQ (`_dq_kernel`): one program per 128 query rows of one (batch, head), the forward's
-   structure: Q and dO in shared memory, K and V streamed through a ring, two 64-row consumer
-   warpgroups passing a turn so one's elementwise work runs under the other's products, and
-   within a warpgroup S(j) and dP(j) issued beside dQ += dS(j-1) K(j-1).
 
 Why a separate dQ pass rather than dQ partials per key block reduced afterwards: a partial per
 key block is Nq x D float32 per (key block, head), Nk / 128 times the size of dQ (128 GiB at
@@ -46,7 +47,6 @@ the registers of a 64-key warpgroup); everything else takes the Triton path.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import torch
@@ -105,7 +105,7 @@ class _Pass:
 
 
 class BackwardLaunches:
-    """The dK/dV and dQ launches of one attention plan (one layout of do, q, k, v: shapes,
+    """The dQ and dK/dV launches of one attention plan (one layout of do, q, k, v, o: shapes,
     dtypes, alignment, device): grids, scalar arguments and constexprs worked out once, each
     compiled kernel bound after its first call (`_launch.LaunchTemplate`), so that a call makes
     only its descriptors, one per tensor and box (the passes read q, do, k and v in the same
@@ -126,14 +126,19 @@ class BackwardLaunches:
                           dict(_meta(causal, softcap, window_left, dkdv_stages), KV_REGS=kv_in_registers(D)),
                           block_m, ROWS_PER_WARPGROUP)
         n_m = cdiv(Nq, QUERIES_PER_PROGRAM)
-        self.dq = _Pass("attention_bwd_dq_gluon", _dq_kernel, (n_m * H * B,),
-                        (Nq, Nk, H, H // Hkv, qk_scale, scale, n_m), _meta(causal, softcap, window_left, dq_stages),
-                        ROWS_PER_WARPGROUP, block_n)
+        # keyed by whether lse has an upstream gradient to take from delta (HAS_DLSE)
+        self.dq = {has_dlse: _Pass("attention_bwd_dq_gluon", _dq_kernel, (n_m * H * B,),
+                                   (Nq, Nk, H, H // Hkv, qk_scale, scale, n_m),
+                                   dict(_meta(causal, softcap, window_left, dq_stages), HAS_DLSE=has_dlse),
+                                   ROWS_PER_WARPGROUP, block_n)
+                   for has_dlse in (False, True)}
 
-    def heads(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
-              delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> tuple[tuple, tuple]:
-        """Each pass's own leading arguments for a call: its descriptors, then lse and delta."""
-        a, b = self.dkdv, self.dq
+    def heads(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+              lse: torch.Tensor, delta: torch.Tensor, dlse: torch.Tensor | None, dq: torch.Tensor,
+              dk: torch.Tensor, dv: torch.Tensor) -> tuple[tuple, tuple]:
+        """Each pass's own leading arguments for a call, dQ's first: its descriptors, then lse,
+        delta (written by dQ, read by dK/dV) and (dQ) dlse, delta where there is none (unread)."""
+        a, b = self.dkdv, self.dq[False]
         inputs = (descriptor(q, a.q_rows), descriptor(do, a.q_rows), descriptor(k, a.kv_rows),
                   descriptor(v, a.kv_rows))
         if (b.q_rows, b.kv_rows) != (a.q_rows, a.kv_rows):
@@ -141,23 +146,23 @@ class BackwardLaunches:
                          descriptor(v, b.kv_rows))
         else:   # the same boxes (D = 64 and 128): the same descriptors
             inputs_dq = inputs
-        return ((*inputs, descriptor(dk, a.kv_rows), descriptor(dv, a.kv_rows), lse, delta),
-                (*inputs_dq, descriptor(dq, b.q_rows), lse, delta))
+        q_dq, do_dq, k_dq, v_dq = inputs_dq
+        return ((q_dq, do_dq, descriptor(o, b.q_rows), k_dq, v_dq, descriptor(dq, b.q_rows), lse, delta,
+                 delta if dlse is None else dlse),
+                (*inputs, descriptor(dk, a.kv_rows), descriptor(dv, a.kv_rows), lse, delta))
 
-    def __call__(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
-                 delta: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor,
-                 dq_beside: contextlib.AbstractContextManager | None = None) -> None:
-        """The dK/dV and dQ passes on Hopper, writing dq, dk, dv (allocated like q, k, v by the
-        Triton launcher), deterministic, from the Triton preprocess's delta (B, H, Nq) float32
-        (rowsum(dO * O), less lse's upstream gradient) and the forward's lse. Made by the
-        attention dispatch (`tritonkit.ops.attention.paths`) only where `supported(...)` is
-        true; inputs are not validated again here. dq_beside: a context to launch the dQ pass
-        in (a side stream beside the dK/dV pass, whose last, uneven programs it fills; the
-        plans' choice), or None for the current stream."""
-        dkdv, dq_ = self.heads(do, q, k, v, lse, delta, dq, dk, dv)
+    def __call__(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                 lse: torch.Tensor, dlse: torch.Tensor | None, dq: torch.Tensor, dk: torch.Tensor,
+                 dv: torch.Tensor) -> None:
+        """The dQ pass, then the dK/dV pass, on Hopper, writing dq, dk, dv (allocated like q,
+        k, v by the Triton launcher), deterministic, from the forward's o and lse and lse's
+        upstream gradient dlse (None: none), lse and dlse (B, H, Nq) float32 contiguous. Made
+        by the attention dispatch (`tritonkit.ops.attention.paths`) only where
+        `supported(...)` is true; inputs are not validated again here."""
+        delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
+        dq_, dkdv = self.heads(do, q, k, v, o, lse, delta, dlse, dq, dk, dv)
+        self.dq[dlse is not None].template(*dq_)
         self.dkdv.template(*dkdv)
-        with dq_beside or contextlib.nullcontext():
-            self.dq.template(*dq_)
 
 
 def _launch_args(which: _Pass, head: tuple) -> tuple[tuple, tuple, dict]:
@@ -169,18 +174,20 @@ def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                      dv: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, causal: bool,
                      scale: float, softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args with num_warps) of the dK/dV launch, as
-    `BackwardLaunches` makes it: what `compile_sm90` takes."""
+    `BackwardLaunches` makes it: what `compile_sm90` takes. delta as the dQ pass leaves it."""
     plan = BackwardLaunches(q, k, causal, scale, softcap, window_left)
-    return _launch_args(plan.dkdv, plan.heads(do, q, k, v, lse, delta, q, dk, dv)[0])
+    return _launch_args(plan.dkdv, plan.heads(do, q, k, v, q, lse, delta, None, q, dk, dv)[1])
 
 
-def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dq: torch.Tensor,
-                   lse: torch.Tensor, delta: torch.Tensor, causal: bool, scale: float,
-                   softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
+def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                   dq: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, dlse: torch.Tensor | None,
+                   causal: bool, scale: float, softcap: float = 0.0,
+                   window_left: int = -1) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args with num_warps) of the dQ launch, as
-    `BackwardLaunches` makes it: what `compile_sm90` takes."""
+    `BackwardLaunches` makes it: what `compile_sm90` takes. It writes delta (from do and o,
+    less dlse where given) for the dK/dV pass."""
     plan = BackwardLaunches(q, k, causal, scale, softcap, window_left)
-    return _launch_args(plan.dq, plan.heads(do, q, k, v, lse, delta, dq, k, v)[1])
+    return _launch_args(plan.dq[dlse is not None], plan.heads(do, q, k, v, o, lse, delta, dlse, dq, k, v)[0])
 
 
 def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
@@ -188,8 +195,7 @@ def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Why `BackwardLaunches` cannot take these inputs (already validated by the Triton
     launcher's checks), or None where it can: the forward's conditions (`attention_fwd.refusal`:
     a Hopper GPU, float16/bfloat16, q, k, v that TMA can read in place) with head dim 64 or
-    128, and do that TMA can read too (o is read by the pointer-path preprocess; lse is made
-    contiguous). Nothing here launches or synchronises."""
+    128, and do and o that TMA can read too (lse is made contiguous). Nothing here launches or synchronises."""
     from ..attention_fwd import refusal as forward_refusal
 
     if not isinstance(do, torch.Tensor) or not isinstance(q, torch.Tensor) or q.dim() != 4:
@@ -198,7 +204,7 @@ def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return f"head dim {q.shape[-1]}: the Gluon backward has kernels for {', '.join(map(str, HEAD_DIMS))}"
     if do.shape != q.shape or do.dtype != q.dtype:
         return "do must have q's shape and dtype"
-    return forward_refusal(q, k, v, causal, scale) or tma_refusal(do=do)
+    return forward_refusal(q, k, v, causal, scale) or tma_refusal(do=do, o=o)
 
 
 def supported(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,

@@ -13,8 +13,8 @@ from ..common import _softcap_tanh, _tile, _tma_view, _walk, _wgmma_layout, _win
 
 
 @gluon.jit
-def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty,
-                 n_m, H, GROUP, Nk, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+def _dq_producer(q_desc, do_desc, o_desc, k_desc, v_desc, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready,
+                 empty, n_m, H, GROUP, Nk, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -22,11 +22,13 @@ def _dq_producer(q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_buf
     lo, _ = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
     hk = h // GROUP
     for w in gl.static_range(2):
-        mbarrier.expect(q_ready.index(w), 2 * q_desc.block_type.nbytes)
+        mbarrier.expect(q_ready.index(w), 3 * q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
                                         _tma_view(q_smem.index(w), q_desc))
         tma.async_copy_global_to_shared(do_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
                                         _tma_view(do_smem.index(w), do_desc))
+        tma.async_copy_global_to_shared(o_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
+                                        _tma_view(o_smem.index(w), o_desc))
     for t in range(n_kv - lo):
         s = t % STAGES
         mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1)
@@ -109,9 +111,27 @@ def _dq_block(j, lo, dq, dsb, lse2, delta, q, do, k_bufs, v_bufs, ready, empty, 
 
 
 @gluon.jit
-def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE,
-                 DELTA, n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
-                 WINDOW_LEFT: gl.constexpr):
+def _dq_delta(do, o, DELTA, DLSE, row_base, row0, Nq, s_layout: gl.constexpr, HAS_DLSE: gl.constexpr):
+    # delta_i = sum_d dO_id O_id (less lse's upstream gradient), the row term of dS = P (dP -
+    # delta), formed here from the warpgroup's dO and O tiles instead of by a launch of its own
+    # before both passes; stored for the dK/dV pass, which runs after this one. Rows past Nq
+    # load as zeros (delta 0) and are not stored.
+    BLOCK_M: gl.constexpr = do.shape[0]
+    HEAD_DIM: gl.constexpr = do.shape[1]
+    rows_layout: gl.constexpr = gl.BlockedLayout([1, HEAD_DIM // 32], [4, 8], [gl.num_warps(), 1], [1, 0])
+    products = do.load(rows_layout).to(gl.float32) * o.load(rows_layout).to(gl.float32)
+    delta = gl.sum(products, axis=1)
+    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rows_layout))
+    if HAS_DLSE:
+        delta -= gl.load(DLSE + row_base + rows, mask=rows < Nq, other=0.0)
+    gl.store(DELTA + row_base + rows, delta, mask=rows < Nq)
+    return gl.convert_layout(delta, gl.SliceLayout(1, s_layout))
+
+
+@gluon.jit
+def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc,
+                 LSE, DELTA, DLSE, n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                 WINDOW_LEFT: gl.constexpr, HAS_DLSE: gl.constexpr):
     BLOCK_M: gl.constexpr = q_smem.shape[1]
     HEAD_DIM: gl.constexpr = q_smem.shape[2]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -129,8 +149,8 @@ def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, rea
     rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     row_base = (b.to(gl.int64) * H + h) * Nq
     lse2 = gl.load(LSE + row_base + rows, mask=rows < Nq, other=0.0) * 1.4426950408889634
-    delta = gl.load(DELTA + row_base + rows, mask=rows < Nq, other=0.0)
     mbarrier.wait(q_ready.index(WG), 0)
+    delta = _dq_delta(do, o_smem.index(WG), DELTA, DLSE, row_base, row0, Nq, s_layout, HAS_DLSE)
 
     # The walk: key blocks [lo, n_kv), of which [lo, edge) hold the left window's edge,
     # [edge, band) are whole for every row and [band, n_kv) hold the diagonal and the ragged
@@ -167,29 +187,31 @@ def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, k_bufs, v_bufs, q_ready, rea
 
 
 @gluon.jit
-def _dq_consumer0(q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
-                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
-    _dq_consumer(0, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
-                 Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
+def _dq_consumer0(q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, DLSE,
+                  n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                  WINDOW_LEFT: gl.constexpr, HAS_DLSE: gl.constexpr):
+    _dq_consumer(0, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, DLSE,
+                 n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, HAS_DLSE)
 
 
 @gluon.jit
-def _dq_consumer1(q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
-                  Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
-    _dq_consumer(1, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H, Nq,
-                 Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)
+def _dq_consumer1(q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, DLSE,
+                  n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                  WINDOW_LEFT: gl.constexpr, HAS_DLSE: gl.constexpr):
+    _dq_consumer(1, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, DLSE,
+                 n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, HAS_DLSE)
 
 
 @gluon.jit
 def _dq_kernel(
-    # descriptors of the whole (B, H, Nq, D) q, do, dq and (B, Hkv, Nk, D) k, v; LSE, DELTA:
-    # (B, H, Nq) float32
-    q_desc, do_desc, k_desc, v_desc, dq_desc, LSE, DELTA,
+    # descriptors of the whole (B, H, Nq, D) q, do, o, dq and (B, Hkv, Nk, D) k, v; LSE, DELTA
+    # (written here), DLSE (read with HAS_DLSE): (B, H, Nq) float32
+    q_desc, do_desc, o_desc, k_desc, v_desc, dq_desc, LSE, DELTA, DLSE,
     # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
     # scale); n_m: row blocks of 128 per head
     Nq, Nk, H, GROUP, qk_scale, sm_scale, n_m,
     CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, STAGES: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    HAS_DLSE: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -200,6 +222,7 @@ def _dq_kernel(
     k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
     q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], q_2d)
     do_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], q_2d)
+    o_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], q_2d)
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_2d)
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_2d)
     q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -213,10 +236,10 @@ def _dq_kernel(
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
     gl.warp_specialize([
-        (_dq_consumer0, (q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H,
-                         Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
-        (_dq_consumer1, (q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, n_m, H,
-                         Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT)),
-        (_dq_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_bufs, v_bufs, q_ready, ready, empty,
-                        n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT)),
+        (_dq_consumer0, (q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA,
+                         DLSE, n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, HAS_DLSE)),
+        (_dq_consumer1, (q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA,
+                         DLSE, n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, HAS_DLSE)),
+        (_dq_producer, (q_desc, do_desc, o_desc, k_desc, v_desc, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready,
+                        ready, empty, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

@@ -319,9 +319,10 @@ def build_varlen_forward(q, k, v, cu_q, cu_k, causal, scale, window_left, window
 # ---------------------------------------------------------------------------------------
 
 class _BackwardLaunches:
-    """The three backward passes of a plan on (B, H, N, D) views: the preprocess (delta), then
-    the Gluon kernels or the Triton dK/dV and dQ templates with the makers of the descriptors
-    each streams (None: pointers), dQ on a side stream beside dK/dV where `concurrent`."""
+    """The backward passes of a plan on (B, H, N, D) views: the Gluon kernels (whose dQ pass
+    forms delta, so it runs first and alone), or the preprocess (delta) and the Triton dK/dV
+    and dQ templates with the makers of the descriptors each streams (None: pointers), dQ on a
+    side stream beside dK/dV where `concurrent`."""
 
     __slots__ = ("preprocess", "choice", "gluon", "dkdv", "dq", "dkdv_descriptors", "dq_descriptors", "concurrent")
 
@@ -334,13 +335,13 @@ class _BackwardLaunches:
 
     def __call__(self, do, q, k, v, o, lse, dlse, dq, dk, dv, cu_q=None, cu_k=None) -> None:
         """lse and dlse contiguous (the plans' runs copy them where they are not)."""
+        if self.gluon is not None:
+            record_choice(self.choice)
+            self.gluon(do, q, k, v, o, lse, dlse, dq, dk, dv)
+            return
         delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
         self.preprocess(o, do, delta, dlse)
         record_choice(self.choice)
-        if self.gluon is not None:
-            self.gluon(do, q, k, v, lse, delta, dq, dk, dv,
-                       dq_beside=beside_the_current_stream(q.device) if self.concurrent else None)
-            return
         q_in, do_in = q, do
         if self.dkdv_descriptors is not None:
             of_q, of_do = self.dkdv_descriptors
@@ -383,8 +384,7 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     choice = gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon, work)
     if choice.path == "gluon":
         from ...gluon.attention_bwd import BackwardLaunches
-        return _BackwardLaunches(preprocess, choice, gluon=BackwardLaunches(q, k, causal, scale, softcap, window_left),
-                                 concurrent=concurrent)
+        return _BackwardLaunches(preprocess, choice, gluon=BackwardLaunches(q, k, causal, scale, softcap, window_left))
 
     common = dict(_score_flags(*flags), BLOCK_D=block_d, PAD_D=pad_d)
     qk_scale = kernel_qk_scale(scale, softcap)
