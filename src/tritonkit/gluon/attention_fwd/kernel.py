@@ -1,95 +1,16 @@
-"""Attention forward for Hopper (sm_90) in Gluon, FlashAttention-3 style.
-
-Same contract as the Triton launcher `tritonkit.ops.attention.attention_fwd`:
-o[b, h, i] = sum_j softmax_j(s_ij) v[b, hk, j],  s_ij = scale * q[b, h, i] . k[b, hk, j],
-hk = h // (H // Hkv), causal top-left aligned (query i sees keys j <= i, as SDPA's is_causal), and
-lse[b, h, i] = log sum_j exp(s_ij) in natural-log units, float32, which both backwards read.
-With a softcap c (Gemma 2; SOFTCAP = c, a constexpr, 0 for none) the scores are c tanh(s_ij / c),
-in the softmax and in lse alike; tanh is the GPU's `tanh.approx.f32`, as in the Triton kernels
-(`tritonkit.ops.attention.scores` has the formula and its accuracy).
-
-A tile is 128 query rows of one (batch, head), 192 at head dim 64 for full attention and long
-causal rows (`consumer_count`). The grid is persistent, one program per SM taking tile after tile:
-round-robin for full attention, and under a causal mask each tile to the first program to ask
-(a counter in global memory), longest first. Each program runs its partitions:
-- a producer warp (24 registers) that loads each tile's 64-row Q tiles and streams its K
-  and V blocks through a ring of STAGES shared-memory buffers by TMA, each buffer guarded by a
-  "ready" mbarrier (TMA bytes landed) and an "empty" one (every consumer done with it);
-- two consumer warpgroups of 64 rows each (the default partition and a worker, 240 registers
-  each through setmaxnreg), three for those 192-row tiles (160 registers each), each running
-  the online softmax over all key blocks.
-Two overlaps keep the tensor cores busy:
-- inter-warpgroup ping-pong: one mbarrier a consumer passes a turn round them in order, and a
-  warpgroup issues its products for a block only on its turn, so one warpgroup's products run
-  while the others do their softmax (exp2 and row reductions on the multi-function units);
-- intra-warpgroup: in iteration j a warpgroup issues S(j) = Q K(j)^T and then O += P(j-1) V(j-1),
-  waits for S(j) alone (wgmma wait with one group still pending), and computes block j's
-  softmax while P(j-1) V(j-1) still runs.
-K and V have separate barriers: a K buffer is released as soon as S(j) is done, a V buffer
-after P(j) V(j), so the producer refills K one softmax earlier.
-
-Masks are applied only on key blocks that need them: the blocks crossing the causal diagonal
-and the ragged last block (keys past Nk). TMA reads of rows past N come back as zeros and never
-from the next head (descriptors span the whole (B, H, N, D) tensor), and the TMA store of O
-drops rows past Nq. Every query row sees key 0 (top-left causal, Nk >= 1), so a row's running
-maximum is finite after block 0 and a fully masked later block adds exactly zero.
-
-Only for what `supported` accepts; everything else takes the Triton path.
-"""
+"""The Gluon attention forward's kernel and its partitions (the design, the contract and the
+launch are in the package's `__init__`)."""
 
 from __future__ import annotations
 
-import functools
-import math
-
-import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from .._counters import zeroed_counters
-from .._launch import LaunchTemplate, target_capability
-from .._layout import cdiv
-from ..ops.attention.scores import kernel_qk_scale
-from .common import _softcap_tanh, _tile, _tma_view, _walk, _wgmma_layout, _window_start
-from .host import GL_DTYPES, PRODUCER_REGS, ROWS_PER_WARPGROUP, consumer_regs, descriptor, num_sms, tma_refusal
-
-HEAD_DIMS = (64, 128, 256)
+from ..common import _exp2_shared, _softcap_tanh, _tile, _tma_view, _walk, _wgmma_layout, _window_start
 
 
-# From this many query rows the causal forward at head dim 64 takes three consumers too: below
-# it they measured slower than two (BENCHMARKS.md), most likely because the diagonal's masked
-# blocks, which spill at 160 registers, are a larger share of a shorter walk.
-THREE_CONSUMERS_CAUSAL_ROWS = 8192
-
-
-def consumer_count(head_dim: int, causal: bool, n_rows: int, softcap: float = 0.0, window_left: int = -1) -> int:
-    """Consumer warpgroups of a tile (64 query rows each). At head dim 64 a 128-key block's two
-    products take about as many tensor-core cycles as its softmax takes issue cycles, so with
-    two warpgroups one's softmax does not fit under the other's products; with three, each
-    softmax runs under the other two's (160 registers each: S 64, O 32, P twice 32). Three for
-    full attention and for causal from THREE_CONSUMERS_CAUSAL_ROWS rows; two at D = 128 and 256,
-    with a softcap (measured slower with three) and with a window (not measured with three; the
-    masked blocks spill at 160 registers)."""
-    if head_dim != 64 or softcap or window_left >= 0:
-        return 2
-    return 3 if not causal or n_rows >= THREE_CONSUMERS_CAUSAL_ROWS else 2
-
-
-@functools.lru_cache(maxsize=None)
-def tile_config(head_dim: int) -> tuple[int, int]:
-    """(BLOCK_N, STAGES): keys a block and ring stages. Shared memory holds Q (reused for O,
-    64 rows a consumer) and STAGES buffers of K and V (BLOCK_N x D each), within Hopper's
-    227 KB: D=128: 32 KB + 2 x 64 KB; D=256: 64 KB + 2 x 64 KB (64-key blocks, so that S (32
-    registers) beside O (128) and P fit the 240-register budget); D=64 with three consumers
-    24 KB + 2 x 32 KB."""
-    return {64: (128, 2), 128: (128, 2), 256: (64, 2)}[head_dim]
-
-
-# ---------------------------------------------------------------------------------------
-# Kernel
-# ---------------------------------------------------------------------------------------
 
 @gluon.jit
 def _load_kv(desc, bufs, ready, empty, c, b, hk, j):
@@ -192,7 +113,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
 
 @gluon.jit
 def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     # Online softmax of one key block in base 2 (qk_scale = scale * log2 e):
     #   m' = max(m, max_j s_j * qk_scale),  p_j = 2^(s_j * qk_scale - m'),
     #   alpha = 2^(m - m'),  l' = alpha * l + sum_j p_j.
@@ -231,9 +152,13 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, 
     if MASKED and WINDOW_LEFT >= 0:
         m_base = gl.where(m_new == float("-inf"), 0.0, m_new)
     if MAX_SCALED:
-        p = gl.exp2(qk * row_scale - gl.expand_dims(m_base, 1))
+        x = qk * row_scale - gl.expand_dims(m_base, 1)
     else:
-        p = gl.exp2(qk - gl.expand_dims(m_base, 1))
+        x = qk - gl.expand_dims(m_base, 1)
+    if EXP2_FMA > 0:
+        p = _exp2_shared(x, EXP2_FMA)
+    else:
+        p = gl.exp2(x)
     alpha = gl.exp2(m_i - m_base)
     l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_new
@@ -253,7 +178,8 @@ def _wait_turn(my_turn, c, WG: gl.constexpr):
 @gluon.jit
 def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
                     my_turn, next_turn, WG: gl.constexpr, row0, Nk, qk_scale, MASKED: gl.constexpr,
-                    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr,
+                    WINDOW_LEFT: gl.constexpr):
     # Key block j of a tile, not its first (c: this block counted over the program's tiles):
     # S(j) and P(j-1) V(j-1) in flight together, softmax(j) under the latter.
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -275,7 +201,7 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
     qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk, ))
     mbarrier.arrive(k_empty.index(s), count=1)
     p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS,
-                                       SOFTCAP, WINDOW_LEFT)
+                                       SOFTCAP, EXP2_FMA, WINDOW_LEFT)
     pb_next = gl.convert_layout(p.to(q.dtype), p_layout)
     # pb is the register operand of the product in flight: a dependency of the wait that
     # retires it, so its registers are not reused before the tensor cores have read them.
@@ -288,7 +214,8 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
 @gluon.jit
 def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready,
                    v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, H, Nq, Nk, qk_scale,
-                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr,
+                   WINDOW_LEFT: gl.constexpr):
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -316,25 +243,25 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     if first_whole:
         p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, False, CAUSAL, SCALE_POS,
-                                           SOFTCAP, WINDOW_LEFT)
+                                           SOFTCAP, EXP2_FMA, WINDOW_LEFT)
     else:
         p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, True, CAUSAL, SCALE_POS,
-                                           SOFTCAP, WINDOW_LEFT)
+                                           SOFTCAP, EXP2_FMA, WINDOW_LEFT)
     pb = gl.convert_layout(p.to(q.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, edge):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+                                            True, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT)
     for j in range(gl.maximum(edge, 1), band):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
-                                            False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+                                            False, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT)
     for j in range(gl.maximum(band, 1), count):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+                                            True, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT)
 
     # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
     # every S product has retired) and a TMA store that drops rows past Nq.
@@ -357,7 +284,7 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
 @gluon.jit
 def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready,
                   k_empty, v_empty, turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
-                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
     BLOCK_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
@@ -365,7 +292,7 @@ def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
                    v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, H, Nq, Nk, qk_scale,
-                   CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+                   CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT)
     tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
     mbarrier.arrive(q_empty.index(WG), count=1)
     return c + n_kv - lo
@@ -381,7 +308,8 @@ def _posted_tile(tile_ids, WG: gl.constexpr):
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
               turn, tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
-              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+              DYNAMIC: gl.constexpr):
     CONSUMERS: gl.constexpr = q_smem.shape[0]
     q = q_smem.index(WG)
     c = 0
@@ -391,7 +319,8 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         t = _posted_tile(tile_ids, WG)
         while t < n_tiles:
             c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
-                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
+                              WINDOW_LEFT)
             ti += 1
             mbarrier.wait(q_ready.index(WG), ti & 1)
             t = _posted_tile(tile_ids, WG)
@@ -399,32 +328,33 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             mbarrier.wait(q_ready.index(WG), ti & 1)
             c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
-                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
+                              WINDOW_LEFT)
             ti += 1
 
 
 @gluon.jit
 def _consumer0(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
                LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+               SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
     _consumer(0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
-              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
+              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT, DYNAMIC)
 
 
 @gluon.jit
 def _consumer1(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
                LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+               SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
     _consumer(1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
-              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
+              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT, DYNAMIC)
 
 
 @gluon.jit
 def _consumer2(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
                LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+               SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
     _consumer(2, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
-              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
+              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT, DYNAMIC)
 
 
 @gluon.jit
@@ -437,9 +367,11 @@ def _attn_fwd_kernel(
     # softcap c scale / c); tiles: n_m row blocks of CONSUMERS x 64 per head, n_tiles = n_m * H * B,
     # taken round-robin by the programs, or with DYNAMIC each by the first program to ask
     Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles,
-    # meta (SOFTCAP: the cap c, 0 for none; WINDOW_LEFT: a causal mask's left window, -1 for none;
+    # meta (SOFTCAP: the cap c, 0 for none; EXP2_FMA: one exponential in that many on the FMA
+    # units, 0 for none (`common._exp2_shared`); WINDOW_LEFT: a causal mask's left window, -1 for none;
     # CONSUMERS: 64-row consumer warpgroups, 2 or 3, with CONSUMER_REGS registers each)
-    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr,
+    WINDOW_LEFT: gl.constexpr,
     DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr,
 ):
@@ -478,13 +410,16 @@ def _attn_fwd_kernel(
     if CONSUMERS == 3:
         gl.warp_specialize([
             (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
-                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
+                          WINDOW_LEFT,
                           DYNAMIC)),
             (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
-                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
+                          WINDOW_LEFT,
                           DYNAMIC)),
             (_consumer2, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
-                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
+                          WINDOW_LEFT,
                           DYNAMIC)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
                          v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
@@ -493,106 +428,13 @@ def _attn_fwd_kernel(
         gl.static_assert(CONSUMERS == 2)
         gl.warp_specialize([
             (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
-                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
+                          WINDOW_LEFT,
                           DYNAMIC)),
             (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
-                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
+                          WINDOW_LEFT,
                           DYNAMIC)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
                          v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
-
-
-# ---------------------------------------------------------------------------------------
-# Launcher
-# ---------------------------------------------------------------------------------------
-
-def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-            scale: float | None = None) -> str | None:
-    """Why `ForwardLaunch` cannot take these inputs (already validated by the Triton
-    launcher's checks), or None where it can: the GPU that launches on q's device would run on
-    must be Hopper (compute capability 9.0: the kernel uses wgmma and setmaxnreg, which sm_100
-    does not have), the tensors float16/bfloat16 with head dim 64, 128 or 256, readable by TMA
-    in place (see `tma_refusal`), with a positive-length key sequence and fewer than 2^31 tiles
-    of 128 rows. The GPU is `_launch.target_capability`'s: the device's own, or the target the
-    inspector records for (so it can show which path an input takes on an H100 from a CPU).
-    Nothing here launches or synchronises."""
-    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
-        return "q, k and v must be tensors"
-    capability = target_capability(q.device)
-    if capability != 90:
-        return (f"{q.device.type} tensors run no compiled GPU kernel" if capability is None
-                else f"the GPU is sm_{capability}, not Hopper (sm_90)")
-    if q.dtype not in GL_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        return f"dtype {str(q.dtype).removeprefix('torch.')}: the Gluon kernels take float16 and bfloat16"
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        return "q, k, v must be 4-d (B, H, N, D)"
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
-    if D not in HEAD_DIMS or k.shape[3] != D or v.shape[3] != D:
-        return f"head dim {D}: the Gluon forward has kernels for {', '.join(map(str, HEAD_DIMS))}"
-    if Hkv < 1 or H % Hkv or Nk < 1 or B < 1 or Nq < 1 or cdiv(Nq, 2 * ROWS_PER_WARPGROUP) * H * B >= 2**31:
-        return "empty sequences, a head count not a multiple of the kv heads', or 2^31 tiles or more"
-    if scale is not None and not math.isfinite(scale):
-        return f"scale {scale} is not finite"
-    return tma_refusal(q=q, k=k, v=v)
-
-
-def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-              scale: float | None = None) -> bool:
-    """Whether `ForwardLaunch` takes these inputs (see `refusal`)."""
-    return refusal(q, k, v, causal, scale) is None
-
-
-class ForwardLaunch:
-    """The forward launch of one attention plan (one layout of q, k, v: shapes, dtypes,
-    alignment, device): grid, scalar arguments and constexprs worked out once, the compiled
-    kernel bound after the first call (`_launch.LaunchTemplate`), so that a call makes only its
-    descriptors (and takes its stream's schedule counters). softcap: the cap c, 0 for none;
-    window_left: causal only, keys j >= i - window_left (-1: none)."""
-
-    __slots__ = ("template", "block_n", "dynamic")
-
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, softcap: float = 0.0,
-                 window_left: int = -1):
-        B, H, Nq, D = q.shape
-        consumers = consumer_count(D, bool(causal), Nq, softcap, window_left)
-        self.block_n, stages = tile_config(D)
-        n_m = cdiv(Nq, consumers * ROWS_PER_WARPGROUP)
-        n_tiles = n_m * H * B
-        # One program per SM (one fits: `host`'s register budgets sum to 64,512), each taking
-        # tile after tile, so a program's next K/V blocks load under its last tile's epilogue.
-        # Full attention: round-robin, its tiles being of one length. Causal: tiles of unequal
-        # length, handed out longest first to whichever program asks first (DYNAMIC;
-        # notes/gluon_attention.md has the schedules measured), through two of `_counters`'
-        # int32 counters, which start at zero and which the kernel leaves at zero.
-        self.dynamic = bool(causal)
-        tail = (Nq, k.shape[2], H, H // k.shape[1], kernel_qk_scale(scale, softcap), n_m, n_tiles)
-        constexprs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap),
-                          WINDOW_LEFT=int(window_left), DYNAMIC=self.dynamic, STAGES=stages, CONSUMERS=consumers,
-                          CONSUMER_REGS=consumer_regs(consumers), PRODUCER_REGS=PRODUCER_REGS)
-        self.template = LaunchTemplate("attention_fwd_gluon", _attn_fwd_kernel, (min(n_tiles, num_sms(q.device)),),
-                                       tail, constexprs, num_warps=4, num_stages=None)
-
-    def head(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> tuple:
-        """The call's own leading arguments: descriptors of q, k, v, o; lse; the counters."""
-        sched = zeroed_counters(q.device) if self.dynamic else lse
-        return (descriptor(q, ROWS_PER_WARPGROUP), descriptor(k, self.block_n), descriptor(v, self.block_n),
-                descriptor(o, ROWS_PER_WARPGROUP), lse, sched)
-
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> None:
-        """Writes o (like q, as the Triton launcher allocates it) and lse (B, H, Nq) float32,
-        natural log, exactly as `tritonkit.ops.attention.attention_fwd` defines them, for
-        inputs of the plan's layout. Made by the attention dispatch
-        (`tritonkit.ops.attention.paths`) only where `supported(q, k, v, causal, scale)` is
-        true (and with a window, where every row sees a key); inputs are not validated again."""
-        self.template(*self.head(q, k, v, o, lse))
-
-
-def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                causal: bool, scale: float, softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
-    """(grid, positional args, keyword args with num_warps) of one forward launch, as
-    `ForwardLaunch` makes it: what `tritonkit.gluon.compile` compiles for sm_90 without a GPU."""
-    plan = ForwardLaunch(q, k, causal, scale, softcap, window_left)
-    launch = plan.template.as_launch(plan.head(q, k, v, o, lse))
-    return launch.grid, launch.args, {**launch.constexprs, "num_warps": launch.num_warps}
