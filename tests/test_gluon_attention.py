@@ -88,14 +88,6 @@ def test_softcap_structure_for_sm90(D):
     kernel = _compiled(D, True, softcap=50.0)
     _check_structure(kernel, D)
     assert "tanh.approx.f32" in kernel.ptx
-    # At D = 64 and 128 one exponential in two runs on the FMA units (the polynomial's constant),
-    # the other on MUFU; at D = 256 all on MUFU.
-    share = gluon_fwd.exp2_fma_share(D, 50.0)
-    assert share == (2 if D <= 128 else 0)
-    poly = kernel.ptx.count("0f3C1D0166")
-    assert (poly > 0) == (share > 0)
-    if share:
-        assert kernel.ptx.count("ex2.approx.ftz.f32") >= poly
     # Its qk_scale is the tanh's input factor scale / c (the cap folded in, as the Triton path's).
     q = torch.empty(1, 2, 64, D, dtype=torch.bfloat16)
     _, args, kwargs = gluon_fwd.launch_args(q, q, q, q, torch.empty(1, 2, 64), True, 0.125, 50.0)
@@ -386,33 +378,3 @@ def test_deterministic_and_refuses_what_tma_cannot_read():
     odd = buffer[1:].view(2, 4, 64, 128)                 # 2-byte offset: not 16-byte aligned
     assert not gluon_fwd.supported(odd, k, v, False)
     assert not gluon_fwd.supported(q[..., :96], k[..., :96], v[..., :96], False)   # D=96
-
-
-def test_exp2_on_fma_units_matches_exp2():
-    # The PTX of common._EXP2_POLY, step for step in float32 numpy (each fma rounded twice
-    # here, once on the GPU): within 3e-6 of 2^x relative down to x = -125, exactly 1 at 0,
-    # exactly 0 at -127 and below (-inf: a masked score), never negative or NaN in between.
-    import numpy as np
-    from tritonkit.gluon import common
-
-    words = [np.uint32(int(h, 16)).view(np.float32) for h in re.findall(r"0f([0-9A-F]{8})", common._EXP2_POLY)]
-    low, magic, _, c4, c3, c2, c1, c0 = words
-
-    def exp2(x):
-        x = np.maximum(np.asarray(x, dtype=np.float32), low)
-        t = (x + magic).astype(np.float32)
-        f = (x - (t - magic).astype(np.float32)).astype(np.float32)
-        p = f * c4 + c3
-        for c in (c2, c1, c0):
-            p = (p * f + c).astype(np.float32)
-        exponent = (t.view(np.uint32).astype(np.uint64) << 23) & 0xFFFFFFFF
-        return ((p.view(np.uint32).astype(np.uint64) + exponent) & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
-
-    x = np.concatenate([np.linspace(-130, 0, 400001, dtype=np.float32), [-np.inf, -1e30, -127, -126.5, 0]])
-    got = exp2(x.astype(np.float32))
-    with np.errstate(over="ignore", under="ignore"):
-        want = np.exp2(x.astype(np.float64))
-    normal = x >= -125
-    assert np.abs(got[normal] / want[normal] - 1).max() < 3e-6
-    assert not np.isnan(got).any() and (got >= 0).all() and got[~normal].max() < 2 ** -124
-    assert exp2([0.0])[0] == 1.0 and (exp2([-127.0, -1e30, -np.inf]) == 0).all()

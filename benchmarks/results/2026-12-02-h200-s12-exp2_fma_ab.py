@@ -2,6 +2,8 @@
 kernel launched alone, at the shapes where the multi-function units bound it: softcap at D=128
 and D=64, and plain D=64 (three consumers). Each variant's output is checked against the
 variant with none on the FMA units (max abs difference of o, of lse) before it is timed.
+Runs on main with `2026-12-02-h200-s12-exp2_fma.patch` applied (the feature was measured slower
+everywhere and not kept; BENCHMARKS.md, twelfth set).
 
     PYTHONPATH=src TRITONKIT_AUTOTUNE=0 python3 benchmarks/results/2026-12-02-h200-s12-exp2_fma_ab.py
 """

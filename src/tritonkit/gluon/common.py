@@ -1,7 +1,7 @@
 """Pieces the Gluon attention kernels (`attention_fwd`, `attention_bwd`) share: the wgmma
 accumulator layout, the view of a shared buffer as a descriptor's box, the query tile a
-program index stands for and the key blocks its rows walk (causal, with a left window), the
-softcap's tanh, and exp2 shared between the multi-function units and the FMA units."""
+program index stands for and the key blocks its rows walk (causal, with a left window), and
+the softcap's tanh."""
 
 from __future__ import annotations
 
@@ -84,55 +84,3 @@ def _softcap_tanh(qk, cap_in):
     # paths' forwards and backwards agree on P.
     return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [qk * cap_in], dtype=gl.float32,
                                      is_pure=True, pack=1)
-
-
-# 2^x for x <= 0 without the multi-function unit (MUFU), on the FMA and integer units: x = j + f
-# with j the nearest integer (adding and subtracting 1.5 * 2^23 rounds it into the low mantissa
-# bits) and f in [-1/2, 1/2]; 2^f by a degree-4 polynomial with p(0) = 1 exactly, fitted to the
-# relative error on that interval (at most 2.9e-6 in float32, against ex2.approx's 2^-22); j
-# added to the result's exponent bits. x is clamped at -127 first: there j = -127, f = 0, p = 1
-# and the bits come out exactly 0, so a masked score (-inf) gives 0 as ex2 does (p(f) >= 1 for
-# f >= 0 keeps the exponent from wrapping below j = -126); x in (-127, -126] gives values
-# below 2^-126, which ex2.approx.ftz flushes to 0. Thirteen instructions against MUFU's one, on
-# units the softmax leaves idle.
-_EXP2_POLY = """
-    max.f32 x, {src}, 0fC2FE0000;
-    add.rn.f32 t, x, 0f4B400000;
-    sub.rn.f32 j, t, 0f4B400000;
-    sub.rn.f32 f, x, j;
-    fma.rn.f32 p, f, 0f3C1D0166, 0f3D64FE23;
-    fma.rn.f32 p, p, f, 0f3E7601BC;
-    fma.rn.f32 p, p, f, 0f3F317096;
-    fma.rn.f32 p, p, f, 0f3F800000;
-    mov.b32 bits, p;
-    mov.b32 e, t;
-    shl.b32 e, e, 23;
-    add.s32 bits, bits, e;
-    mov.b32 {dst}, bits;"""
-
-
-def _exp2_shared_asm(one_in: int) -> str:
-    """PTX for `pack` = one_in elements: the last on the FMA units, the others on MUFU."""
-    lines = ["{", ".reg .f32 x, t, j, f, p;", ".reg .b32 bits, e;"]
-    lines += [f"ex2.approx.ftz.f32 ${i}, ${one_in + i};" for i in range(one_in - 1)]
-    lines += [_EXP2_POLY.format(src=f"${2 * one_in - 1}", dst=f"${one_in - 1}"), "}"]
-    return "\n".join(lines)
-
-
-_EXP2_ONE_IN_2 = gl.constexpr(_exp2_shared_asm(2))
-_EXP2_ONE_IN_4 = gl.constexpr(_exp2_shared_asm(4))
-
-
-@gluon.jit
-def _exp2_shared(x, ONE_IN: gl.constexpr):
-    # 2^x of float32 x <= 0 (masked entries -inf), one element in ONE_IN (2 or 4) on the FMA
-    # units (see _EXP2_POLY) and the rest on MUFU, for kernels whose MUFU work (exp2 and a
-    # softcap's tanh a score) outlasts the tensor cores' products. Callers with nothing to
-    # share call gl.exp2 themselves: even a constexpr branch to it here changed the register
-    # allocation of the D=64 three-consumer forward (more spills).
-    if ONE_IN == 2:
-        return gl.inline_asm_elementwise(_EXP2_ONE_IN_2, "=f,=f,f,f", [x], dtype=gl.float32, is_pure=True, pack=2)
-    else:
-        gl.static_assert(ONE_IN == 4, "ONE_IN: 2 or 4")
-        return gl.inline_asm_elementwise(_EXP2_ONE_IN_4, "=f,=f,=f,=f,f,f,f,f", [x], dtype=gl.float32,
-                                         is_pure=True, pack=4)

@@ -72,16 +72,6 @@ def consumer_count(head_dim: int, causal: bool, n_rows: int, softcap: float = 0.
     return 3 if not causal or n_rows >= THREE_CONSUMERS_CAUSAL_ROWS else 2
 
 
-def exp2_fma_share(head_dim: int, softcap: float) -> int:
-    """One exponential of the softmax in how many goes to the FMA units (`common._exp2_shared`),
-    0 for none. A softcap puts a tanh beside each exponential on the multi-function units (16
-    results a clock an SM): at D=128 a 128 x 128 block's two MUFU operations a score then take
-    as many cycles as its two products on the tensor cores, with nothing to spare for the
-    overlap (at D=64 twice as many); one in two on the FMA units takes that to three quarters.
-    At D=256 a 64-key block's products take twice its MUFU time even with the tanh."""
-    return 2 if softcap and head_dim <= 128 else 0
-
-
 @functools.lru_cache(maxsize=None)
 def tile_config(head_dim: int) -> tuple[int, int]:
     """(BLOCK_N, STAGES): keys a block and ring stages. Shared memory holds Q (reused for O,
@@ -155,7 +145,7 @@ class ForwardLaunch:
         self.dynamic = bool(causal)
         tail = (Nq, k.shape[2], H, H // k.shape[1], kernel_qk_scale(scale, softcap), n_m, n_tiles)
         constexprs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap),
-                          EXP2_FMA=exp2_fma_share(D, softcap), WINDOW_LEFT=int(window_left), DYNAMIC=self.dynamic, STAGES=stages, CONSUMERS=consumers,
+                          WINDOW_LEFT=int(window_left), DYNAMIC=self.dynamic, STAGES=stages, CONSUMERS=consumers,
                           CONSUMER_REGS=consumer_regs(consumers), PRODUCER_REGS=PRODUCER_REGS)
         self.template = LaunchTemplate("attention_fwd_gluon", _attn_fwd_kernel, (min(n_tiles, num_sms(q.device)),),
                                        tail, constexprs, num_warps=4, num_stages=None)

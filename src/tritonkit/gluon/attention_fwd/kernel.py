@@ -8,7 +8,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from ..common import _exp2_shared, _softcap_tanh, _tile, _tma_view, _walk, _wgmma_layout, _window_start
+from ..common import _softcap_tanh, _tile, _tma_view, _walk, _wgmma_layout, _window_start
 
 
 
@@ -113,7 +113,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
 
 @gluon.jit
 def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     # Online softmax of one key block in base 2 (qk_scale = scale * log2 e):
     #   m' = max(m, max_j s_j * qk_scale),  p_j = 2^(s_j * qk_scale - m'),
     #   alpha = 2^(m - m'),  l' = alpha * l + sum_j p_j.
@@ -152,13 +152,9 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, 
     if MASKED and WINDOW_LEFT >= 0:
         m_base = gl.where(m_new == float("-inf"), 0.0, m_new)
     if MAX_SCALED:
-        x = qk * row_scale - gl.expand_dims(m_base, 1)
+        p = gl.exp2(qk * row_scale - gl.expand_dims(m_base, 1))
     else:
-        x = qk - gl.expand_dims(m_base, 1)
-    if EXP2_FMA > 0:
-        p = _exp2_shared(x, EXP2_FMA)
-    else:
-        p = gl.exp2(x)
+        p = gl.exp2(qk - gl.expand_dims(m_base, 1))
     alpha = gl.exp2(m_i - m_base)
     l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_new
@@ -178,8 +174,7 @@ def _wait_turn(my_turn, c, WG: gl.constexpr):
 @gluon.jit
 def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
                     my_turn, next_turn, WG: gl.constexpr, row0, Nk, qk_scale, MASKED: gl.constexpr,
-                    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr,
-                    WINDOW_LEFT: gl.constexpr):
+                    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     # Key block j of a tile, not its first (c: this block counted over the program's tiles):
     # S(j) and P(j-1) V(j-1) in flight together, softmax(j) under the latter.
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -201,7 +196,7 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
     qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk, ))
     mbarrier.arrive(k_empty.index(s), count=1)
     p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS,
-                                       SOFTCAP, EXP2_FMA, WINDOW_LEFT)
+                                       SOFTCAP, WINDOW_LEFT)
     pb_next = gl.convert_layout(p.to(q.dtype), p_layout)
     # pb is the register operand of the product in flight: a dependency of the wait that
     # retires it, so its registers are not reused before the tensor cores have read them.
@@ -214,8 +209,7 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
 @gluon.jit
 def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready,
                    v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, H, Nq, Nk, qk_scale,
-                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr,
-                   WINDOW_LEFT: gl.constexpr):
+                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -243,25 +237,25 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     if first_whole:
         p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, False, CAUSAL, SCALE_POS,
-                                           SOFTCAP, EXP2_FMA, WINDOW_LEFT)
+                                           SOFTCAP, WINDOW_LEFT)
     else:
         p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, True, CAUSAL, SCALE_POS,
-                                           SOFTCAP, EXP2_FMA, WINDOW_LEFT)
+                                           SOFTCAP, WINDOW_LEFT)
     pb = gl.convert_layout(p.to(q.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, edge):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT)
+                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
     for j in range(gl.maximum(edge, 1), band):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
-                                            False, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT)
+                                            False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
     for j in range(gl.maximum(band, 1), count):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT)
+                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
 
     # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
     # every S product has retired) and a TMA store that drops rows past Nq.
@@ -284,7 +278,7 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
 @gluon.jit
 def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready,
                   k_empty, v_empty, turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
-                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
     # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
     BLOCK_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
@@ -292,7 +286,7 @@ def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
                    v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, H, Nq, Nk, qk_scale,
-                   CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT)
+                   CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
     tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
     mbarrier.arrive(q_empty.index(WG), count=1)
     return c + n_kv - lo
@@ -308,8 +302,7 @@ def _posted_tile(tile_ids, WG: gl.constexpr):
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
               turn, tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
-              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-              DYNAMIC: gl.constexpr):
+              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
     CONSUMERS: gl.constexpr = q_smem.shape[0]
     q = q_smem.index(WG)
     c = 0
@@ -319,8 +312,7 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         t = _posted_tile(tile_ids, WG)
         while t < n_tiles:
             c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
-                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
-                              WINDOW_LEFT)
+                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
             ti += 1
             mbarrier.wait(q_ready.index(WG), ti & 1)
             t = _posted_tile(tile_ids, WG)
@@ -328,33 +320,32 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             mbarrier.wait(q_ready.index(WG), ti & 1)
             c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
-                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
-                              WINDOW_LEFT)
+                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
             ti += 1
 
 
 @gluon.jit
 def _consumer0(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
                LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
     _consumer(0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
-              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT, DYNAMIC)
+              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
 
 
 @gluon.jit
 def _consumer1(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
                LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
     _consumer(1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
-              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT, DYNAMIC)
+              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
 
 
 @gluon.jit
 def _consumer2(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
                LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
     _consumer(2, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
-              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA, WINDOW_LEFT, DYNAMIC)
+              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
 
 
 @gluon.jit
@@ -367,11 +358,9 @@ def _attn_fwd_kernel(
     # softcap c scale / c); tiles: n_m row blocks of CONSUMERS x 64 per head, n_tiles = n_m * H * B,
     # taken round-robin by the programs, or with DYNAMIC each by the first program to ask
     Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles,
-    # meta (SOFTCAP: the cap c, 0 for none; EXP2_FMA: one exponential in that many on the FMA
-    # units, 0 for none (`common._exp2_shared`); WINDOW_LEFT: a causal mask's left window, -1 for none;
+    # meta (SOFTCAP: the cap c, 0 for none; WINDOW_LEFT: a causal mask's left window, -1 for none;
     # CONSUMERS: 64-row consumer warpgroups, 2 or 3, with CONSUMER_REGS registers each)
-    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, EXP2_FMA: gl.constexpr,
-    WINDOW_LEFT: gl.constexpr,
+    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
     DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr,
 ):
@@ -410,16 +399,13 @@ def _attn_fwd_kernel(
     if CONSUMERS == 3:
         gl.warp_specialize([
             (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
-                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
-                          WINDOW_LEFT,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
                           DYNAMIC)),
             (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
-                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
-                          WINDOW_LEFT,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
                           DYNAMIC)),
             (_consumer2, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
-                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
-                          WINDOW_LEFT,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
                           DYNAMIC)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
                          v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
@@ -428,12 +414,10 @@ def _attn_fwd_kernel(
         gl.static_assert(CONSUMERS == 2)
         gl.warp_specialize([
             (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
-                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
-                          WINDOW_LEFT,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
                           DYNAMIC)),
             (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
-                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, EXP2_FMA,
-                          WINDOW_LEFT,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
                           DYNAMIC)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
                          v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
