@@ -500,24 +500,13 @@ def test_template_runs_hooks_that_reshape_its_descriptors(jit_kernel, monkeypatc
 
 
 
-def test_gluon_plans_bind_their_launches(monkeypatch):
+def test_gluon_plans_bind_their_launches(monkeypatch, cuda_standin):
     # The Gluon kernels' launches of an attention plan bind as the Triton ones do: the first
     # call makes a key, later calls with new tensors of the layout launch the bound kernel
     # straight, each with descriptors of its own tensors; the backward's two passes share the
     # descriptors of q, do, k and v (the same boxes at D=128).
     from tritonkit.gluon import attention_bwd, attention_fwd
 
-    class FakeDriver:
-        @staticmethod
-        def get_current_device():
-            return 0
-
-        @staticmethod
-        def get_current_stream(device):
-            return 1000
-
-    monkeypatch.setattr(_launch, "_driver", lambda: FakeDriver)
-    monkeypatch.setattr(_launch, "INTERPRETED", False)
     key = _launch._specialization_key
     keys = []
     monkeypatch.setattr(_launch, "_specialization_key", lambda *a, **kw: keys.append(1) or key(*a, **kw))

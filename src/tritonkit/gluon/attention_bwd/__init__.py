@@ -18,16 +18,16 @@ Two launches, none with atomics, so the same inputs give bitwise the same gradie
    within a warpgroup S(j) and dP(j) issued beside dQ += dS(j-1) K(j-1). Each warpgroup also
    loads its O tile and forms its rows' delta = rowsum(dO * O) (less lse's upstream gradient)
    in its prologue, and stores it for the dK/dV pass: no launch of its own for delta.
-2. dK/dV (`_dkdv_kernel`), after dQ (it reads every row's delta): one program per 128-key block of one (batch, kv head). K and V stay
-   in shared memory (at D=64 each warpgroup also holds its halves in registers, see
-   `kv_in_registers`); a producer warp streams the (Q, dO) blocks of every query head of the
-   group through a ring by TMA, with each block's lse (base 2) and delta beside them, which the
-   consumers read in their products' layout; two consumer warpgroups each own 64 of the keys
-   (their dK and dV accumulators in registers, 240 registers each through setmaxnreg) and per query block
-   issue S^T = K Q^T and dP^T = V dO^T together, form P^T while dP^T is still running,
-   issue dV += P^T dO, form dS^T while dV's product runs, then dK += dS^T Q (P^T and dS^T are
-   register operands: S^T's accumulator layout is theirs). The two warpgroups share the
-   tensor cores: one's exponentials run under the other's products.
+2. dK/dV (`_dkdv_kernel`), after dQ (it reads every row's delta): one program per 128-key block of
+   one (batch, kv head). K and V stay in shared memory (at D=64 each warpgroup also holds its
+   halves in registers, see `kv_in_registers`); a producer warp streams the (Q, dO) blocks of
+   every query head of the group through a ring by TMA, with each block's lse (base 2) and delta
+   beside them, which the consumers read in their products' layout; two consumer warpgroups each
+   own 64 of the keys (their dK and dV accumulators in registers, 240 registers each through
+   setmaxnreg) and per query block issue S^T = K Q^T and dP^T = V dO^T together, form P^T while
+   dP^T is still running, issue dV += P^T dO, form dS^T while dV's product runs, then dK += dS^T Q
+   (P^T and dS^T are register operands: S^T's accumulator layout is theirs). The two warpgroups
+   share the tensor cores: one's exponentials run under the other's products.
 
 Why a separate dQ pass rather than dQ partials per key block reduced afterwards: a partial per
 key block is Nq x D float32 per (key block, head), Nk / 128 times the size of dQ (128 GiB at

@@ -373,18 +373,18 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     tuned = _autotune_enabled()
     fixed = fixed_configs(block_d, busy_dkdv=softcap > 0, packed=varlen is not None)
     seqs = None if varlen is None else varlen[0]
+    work = B * H * Nq * row_keys * D
+    choice = gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon, work)
+    if choice.path == "gluon":     # its dQ pass forms delta: no preprocess
+        from ...gluon.attention_bwd import BackwardLaunches
+        return _BackwardLaunches(None, choice, gluon=BackwardLaunches(q, k, causal, scale, softcap, window_left))
     pre_block = 32 if _interpreting() else 64
     preprocess = LaunchTemplate("attention_bwd_preprocess", _attn_bwd_preprocess_kernel,
                                 (cdiv(Nq, pre_block), H, B), (Nq, D, *o.stride(), *do.stride()),
                                 dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)
-    work = B * H * Nq * row_keys * D
     if concurrent_dq is None:
         concurrent_dq = work >= CONCURRENT_DQ_MIN_WORK
     concurrent = bool(concurrent_dq) and q.device.type == "cuda" and _launch.launches_execute()
-    choice = gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon, work)
-    if choice.path == "gluon":
-        from ...gluon.attention_bwd import BackwardLaunches
-        return _BackwardLaunches(preprocess, choice, gluon=BackwardLaunches(q, k, causal, scale, softcap, window_left))
 
     common = dict(_score_flags(*flags), BLOCK_D=block_d, PAD_D=pad_d)
     qk_scale = kernel_qk_scale(scale, softcap)
