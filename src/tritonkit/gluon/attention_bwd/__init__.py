@@ -218,13 +218,15 @@ def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Why `BackwardLaunches` cannot take these inputs (already validated by the Triton
     launcher's checks), or None where it can: the forward's conditions (`attention_fwd.refusal`:
     a Hopper GPU, float16/bfloat16, q, k, v that TMA can read in place) with head dim 64 or
-    128, and do and o that TMA can read too (lse is made contiguous). Nothing here launches or synchronises."""
+    128 (both passes) or 256 (the dK/dV pass, the Triton dQ pass beside it; the dispatch takes
+    that only with gluon=True, not yet measured), and do and o that TMA can read too (lse is
+    made contiguous). Nothing here launches or synchronises."""
     from ..attention_fwd import refusal as forward_refusal
 
     if not isinstance(do, torch.Tensor) or not isinstance(q, torch.Tensor) or q.dim() != 4:
         return "do and q must be 4-d tensors"
-    if q.shape[-1] not in HEAD_DIMS:
-        return f"head dim {q.shape[-1]}: the Gluon backward has kernels for {', '.join(map(str, HEAD_DIMS))}"
+    if q.shape[-1] not in DKDV_HEAD_DIMS:
+        return f"head dim {q.shape[-1]}: the Gluon backward has kernels for {', '.join(map(str, DKDV_HEAD_DIMS))}"
     if do.shape != q.shape or do.dtype != q.dtype:
         return "do must have q's shape and dtype"
     return forward_refusal(q, k, v, causal, scale) or tma_refusal(do=do, o=o)
