@@ -251,6 +251,22 @@ def _recorded_call(launcher, tensors: dict, flags: tuple, capability):
     return _describe(recording, names), outs
 
 
+def test_head_dim_256_backward_with_gluon_true(device):
+    # gluon=True at D=256: the preprocess, the Gluon dK/dV kernel (the head dim split between
+    # its warpgroups) and the Triton dQ pass; without it the dispatch keeps the Triton backward.
+    q, k, v = packed_qkv(1, 2, 96, 256, torch.bfloat16, device)
+    o, lse = attention_fwd(q, k, v, True, gluon=False)
+    do = torch.randn_like(o)
+    names = {}
+    for gluon in (True, None):
+        with _launch.record_launches(execute=False, capability=90) as recording:
+            attention_bwd(do, q, k, v, o, lse, True, gluon=gluon)
+        names[gluon] = [launch.name for launch in recording]
+        assert [c.path for _, c in recording.choices] == ["gluon" if gluon else "triton"]
+    assert names[True] == ["attention_bwd_preprocess", "attention_bwd_dkdv_gluon", "attention_bwd_dq"]
+    assert names[None] == ["attention_bwd_preprocess", "attention_bwd_dkdv", "attention_bwd_dq"]
+
+
 HOPPER_CASES = {  # name -> (B, H, Hkv, N, D, (causal, scale, window_left), what the forward and backward take)
     "D=128 causal: Gluon forward and backward": (1, 4, 2, 200, 128, (True,), ("gluon", "gluon")),
     "D=128 full: Gluon forward and backward": (1, 4, 2, 200, 128, (False,), ("gluon", "gluon")),

@@ -121,7 +121,8 @@ def test_not_supported_off_hopper_or_at_other_head_dims():
     q = torch.randn(1, 2, 64, 64, dtype=torch.bfloat16)
     lse = torch.zeros(1, 2, 64)
     assert not gluon_bwd.supported(q, q, q, q, q, lse, False)
-    assert 256 not in gluon_bwd.HEAD_DIMS   # dK, dV (64 x 256 float32 each) exceed the registers
+    # At D=256 a dK/dV kernel alone (the head dim split between the warpgroups); no dQ kernel.
+    assert 256 not in gluon_bwd.HEAD_DIMS and 256 in gluon_bwd.DKDV_HEAD_DIMS
 
 
 # ---------------------------------------------------------------------------------------
@@ -152,7 +153,7 @@ def _check(q, k, v, causal, scale=None):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])      # 256: the Gluon dK/dV pass beside the Triton dQ pass
 @pytest.mark.parametrize("B, H, Hkv, Nq, Nk", [
     (2, 4, 2, 333, 333),       # ragged (not a multiple of any block), GQA
     (1, 2, 2, 200, 515),       # Nq < Nk (causal: key blocks no query sees get zero gradients)
@@ -201,7 +202,7 @@ def _check_softcap(q, k, v, causal, softcap, scale=None):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("B, H, Hkv, Nq, Nk, D, causal, softcap, scale",
-                         [case for case in SOFTCAP_CASES if case[5] in gluon_bwd.HEAD_DIMS])
+                         [case for case in SOFTCAP_CASES if case[5] in gluon_bwd.DKDV_HEAD_DIMS])
 def test_softcap_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal, softcap, scale):
     _check_softcap(*_qkv(B, H, Hkv, Nq, Nk, D), causal, softcap, scale)
 
@@ -280,9 +281,9 @@ def test_refuses_what_tma_cannot_read():
     buffer = torch.randn(1 + q.numel(), dtype=q.dtype, device="cuda")
     odd = buffer[1:].view(q.shape)                    # 2-byte offset: not 16-byte aligned
     assert not gluon_bwd.supported(odd, q, k, v, o, lse)
-    q2, k2, v2 = _qkv(1, 2, 2, 64, 64, 256)
+    q2, k2, v2 = _qkv(1, 2, 2, 64, 64, 32)
     o2, lse2 = attention_fwd(q2, k2, v2)
-    assert not gluon_bwd.supported(torch.randn_like(q2), q2, k2, v2, o2, lse2)   # D=256
+    assert not gluon_bwd.supported(torch.randn_like(q2), q2, k2, v2, o2, lse2)   # D=32
 
 
 @pytest.mark.gpu
@@ -314,3 +315,57 @@ def test_first_cuda_work_of_a_thread():
     assert not failure, failure
     for a, b in zip(got, expected):
         assert torch.equal(a, b)
+
+
+# The dK/dV kernel at D=256 (`split_head_dim`) spills (ptxas, sm_90, bytes stored / loaded:
+# 244 / 240 full, 436 / 604 causal, 632 / 772 with a softcap): pinned here until it is measured
+# on a GPU and its registers are worked on.
+SPLIT_SPILL_BOUND = {(False, 0.0): (256, 256), (True, 0.0): (448, 640), (True, 50.0): (640, 800)}
+
+
+@pytest.mark.parametrize("causal, softcap", list(SPLIT_SPILL_BOUND))
+def test_split_head_dim_structure_for_sm90(causal, softcap):
+    # At D=256 the two consumer warpgroups split the head dim: every box is 64 rows x 128
+    # columns, each warpgroup sums S^T and dP^T over two products (a wait with two groups
+    # pending retires S^T's pair while dP^T's runs), and the ring holds two stages of Q and dO
+    # in two column halves each, beside K and V (64 keys).
+    assert gluon_bwd.split_head_dim(256) and not gluon_bwd.split_head_dim(128)
+    q = torch.empty(2, 4, 333, 256, dtype=torch.bfloat16)
+    k = torch.empty(2, 2, 517, 256, dtype=torch.bfloat16)
+    lse = torch.empty(2, 4, 333)
+    grid, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, 256 ** -0.5, softcap)
+    assert kwargs["SPLIT_D"] and kwargs["KV_REGS"] == 0
+    assert [d.block_shape for d in args[:6]] == [[1, 1, 64, 128]] * 6
+    assert grid == (-(-517 // 64) * 2 * 2, )                  # 64 keys a program
+    compiled = compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
+    ttgir = compiled.asm["ttgir"]
+    assert "ttg.warp_specialize" in ttgir and "requestedRegisters = array<i32: 240, 24>" in ttgir
+    assert {0, 1, 2} <= set(compiled.wgmma_waits())
+    assert "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group" in compiled.ptx   # TMA stores
+    _, stages, _, _ = gluon_bwd.tile_config(256)
+    assert (2 * 64 * 256 + 2 * stages * 64 * 256) * 2 <= compiled.shared <= HOPPER_SHARED_LIMIT
+    usage = compiled.spills()
+    stores, loads = SPLIT_SPILL_BOUND[causal, softcap]
+    assert usage["spill_stores"] <= stores and usage["spill_loads"] <= loads
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("causal, softcap", [(False, 0.0), (True, 0.0), (True, 30.0)])
+def test_split_head_dim_dkdv_matches_triton(causal, softcap):
+    # The D=256 dK/dV kernel alone (the dispatch does not take it yet), with delta formed in
+    # torch, against the Triton backward's dK and dV, and bitwise run to run.
+    q, k, v = _qkv(2, 4, 2, 333, 517, 256)
+    do = torch.randn_like(q)
+    o, lse = attention_fwd(q, k, v, causal, softcap=softcap)
+    delta = (do.float() * o.float()).sum(-1)
+    plan = gluon_bwd.BackwardLaunches(q, k, causal, 256 ** -0.5, softcap)
+    runs = []
+    for _ in range(2):
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        plan.dkdv.template(*plan.dkdv_head(do, q, k, v, lse, delta, dk, dv))
+        runs.append((dk, dv))
+    _, dk_t, dv_t = attention_bwd(do, q, k, v, o, lse, causal, softcap=softcap, gluon=False)
+    for name, ours, theirs in (("dk", runs[0][0], dk_t), ("dv", runs[0][1], dv_t)):
+        torch.testing.assert_close(ours.float(), theirs.float(), atol=3e-2, rtol=3e-2, msg=name)
+    assert all(torch.equal(a, b) for a, b in zip(runs[0], runs[1]))

@@ -29,16 +29,18 @@ def consumer_regs(consumers: int) -> int:
     return {2: CONSUMER_REGS, 3: CONSUMER_REGS_OF_THREE}[consumers]
 
 
-def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    """A descriptor of the whole (B, H, N, D) tensor read (or written) as (1, 1, rows, D) boxes.
+def descriptor(t: torch.Tensor, rows: int, cols: int | None = None) -> TensorDescriptor:
+    """A descriptor of the whole (B, H, N, D) tensor read (or written) as (1, 1, rows, cols)
+    boxes, cols = D unless given (a kernel that splits the head dim reads column boxes).
 
     Only for tensors the kernels' `refusal` accepted (TMA's layout: 16-byte aligned data and
     strides, unit innermost stride, no empty dim) or allocated like them. The descriptor's own
     constructor checks exactly that again, which costs microseconds of host time per descriptor
     and a backward makes eleven a call, so it is built without it where the class has the
     fields this module knows (`_FIELDS`; otherwise through the constructor)."""
-    block = [1, 1, rows, t.shape[-1]]
-    layout = _box_layout(rows, t.shape[-1], t.dtype)
+    cols = t.shape[-1] if cols is None else cols
+    block = [1, 1, rows, cols]
+    layout = _box_layout(rows, cols, t.dtype)
     if not _UNCHECKED:
         return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
     made = _new(TensorDescriptor)

@@ -59,6 +59,10 @@ from .dkdv import _dkdv_kernel
 from .dq import _dq_kernel
 
 HEAD_DIMS = (64, 128)
+# The dK/dV pass also has a kernel at head dim 256 (`split_head_dim`), run beside the Triton
+# preprocess and dQ pass; a Gluon dQ pass at D=256 measured slower than the Triton one
+# (notes/gluon_attention.md).
+DKDV_HEAD_DIMS = HEAD_DIMS + (256, )
 KEYS_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP      # dK/dV pass: 64 keys per consumer warpgroup
 QUERIES_PER_PROGRAM = 2 * ROWS_PER_WARPGROUP   # dQ pass: 64 query rows per consumer warpgroup
 
@@ -72,8 +76,18 @@ def tile_config(head_dim: int) -> tuple[int, int, int, int]:
     query blocks; shared memory: K, V (128 x D), STAGES x (Q, dO) blocks (a fourth stage
     measured no faster). dQ: dQ (64 x D), S, dP (64 x BLOCK_N) and dS's operand per warpgroup,
     so 64-key blocks; shared memory Q and dO (128 x D) + STAGES x (K, V) blocks.
-    D=128: 64 + 3 x 32 = 160 KB and 64 + 4 x 32 = 192 KB."""
-    return {64: (64, 4, 64, 4), 128: (64, 3, 64, 4)}[head_dim]
+    D=128: 64 + 3 x 32 = 160 KB and 64 + 4 x 32 = 192 KB. D=256: the dK/dV pass only (two
+    stages, `split_head_dim`); no dQ kernel (0, 0)."""
+    return {64: (64, 4, 64, 4), 128: (64, 3, 64, 4), 256: (64, 2, 0, 0)}[head_dim]
+
+
+def split_head_dim(head_dim: int) -> bool:
+    """Whether the dK/dV pass splits the head dim between its two consumer warpgroups rather
+    than the keys: at D=256, where a warpgroup's dK and dV for 64 keys in float32 would take
+    256 registers a thread. Each then holds them for 128 columns (as at D=128), a program takes
+    64 keys, every tensor goes through 128-column boxes, and S^T and dP^T are formed by both
+    warpgroups (dkdv.py). Shared memory: K, V 64 KB, two stages of Q and dO 128 KB."""
+    return head_dim > 128
 
 
 def kv_in_registers(head_dim: int) -> int:
@@ -94,14 +108,15 @@ def _meta(causal: bool, softcap: float, window_left: int, stages: int) -> dict:
 
 
 class _Pass:
-    """One pass of the backward for one plan: its launch template and the box rows of each
-    descriptor it reads (q, do, k, v) and writes."""
+    """One pass of the backward for one plan: its launch template and the box rows (and
+    columns, None for the head dim) of each descriptor it reads (q, do, k, v) and writes."""
 
-    __slots__ = ("template", "q_rows", "kv_rows")
+    __slots__ = ("template", "q_rows", "kv_rows", "cols")
 
-    def __init__(self, name: str, kernel, grid: tuple, tail: tuple, constexprs: dict, q_rows: int, kv_rows: int):
+    def __init__(self, name: str, kernel, grid: tuple, tail: tuple, constexprs: dict, q_rows: int, kv_rows: int,
+                 cols: int | None = None):
         self.template = LaunchTemplate(name, kernel, grid, tail, constexprs, num_warps=4, num_stages=None)
-        self.q_rows, self.kv_rows = q_rows, kv_rows
+        self.q_rows, self.kv_rows, self.cols = q_rows, kv_rows, cols
 
 
 class BackwardLaunches:
@@ -120,11 +135,16 @@ class BackwardLaunches:
         Hkv, Nk = k.shape[1], k.shape[2]
         block_m, dkdv_stages, block_n, dq_stages = tile_config(D)
         qk_scale = kernel_qk_scale(scale, softcap)
-        n_kb = cdiv(Nk, KEYS_PER_PROGRAM)
+        split = split_head_dim(D)
+        n_kb = cdiv(Nk, ROWS_PER_WARPGROUP if split else KEYS_PER_PROGRAM)
         self.dkdv = _Pass("attention_bwd_dkdv_gluon", _dkdv_kernel, (n_kb * Hkv * B,),
                           (Nq, H, Hkv, H // Hkv, qk_scale, scale, n_kb),
-                          dict(_meta(causal, softcap, window_left, dkdv_stages), KV_REGS=kv_in_registers(D)),
-                          block_m, ROWS_PER_WARPGROUP)
+                          dict(_meta(causal, softcap, window_left, dkdv_stages), KV_REGS=kv_in_registers(D),
+                               SPLIT_D=split),
+                          block_m, ROWS_PER_WARPGROUP, D // 2 if split else None)
+        if D not in HEAD_DIMS:          # a dK/dV kernel alone (DKDV_HEAD_DIMS)
+            self.dq = None
+            return
         n_m = cdiv(Nq, QUERIES_PER_PROGRAM)
         # keyed by whether lse has an upstream gradient to take from delta (HAS_DLSE)
         self.dq = {has_dlse: _Pass("attention_bwd_dq_gluon", _dq_kernel, (n_m * H * B,),
@@ -133,23 +153,27 @@ class BackwardLaunches:
                                    ROWS_PER_WARPGROUP, block_n)
                    for has_dlse in (False, True)}
 
+    def dkdv_head(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
+                  delta: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> tuple:
+        """The dK/dV pass's own leading arguments for a call: its descriptors, lse, delta."""
+        a = self.dkdv
+        boxes = ((q, a.q_rows), (do, a.q_rows), (k, a.kv_rows), (v, a.kv_rows), (dk, a.kv_rows), (dv, a.kv_rows))
+        return (*(descriptor(t, rows, a.cols) for t, rows in boxes), lse, delta)
+
     def heads(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
               lse: torch.Tensor, delta: torch.Tensor, dlse: torch.Tensor | None, dq: torch.Tensor,
               dk: torch.Tensor, dv: torch.Tensor) -> tuple[tuple, tuple]:
         """Each pass's own leading arguments for a call, dQ's first: its descriptors, then lse,
         delta (written by dQ, read by dK/dV) and (dQ) dlse, delta where there is none (unread)."""
         a, b = self.dkdv, self.dq[False]
-        inputs = (descriptor(q, a.q_rows), descriptor(do, a.q_rows), descriptor(k, a.kv_rows),
-                  descriptor(v, a.kv_rows))
-        if (b.q_rows, b.kv_rows) != (a.q_rows, a.kv_rows):
-            inputs_dq = (descriptor(q, b.q_rows), descriptor(do, b.q_rows), descriptor(k, b.kv_rows),
-                         descriptor(v, b.kv_rows))
-        else:   # the same boxes (D = 64 and 128): the same descriptors
-            inputs_dq = inputs
-        q_dq, do_dq, k_dq, v_dq = inputs_dq
+        dkdv = self.dkdv_head(do, q, k, v, lse, delta, dk, dv)
+        if (b.q_rows, b.kv_rows, b.cols) == (a.q_rows, a.kv_rows, a.cols):
+            q_dq, do_dq, k_dq, v_dq = dkdv[:4]      # the same boxes (D = 64 and 128): the same descriptors
+        else:
+            q_dq, do_dq, k_dq, v_dq = (descriptor(q, b.q_rows), descriptor(do, b.q_rows), descriptor(k, b.kv_rows),
+                                       descriptor(v, b.kv_rows))
         return ((q_dq, do_dq, descriptor(o, b.q_rows), k_dq, v_dq, descriptor(dq, b.q_rows), lse, delta,
-                 delta if dlse is None else dlse),
-                (*inputs, descriptor(dk, a.kv_rows), descriptor(dv, a.kv_rows), lse, delta))
+                 delta if dlse is None else dlse), dkdv)
 
     def __call__(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  lse: torch.Tensor, dlse: torch.Tensor | None, dq: torch.Tensor, dk: torch.Tensor,
@@ -176,7 +200,7 @@ def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     """(grid, positional args, keyword args with num_warps) of the dK/dV launch, as
     `BackwardLaunches` makes it: what `compile_sm90` takes. delta as the dQ pass leaves it."""
     plan = BackwardLaunches(q, k, causal, scale, softcap, window_left)
-    return _launch_args(plan.dkdv, plan.heads(do, q, k, v, q, lse, delta, None, q, dk, dv)[1])
+    return _launch_args(plan.dkdv, plan.dkdv_head(do, q, k, v, lse, delta, dk, dv))
 
 
 def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
@@ -195,13 +219,14 @@ def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Why `BackwardLaunches` cannot take these inputs (already validated by the Triton
     launcher's checks), or None where it can: the forward's conditions (`attention_fwd.refusal`:
     a Hopper GPU, float16/bfloat16, q, k, v that TMA can read in place) with head dim 64 or
-    128, and do and o that TMA can read too (lse is made contiguous). Nothing here launches or synchronises."""
+    128 (both passes) or 256 (the dK/dV pass, the Triton dQ pass beside it), and do and o that TMA can read too (lse is
+    made contiguous). Nothing here launches or synchronises."""
     from ..attention_fwd import refusal as forward_refusal
 
     if not isinstance(do, torch.Tensor) or not isinstance(q, torch.Tensor) or q.dim() != 4:
         return "do and q must be 4-d tensors"
-    if q.shape[-1] not in HEAD_DIMS:
-        return f"head dim {q.shape[-1]}: the Gluon backward has kernels for {', '.join(map(str, HEAD_DIMS))}"
+    if q.shape[-1] not in DKDV_HEAD_DIMS:
+        return f"head dim {q.shape[-1]}: the Gluon backward has kernels for {', '.join(map(str, DKDV_HEAD_DIMS))}"
     if do.shape != q.shape or do.dtype != q.dtype:
         return "do must have q's shape and dtype"
     return forward_refusal(q, k, v, causal, scale) or tma_refusal(do=do, o=o)

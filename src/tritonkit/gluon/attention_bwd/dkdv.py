@@ -1,6 +1,14 @@
 """The dK/dV pass of the Gluon attention backward (the package's docstring has the design):
 one program per 128-key block of one (batch, kv head), two consumer warpgroups of 64 keys
-each, a producer warp streaming (Q, dO) blocks, with their rows' lse and delta, through a ring."""
+each, a producer warp streaming (Q, dO) blocks, with their rows' lse and delta, through a ring.
+
+With SPLIT_D (head dim 256, where 64 keys' dK and dV in float32 would take 256 registers a
+thread) a program takes 64 keys and the two warpgroups split the head dim instead: every
+tensor is read in boxes of 128 columns (K, V, Q, dO as two column halves in shared memory),
+each warpgroup forms the whole S^T and dP^T (each a sum of two products, one a half) and
+accumulates dK and dV for its own 128 columns. S^T and dP^T are computed twice, once by each
+warpgroup: 6 products' worth of tensor-core work where 4 are needed, the price of keeping both
+warpgroups on the products without exchanging partial sums through shared memory."""
 
 from __future__ import annotations
 
@@ -41,15 +49,21 @@ def _key_tile(t, n_kb, Hkv, Nq, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr,
 @gluon.jit
 def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready,
                    ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, CAUSAL: gl.constexpr,
-                   WINDOW_LEFT: gl.constexpr):
-    STAGES: gl.constexpr = q_bufs.shape[0]
+                   WINDOW_LEFT: gl.constexpr, SPLIT_D: gl.constexpr):
+    PIECES: gl.constexpr = 2 if SPLIT_D else 1      # column boxes of each Q and dO block
+    STAGES: gl.constexpr = q_bufs.shape[0] // PIECES
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
-    HALF: gl.constexpr = k_smem.shape[1]
-    b, hk, n0, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, WINDOW_LEFT, BLOCK_M, 2 * HALF)
+    KEYS: gl.constexpr = k_smem.shape[1]
+    COLS: gl.constexpr = k_smem.shape[2]
+    b, hk, n0, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, WINDOW_LEFT, BLOCK_M,
+                                              KEYS if SPLIT_D else 2 * KEYS)
     mbarrier.expect(kv_ready, 4 * k_desc.block_type.nbytes)
     for w in gl.static_range(2):
-        tma.async_copy_global_to_shared(k_desc, [b, hk, n0 + w * HALF, 0], kv_ready, _tma_view(k_smem.index(w), k_desc))
-        tma.async_copy_global_to_shared(v_desc, [b, hk, n0 + w * HALF, 0], kv_ready, _tma_view(v_smem.index(w), v_desc))
+        # two key halves of the 128 keys; with SPLIT_D two column halves of the 64 keys
+        row = n0 if SPLIT_D else n0 + w * KEYS
+        col = w * COLS if SPLIT_D else 0
+        tma.async_copy_global_to_shared(k_desc, [b, hk, row, col], kv_ready, _tma_view(k_smem.index(w), k_desc))
+        tma.async_copy_global_to_shared(v_desc, [b, hk, row, col], kv_ready, _tma_view(v_smem.index(w), v_desc))
     # The query block's lse (in base 2) and delta go into the ring beside Q and dO: the
     # consumers read them from shared memory in their products' column layout, instead of
     # loading them from global memory on their own chain and converting the layout through
@@ -71,37 +85,52 @@ def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_b
             mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
             lse_bufs.index(s).store(lse2)
             delta_bufs.index(s).store(delta)
-            mbarrier.expect(ready.index(s), 2 * q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [b, h, i * BLOCK_M, 0], ready.index(s),
-                                            _tma_view(q_bufs.index(s), q_desc))
-            tma.async_copy_global_to_shared(do_desc, [b, h, i * BLOCK_M, 0], ready.index(s),
-                                            _tma_view(do_bufs.index(s), do_desc))
+            mbarrier.expect(ready.index(s), 2 * PIECES * q_desc.block_type.nbytes)
+            for p in gl.static_range(PIECES):
+                tma.async_copy_global_to_shared(q_desc, [b, h, i * BLOCK_M, p * COLS], ready.index(s),
+                                                _tma_view(q_bufs.index(s * PIECES + p), q_desc))
+                tma.async_copy_global_to_shared(do_desc, [b, h, i * BLOCK_M, p * COLS], ready.index(s),
+                                                _tma_view(do_bufs.index(s * PIECES + p), do_desc))
             c += 1
 
 
 @gluon.jit
-def _dkdv_step(c, m0, dk, dv, k_op, v_op, q_bufs, do_bufs, lse_bufs, delta_bufs, ready, empty,
-               qk_scale, key0, MASKED: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+def _dkdv_step(c, m0, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ready, empty,
+               qk_scale, key0, WG: gl.constexpr, MASKED: gl.constexpr, SOFTCAP: gl.constexpr,
+               WINDOW_LEFT: gl.constexpr, SPLIT_D: gl.constexpr):
     # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
     # product, dS^T under dV's; everything retires before the slot is released, the other
-    # warpgroup's products covering this one's last wait.
-    STAGES: gl.constexpr = q_bufs.shape[0]
+    # warpgroup's products covering this one's last wait. With SPLIT_D, S^T and dP^T each sum
+    # two products over the column halves of K (V) and Q (dO), and dV's and dK's products take
+    # this warpgroup's column half of dO and Q.
+    PIECES: gl.constexpr = 2 if SPLIT_D else 1
+    STAGES: gl.constexpr = q_bufs.shape[0] // PIECES
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
-    KEYS: gl.constexpr = k_op.shape[0]
+    KEYS: gl.constexpr = k_smem.shape[1]
     NW: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_M)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     s = c % STAGES
     mbarrier.wait(ready.index(s), (c // STAGES) & 1)
-    q = q_bufs.index(s)
-    do = do_bufs.index(s)
-    st = warpgroup_mma(k_op, q.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
-                       use_acc=False, is_async=True)
-    dpt = warpgroup_mma(v_op, do.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
-                        use_acc=False, is_async=True)
+    if SPLIT_D:
+        q = q_bufs.index(s * PIECES + WG)
+        do = do_bufs.index(s * PIECES + WG)
+        st = warpgroup_mma(k_smem.index(0), q_bufs.index(s * PIECES).permute((1, 0)),
+                           gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout), use_acc=False, is_async=True)
+        st = warpgroup_mma(k_smem.index(1), q_bufs.index(s * PIECES + 1).permute((1, 0)), st, is_async=True)
+        dpt = warpgroup_mma(v_smem.index(0), do_bufs.index(s * PIECES).permute((1, 0)),
+                            gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout), use_acc=False, is_async=True)
+        dpt = warpgroup_mma(v_smem.index(1), do_bufs.index(s * PIECES + 1).permute((1, 0)), dpt, is_async=True)
+    else:
+        q = q_bufs.index(s)
+        do = do_bufs.index(s)
+        st = warpgroup_mma(k_op, q.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+                           use_acc=False, is_async=True)
+        dpt = warpgroup_mma(v_op, do.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+                            use_acc=False, is_async=True)
     # This block's lse (base 2) in the products' column layout, read while S^T runs.
     lse2 = gl.expand_dims(lse_bufs.index(s).load(col_layout), 0)
-    st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
+    st = warpgroup_mma_wait(num_outstanding=PIECES, deps=(st, ))
     if SOFTCAP > 0:
         tht = _softcap_tanh(st, qk_scale)
         pt = gl.exp2(tht * (SOFTCAP * 1.4426950408889634) - lse2)
@@ -138,21 +167,22 @@ def _dkdv_step(c, m0, dk, dv, k_op, v_op, q_bufs, do_bufs, lse_bufs, delta_bufs,
 
 @gluon.jit
 def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty,
-                   dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
-                   SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr):
+                   done, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
+                   SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
-    HEAD_DIM: gl.constexpr = q_bufs.shape[2]
+    COLS: gl.constexpr = q_bufs.shape[2]       # the head dim, or with SPLIT_D its half
     KEYS: gl.constexpr = k_smem.shape[1]
     NW: gl.constexpr = gl.num_warps()
-    acc_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
+    acc_layout: gl.constexpr = _wgmma_layout(NW, COLS)
     dtype: gl.constexpr = q_bufs.dtype
-    b, hk, n0, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, WINDOW_LEFT, BLOCK_M, 2 * KEYS)
-    key0 = n0 + WG * KEYS
+    b, hk, n0, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, WINDOW_LEFT, BLOCK_M,
+                                              KEYS if SPLIT_D else 2 * KEYS)
+    key0 = n0 if SPLIT_D else n0 + WG * KEYS
     k_half = k_smem.index(WG)
     v_half = v_smem.index(WG)
     # Accumulators loop-carried while their products run (initialised as such).
-    dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
-    dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
+    dk = gl.zeros([KEYS, COLS], gl.float32, acc_layout)
+    dv = gl.zeros([KEYS, COLS], gl.float32, acc_layout)
     mbarrier.wait(kv_ready, 0)
     # K and V of this warpgroup's keys are the A operands of every block's S^T and dP^T
     # products: held in registers (KV_REGS of them, K first), they are read from shared memory
@@ -169,42 +199,47 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, 
     # The group's query heads in a fixed order, each over its query blocks: deterministic.
     for g in range(GROUP):
         for i in range(lo, band):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, q_bufs, do_bufs, lse_bufs, delta_bufs,
-                                ready, empty, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
+            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs,
+                                delta_bufs, ready, empty, qk_scale, key0, WG, True, SOFTCAP, WINDOW_LEFT, SPLIT_D)
             c += 1
         for i in range(band, mid):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, q_bufs, do_bufs, lse_bufs, delta_bufs,
-                                ready, empty, qk_scale, key0, False, SOFTCAP, WINDOW_LEFT)
+            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs,
+                                delta_bufs, ready, empty, qk_scale, key0, WG, False, SOFTCAP, WINDOW_LEFT, SPLIT_D)
             c += 1
         for i in range(mid, end):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, q_bufs, do_bufs, lse_bufs, delta_bufs,
-                                ready, empty, qk_scale, key0, True, SOFTCAP, WINDOW_LEFT)
+            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs,
+                                delta_bufs, ready, empty, qk_scale, key0, WG, True, SOFTCAP, WINDOW_LEFT, SPLIT_D)
             c += 1
     dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
-    # dK, dV through this warpgroup's own halves of K and V (no product reads them any more)
-    # and TMA stores, which drop rows past Nk.
+    # dK, dV through this warpgroup's own halves of K and V (no product of this warpgroup
+    # reads them any more; with SPLIT_D the other's read both halves, so each waits for the
+    # other to be done) and TMA stores, which drop rows past Nk.
+    if SPLIT_D:
+        mbarrier.arrive(done, count=1)
+        mbarrier.wait(done, 0)
     k_half.store((dk * sm_scale).to(dtype))
     v_half.store(dv.to(dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(dk_desc, [b, hk, key0, 0], _tma_view(k_half, dk_desc))
-    tma.async_copy_shared_to_global(dv_desc, [b, hk, key0, 0], _tma_view(v_half, dv_desc))
+    col = WG * COLS if SPLIT_D else 0
+    tma.async_copy_shared_to_global(dk_desc, [b, hk, key0, col], _tma_view(k_half, dk_desc))
+    tma.async_copy_shared_to_global(dv_desc, [b, hk, key0, col], _tma_view(v_half, dv_desc))
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
-def _dkdv_consumer0(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc, dv_desc,
-                    n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
-                    WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr):
-    _dkdv_consumer(0, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc,
-                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS)
+def _dkdv_consumer0(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done, dk_desc,
+                    dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                    WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
+    _dkdv_consumer(0, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done, dk_desc,
+                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS, SPLIT_D)
 
 
 @gluon.jit
-def _dkdv_consumer1(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc, dv_desc,
-                    n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
-                    WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr):
-    _dkdv_consumer(1, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc,
-                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS)
+def _dkdv_consumer1(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done, dk_desc,
+                    dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                    WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
+    _dkdv_consumer(1, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done, dk_desc,
+                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS, SPLIT_D)
 
 
 @gluon.jit
@@ -216,34 +251,41 @@ def _dkdv_kernel(
     # scale); n_kb: key blocks of 128 per kv head
     Nq, H, Hkv, GROUP, qk_scale, sm_scale, n_kb,
     CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, STAGES: gl.constexpr,
-    KV_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
-    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    COLS: gl.constexpr = q_desc.block_type.shape[3]     # the head dim, or with SPLIT_D its half
     KEYS: gl.constexpr = k_desc.block_type.shape[2]
+    PIECES: gl.constexpr = 2 if SPLIT_D else 1
     dtype: gl.constexpr = q_desc.dtype
     gl.static_assert(gl.num_warps() == 4)
-    q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
-    k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, HEAD_DIM], dtype)
-    k_smem = gl.allocate_shared_memory(dtype, [2, KEYS, HEAD_DIM], k_2d)
-    v_smem = gl.allocate_shared_memory(dtype, [2, KEYS, HEAD_DIM], k_2d)
-    q_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_2d)
-    do_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_2d)
+    q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, COLS], dtype)
+    k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, COLS], dtype)
+    # K and V: two halves (of the keys, or with SPLIT_D of the columns); Q and dO: STAGES
+    # slots of PIECES column boxes each
+    k_smem = gl.allocate_shared_memory(dtype, [2, KEYS, COLS], k_2d)
+    v_smem = gl.allocate_shared_memory(dtype, [2, KEYS, COLS], k_2d)
+    q_bufs = gl.allocate_shared_memory(dtype, [STAGES * PIECES, BLOCK_M, COLS], q_2d)
+    do_bufs = gl.allocate_shared_memory(dtype, [STAGES * PIECES, BLOCK_M, COLS], q_2d)
     rows_1d: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     lse_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_1d)
     delta_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_1d)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())   # SPLIT_D: both consumers' products
     mbarrier.init(kv_ready, count=1)
+    mbarrier.init(done, count=2)
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
     gl.warp_specialize([
-        (_dkdv_consumer0, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc,
-                           dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS)),
-        (_dkdv_consumer1, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, dk_desc,
-                           dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS)),
+        (_dkdv_consumer0, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done,
+                           dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT,
+                           KV_REGS, SPLIT_D)),
+        (_dkdv_consumer1, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done,
+                           dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT,
+                           KV_REGS, SPLIT_D)),
         (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
-                          kv_ready, ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, CAUSAL, WINDOW_LEFT)),
+                          kv_ready, ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, CAUSAL, WINDOW_LEFT, SPLIT_D)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

@@ -7,7 +7,7 @@ mask's left one. Both take a softcap.
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
 the H200 (BENCHMARKS.md): the forward at head dims 128 and 256, and at 64 where it runs its
 three-warpgroup tile (full attention, and causal at long sequences, without a softcap or
-window); the backward at head dims 64 and 128. Both paths give
+window); the backward at head dims 64 and 128, and its dK/dV pass at 256 (beside the Triton dQ pass). Both paths give
 results within the same rounding of the float64 reference and are deterministic; they are not
 bitwise equal to each other.
 
@@ -29,8 +29,9 @@ GLUON_FORWARD_WIDE_TILE_HEAD_DIMS = (64,)
 # Head dim -> the multiply-adds of Q K^T from which the Gluon backward is chosen. At D=64, below
 # 2^34, its kernels and the Triton ones take the same GPU time (measured at 2^33, B=8 H=16 N=1024;
 # the Gluon ones faster from 2^35) and a call is bound by host time, where the Triton launches'
-# bound templates cost less.
-GLUON_BACKWARD_MIN_WORK = {64: 2**34, 128: 0}
+# bound templates cost less. At D=256 (the Gluon dK/dV pass, the Triton dQ pass) measured faster
+# from 2^37 (B=4 H=16 N=4096 causal) up; smaller calls keep the Triton backward until measured.
+GLUON_BACKWARD_MIN_WORK = {64: 2**34, 128: 0, 256: 2**37}
 GLUON_BACKWARD_HEAD_DIMS = tuple(GLUON_BACKWARD_MIN_WORK)
 
 
@@ -94,8 +95,8 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
                        f"{_dims(GLUON_BACKWARD_HEAD_DIMS)}, where it measured faster")
     if gluon is None and work < GLUON_BACKWARD_MIN_WORK[q.shape[-1]]:
         return _chosen("backward", False, f"head dim {q.shape[-1]} with {work} multiply-adds of Q K^T, under "
-                       f"{GLUON_BACKWARD_MIN_WORK[q.shape[-1]]}: the kernels of both paths take the same time "
-                       "there, and the Triton kernels' launches cost less host time")
+                       f"{GLUON_BACKWARD_MIN_WORK[q.shape[-1]]}, below which the Gluon backward did not measure "
+                       "faster")
     from ...gluon import attention_bwd as kernels
     refused = (_plain(flags, varlen, dkdv_config if dq_config is None else dq_config, tma,
                       causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
@@ -103,8 +104,10 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     if refused:
         return _refused("backward", refused, gluon)
     window = f"left window {flags[1]}, " if flags[1] >= 0 else ""
+    dq_pass = "" if q.shape[-1] in kernels.HEAD_DIMS else "; the dQ pass in Triton (no Gluon dQ kernel there)"
     return _chosen("backward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {'causal, ' if causal else ''}"
-                   f"{window}head dim {q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v, do readable by TMA")
+                   f"{window}head dim {q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v, do readable by TMA"
+                   f"{dq_pass}")
 
 
 def _refused(which: str, refused: str, gluon: bool | None) -> PathChoice:

@@ -322,13 +322,15 @@ class _BackwardLaunches:
     """The backward passes of a plan on (B, H, N, D) views: the Gluon kernels (whose dQ pass
     forms delta, so it runs first and alone), or the preprocess (delta) and the Triton dK/dV
     and dQ templates with the makers of the descriptors each streams (None: pointers), dQ on a
-    side stream beside dK/dV where `concurrent`."""
+    side stream beside dK/dV where `concurrent`. gluon_dkdv: a Gluon plan whose dK/dV pass runs
+    in place of the Triton one (head dim 256, where the Gluon dQ pass has no kernel)."""
 
-    __slots__ = ("preprocess", "choice", "gluon", "dkdv", "dq", "dkdv_descriptors", "dq_descriptors", "concurrent")
+    __slots__ = ("preprocess", "choice", "gluon", "gluon_dkdv", "dkdv", "dq", "dkdv_descriptors", "dq_descriptors",
+                 "concurrent")
 
     def __init__(self, preprocess, choice, gluon=None, dkdv=None, dq=None, dkdv_descriptors=None,
-                 dq_descriptors=None, concurrent=False):
-        self.preprocess, self.choice, self.gluon = preprocess, choice, gluon
+                 dq_descriptors=None, concurrent=False, gluon_dkdv=None):
+        self.preprocess, self.choice, self.gluon, self.gluon_dkdv = preprocess, choice, gluon, gluon_dkdv
         self.dkdv, self.dq = dkdv, dq
         self.dkdv_descriptors, self.dq_descriptors = dkdv_descriptors, dq_descriptors
         self.concurrent = concurrent
@@ -342,11 +344,14 @@ class _BackwardLaunches:
         delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
         self.preprocess(o, do, delta, dlse)
         record_choice(self.choice)
-        q_in, do_in = q, do
-        if self.dkdv_descriptors is not None:
-            of_q, of_do = self.dkdv_descriptors
-            q_in, do_in = of_q(q), of_do(do)
-        self.dkdv(q_in, k, v, do_in, dk, dv, lse, delta, cu_q, cu_k)
+        if self.gluon_dkdv is not None:
+            self.gluon_dkdv.dkdv.template(*self.gluon_dkdv.dkdv_head(do, q, k, v, lse, delta, dk, dv))
+        else:
+            q_in, do_in = q, do
+            if self.dkdv_descriptors is not None:
+                of_q, of_do = self.dkdv_descriptors
+                q_in, do_in = of_q(q), of_do(do)
+            self.dkdv(q_in, k, v, do_in, dk, dv, lse, delta, cu_q, cu_k)
         k_in, v_in = k, v
         if self.dq_descriptors is not None:
             of_k, of_v = self.dq_descriptors
@@ -375,9 +380,12 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     seqs = None if varlen is None else varlen[0]
     work = B * H * Nq * row_keys * D
     choice = gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon, work)
-    if choice.path == "gluon":     # its dQ pass forms delta: no preprocess
+    gluon_plan = None
+    if choice.path == "gluon":
         from ...gluon.attention_bwd import BackwardLaunches
-        return _BackwardLaunches(None, choice, gluon=BackwardLaunches(q, k, causal, scale, softcap, window_left))
+        gluon_plan = BackwardLaunches(q, k, causal, scale, softcap, window_left)
+        if gluon_plan.dq is not None:     # its dQ pass forms delta: no preprocess
+            return _BackwardLaunches(None, choice, gluon=gluon_plan)
     pre_block = 32 if _interpreting() else 64
     preprocess = LaunchTemplate("attention_bwd_preprocess", _attn_bwd_preprocess_kernel,
                                 (cdiv(Nq, pre_block), H, B), (Nq, D, *o.stride(), *do.stride()),
@@ -395,7 +403,9 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     # Query rows are masked (CHECK_M) unless every query block is full: always for packed
     # sequences, whose lengths the host does not know (the kernel then masks only the query
     # blocks that may reach past their sequence's end).
-    if dkdv_config is None and tuned:
+    if gluon_plan is not None:      # the Gluon dK/dV pass alone (head dim 256)
+        dkdv = None
+    elif dkdv_config is None and tuned:
         dkdv = LaunchTemplate("attention_bwd_dkdv", _attn_bwd_dkdv_tuned,
                               lambda meta: _query_grid(Nk, meta["BLOCK_N"], Hkv, B, seqs), dkdv_tail,
                               dict(common, CHECK_M=varlen is not None or Nq % DKDV_TUNED_ROWS != 0, USE_TMA=tma_dkdv),
@@ -418,12 +428,12 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
                             dq_tail, dict(common, USE_TMA=tma_dq, **dq_cfg.meta()), dq_cfg.num_warps,
                             dq_cfg.num_stages)
     dkdv_descriptors = dq_descriptors = None
-    if tma_dkdv:
+    if tma_dkdv and dkdv is not None:
         dkdv_descriptors = tuple(_descriptor_maker(t, dkdv_cfg.block_m, block_d) for t in (q, do))
     if tma_dq:
         dq_descriptors = tuple(_descriptor_maker(t, dq_cfg.block_n, block_d) for t in (k, v))
     return _BackwardLaunches(preprocess, choice, dkdv=dkdv, dq=dq, dkdv_descriptors=dkdv_descriptors,
-                             dq_descriptors=dq_descriptors, concurrent=concurrent)
+                             dq_descriptors=dq_descriptors, concurrent=concurrent, gluon_dkdv=gluon_plan)
 
 
 class BackwardPlan:
