@@ -251,20 +251,20 @@ def _recorded_call(launcher, tensors: dict, flags: tuple, capability):
     return _describe(recording, names), outs
 
 
-def test_head_dim_256_backward_with_gluon_true(device):
-    # gluon=True at D=256: the preprocess, the Gluon dK/dV kernel (the head dim split between
-    # its warpgroups) and the Triton dQ pass; without it the dispatch keeps the Triton backward.
+def test_head_dim_256_backward_takes_the_gluon_dkdv_pass(device):
+    # At D=256 the dispatch (and gluon=True) runs the preprocess, the Gluon dK/dV kernel (the
+    # head dim split between its warpgroups) and the Triton dQ pass; gluon=False the Triton three.
     q, k, v = packed_qkv(1, 2, 96, 256, torch.bfloat16, device)
     o, lse = attention_fwd(q, k, v, True, gluon=False)
     do = torch.randn_like(o)
     names = {}
-    for gluon in (True, None):
+    for gluon in (True, None, False):
         with _launch.record_launches(execute=False, capability=90) as recording:
             attention_bwd(do, q, k, v, o, lse, True, gluon=gluon)
         names[gluon] = [launch.name for launch in recording]
-        assert [c.path for _, c in recording.choices] == ["gluon" if gluon else "triton"]
-    assert names[True] == ["attention_bwd_preprocess", "attention_bwd_dkdv_gluon", "attention_bwd_dq"]
-    assert names[None] == ["attention_bwd_preprocess", "attention_bwd_dkdv", "attention_bwd_dq"]
+        assert [c.path for _, c in recording.choices] == ["triton" if gluon is False else "gluon"]
+    assert names[True] == names[None] == ["attention_bwd_preprocess", "attention_bwd_dkdv_gluon", "attention_bwd_dq"]
+    assert names[False] == ["attention_bwd_preprocess", "attention_bwd_dkdv", "attention_bwd_dq"]
 
 
 HOPPER_CASES = {  # name -> (B, H, Hkv, N, D, (causal, scale, window_left), what the forward and backward take)
@@ -272,7 +272,7 @@ HOPPER_CASES = {  # name -> (B, H, Hkv, N, D, (causal, scale, window_left), what
     "D=128 full: Gluon forward and backward": (1, 4, 2, 200, 128, (False,), ("gluon", "gluon")),
     "D=128 causal window: Gluon forward and backward": (1, 4, 2, 200, 128, (True, None, 50), ("gluon", "gluon")),
     "D=64 causal (train_lm's layer): Triton, descriptors": (2, 4, 2, 96, 64, (True,), ("triton", "triton")),
-    "D=256 causal: Gluon forward, Triton backward through descriptors": (1, 2, 1, 96, 256, (True,), ("gluon", "triton")),
+    "D=256 causal: Gluon forward, Gluon dK/dV with the Triton dQ": (1, 2, 1, 96, 256, (True,), ("gluon", "gluon")),
 }
 
 
@@ -299,13 +299,17 @@ def test_kept_plans_record_what_built_plans_record(case, capability, device):
     want = paths if target == 90 else ("triton", "triton")
     assert [c.path for _, c in fwd[1]] == [want[0]] and [c.path for _, c in bwd[1]] == [want[1]]
     # The Triton backward's choice follows its preprocess launch; the Gluon one has none (its
-    # dQ pass, launched first, forms delta).
-    assert bwd[1][0][0] == (0 if want[1] == "gluon" else 1)
+    # dQ pass, launched first, forms delta), except at D=256, where the Gluon dK/dV pass runs
+    # between the Triton preprocess and dQ pass.
+    gluon_dq = want[1] == "gluon" and D != 256
+    assert bwd[1][0][0] == (0 if gluon_dq else 1)
     names = [launch[0] for launch in fwd[0] + bwd[0]]
     if want[0] == "gluon":
         assert names[0] == "attention_fwd_gluon"
-    if want[1] == "gluon":
+    if gluon_dq:
         assert names[1:] == ["attention_bwd_dq_gluon", "attention_bwd_dkdv_gluon"]
+    elif want[1] == "gluon":
+        assert names[1:] == ["attention_bwd_preprocess", "attention_bwd_dkdv_gluon", "attention_bwd_dq"]
     else:
         assert names[-3:] == ["attention_bwd_preprocess", "attention_bwd_dkdv", "attention_bwd_dq"]
         _, _, _, args, constexprs, _, _ = bwd[0][1]  # dK/dV: Q and dO through descriptors

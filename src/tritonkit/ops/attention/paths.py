@@ -29,9 +29,9 @@ GLUON_FORWARD_WIDE_TILE_HEAD_DIMS = (64,)
 # Head dim -> the multiply-adds of Q K^T from which the Gluon backward is chosen. At D=64, below
 # 2^34, its kernels and the Triton ones take the same GPU time (measured at 2^33, B=8 H=16 N=1024;
 # the Gluon ones faster from 2^35) and a call is bound by host time, where the Triton launches'
-# bound templates cost less. At D=256 (the Gluon dK/dV pass, the Triton dQ pass) measured faster
-# from 2^37 (B=4 H=16 N=4096 causal) up; smaller calls keep the Triton backward until measured.
-GLUON_BACKWARD_MIN_WORK = {64: 2**34, 128: 0, 256: 2**37}
+# bound templates cost less. At D=256 (the Gluon dK/dV pass, the Triton dQ pass) it measured
+# faster at every size tried, 2^33 to 2^38.
+GLUON_BACKWARD_MIN_WORK = {64: 2**34, 128: 0, 256: 0}
 GLUON_BACKWARD_HEAD_DIMS = tuple(GLUON_BACKWARD_MIN_WORK)
 
 
