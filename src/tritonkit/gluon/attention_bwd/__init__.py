@@ -41,8 +41,9 @@ every query sees a key. Query rows past Nq load as zeros with lse = delta = 0, w
 exactly nothing to dK and dV; keys past Nk produce rows of dK and dV that the TMA store drops,
 and are masked (P = 0) in the dQ pass, where they would multiply zeros of K.
 
-Only for what `supported` accepts (D = 64 or 128; D = 256's dK and dV accumulators do not fit
-the registers of a 64-key warpgroup); everything else takes the Triton path.
+Only for what `supported` accepts (D = 64 or 128 for both passes; at D = 256 the dK/dV pass
+alone, `split_head_dim`, beside the Triton preprocess and dQ pass); everything else takes the
+Triton path.
 """
 
 from __future__ import annotations
