@@ -317,18 +317,18 @@ def test_first_cuda_work_of_a_thread():
         assert torch.equal(a, b)
 
 
-# The dK/dV kernel at D=256 (`split_head_dim`) spills (ptxas, sm_90, bytes stored / loaded:
-# 244 / 240 full, 436 / 604 causal, 632 / 772 with a softcap): pinned here so that a change
-# that spills more is seen.
-SPLIT_SPILL_BOUND = {(False, 0.0): (256, 256), (True, 0.0): (448, 640), (True, 50.0): (640, 800)}
+# The dK/dV kernel at D=256 (`split_head_dim`) spills a little (ptxas, sm_90, bytes stored /
+# loaded: none full, 20 / 20 causal, 68 / 52 with a softcap): pinned here so that a change that
+# spills more is seen.
+SPLIT_SPILL_BOUND = {(False, 0.0): (0, 0), (True, 0.0): (32, 32), (True, 50.0): (80, 64)}
 
 
 @pytest.mark.parametrize("causal, softcap", list(SPLIT_SPILL_BOUND))
 def test_split_head_dim_structure_for_sm90(causal, softcap):
     # At D=256 the two consumer warpgroups split the head dim: every box is 64 rows x 128
-    # columns, each warpgroup sums S^T and dP^T over two products (a wait with two groups
-    # pending retires S^T's pair while dP^T's runs), and the ring holds two stages of Q and dO
-    # in two column halves each, beside K and V (64 keys).
+    # columns, one warpgroup sums S^T over two products and the other dP^T, each retiring its
+    # pair before handing P^T or dS^T over through shared memory, and the ring holds two stages
+    # of Q and dO in two column halves each, beside K and V (64 keys) and the hand-over buffers.
     assert gluon_bwd.split_head_dim(256) and not gluon_bwd.split_head_dim(128)
     q = torch.empty(2, 4, 333, 256, dtype=torch.bfloat16)
     k = torch.empty(2, 2, 517, 256, dtype=torch.bfloat16)
@@ -340,10 +340,11 @@ def test_split_head_dim_structure_for_sm90(causal, softcap):
     compiled = compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
     ttgir = compiled.asm["ttgir"]
     assert "ttg.warp_specialize" in ttgir and "requestedRegisters = array<i32: 240, 24>" in ttgir
-    assert {0, 1, 2} <= set(compiled.wgmma_waits())
+    assert set(compiled.wgmma_waits()) == {0}
     assert "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group" in compiled.ptx   # TMA stores
     _, stages, _, _ = gluon_bwd.tile_config(256)
-    assert (2 * 64 * 256 + 2 * stages * 64 * 256) * 2 <= compiled.shared <= HOPPER_SHARED_LIMIT
+    hand_over = 64 * 64 * (2 * 2 + 4)     # P^T and dS^T in bfloat16, P^T in float32
+    assert (2 * 64 * 256 + 2 * stages * 64 * 256) * 2 + hand_over <= compiled.shared <= HOPPER_SHARED_LIMIT
     usage = compiled.spills()
     stores, loads = SPLIT_SPILL_BOUND[causal, softcap]
     assert usage["spill_stores"] <= stores and usage["spill_loads"] <= loads

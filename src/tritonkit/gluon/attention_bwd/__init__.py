@@ -86,8 +86,10 @@ def split_head_dim(head_dim: int) -> bool:
     """Whether the dK/dV pass splits the head dim between its two consumer warpgroups rather
     than the keys: at D=256, where a warpgroup's dK and dV for 64 keys in float32 would take
     256 registers a thread. Each then holds them for 128 columns (as at D=128), a program takes
-    64 keys, every tensor goes through 128-column boxes, and S^T and dP^T are formed by both
-    warpgroups (dkdv.py). Shared memory: K, V 64 KB, two stages of Q and dO 128 KB."""
+    64 keys, every tensor goes through 128-column boxes, and one warpgroup forms S^T and P^T,
+    the other dP^T and dS^T, handing them over through shared memory (dkdv.py). Shared memory:
+    K, V 64 KB, two stages of Q and dO 128 KB, the hand-over 32 KB (P^T and dS^T in q's dtype,
+    P^T in float32): 225 KB of the 227 a block may take."""
     return head_dim > 128
 
 

@@ -4,11 +4,11 @@ each, a producer warp streaming (Q, dO) blocks, with their rows' lse and delta, 
 
 With SPLIT_D (head dim 256, where 64 keys' dK and dV in float32 would take 256 registers a
 thread) a program takes 64 keys and the two warpgroups split the head dim instead: every
-tensor is read in boxes of 128 columns (K, V, Q, dO as two column halves in shared memory),
-each warpgroup forms the whole S^T and dP^T (each a sum of two products, one a half) and
-accumulates dK and dV for its own 128 columns. S^T and dP^T are computed twice, once by each
-warpgroup: 6 products' worth of tensor-core work where 4 are needed, the price of keeping both
-warpgroups on the products without exchanging partial sums through shared memory."""
+tensor is read in boxes of 128 columns (K, V, Q, dO as two column halves in shared memory), and
+each warpgroup accumulates dK and dV for its own 128 columns. S^T and dP^T, which need all 256
+columns, are each formed once, by one warpgroup, and handed over through shared memory
+(`_split_d_step`): warpgroup 0 forms S^T and P^T, warpgroup 1 dP^T and dS^T. Each of the four
+products is then done once (forming S^T and dP^T in both warpgroups would be six)."""
 
 from __future__ import annotations
 
@@ -95,46 +95,19 @@ def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_b
 
 
 @gluon.jit
-def _dkdv_step(c, m0, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ready, empty,
-               qk_scale, key0, WG: gl.constexpr, MASKED: gl.constexpr, SOFTCAP: gl.constexpr,
-               WINDOW_LEFT: gl.constexpr, SPLIT_D: gl.constexpr):
-    # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
-    # product, dS^T under dV's; everything retires before the slot is released, the other
-    # warpgroup's products covering this one's last wait. With SPLIT_D, S^T and dP^T each sum
-    # two products over the column halves of K (V) and Q (dO), and dV's and dK's products take
-    # this warpgroup's column half of dO and Q.
-    PIECES: gl.constexpr = 2 if SPLIT_D else 1
-    STAGES: gl.constexpr = q_bufs.shape[0] // PIECES
-    BLOCK_M: gl.constexpr = q_bufs.shape[1]
-    KEYS: gl.constexpr = k_smem.shape[1]
-    NW: gl.constexpr = gl.num_warps()
-    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_M)
+def _probabilities(st, lse2, m0, key0, qk_scale, MASKED: gl.constexpr, SOFTCAP: gl.constexpr,
+                   WINDOW_LEFT: gl.constexpr):
+    # P^T of a (keys x query rows) block from its raw scores S^T and the rows' lse (base 2),
+    # zero where masked; with a softcap also tanh of the capped scores (dS's factor 1 - tanh^2).
+    KEYS: gl.constexpr = st.shape[0]
+    BLOCK_M: gl.constexpr = st.shape[1]
+    s_layout: gl.constexpr = st.type.layout
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-    s = c % STAGES
-    mbarrier.wait(ready.index(s), (c // STAGES) & 1)
-    if SPLIT_D:
-        q = q_bufs.index(s * PIECES + WG)
-        do = do_bufs.index(s * PIECES + WG)
-        st = warpgroup_mma(k_smem.index(0), q_bufs.index(s * PIECES).permute((1, 0)),
-                           gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout), use_acc=False, is_async=True)
-        st = warpgroup_mma(k_smem.index(1), q_bufs.index(s * PIECES + 1).permute((1, 0)), st, is_async=True)
-        dpt = warpgroup_mma(v_smem.index(0), do_bufs.index(s * PIECES).permute((1, 0)),
-                            gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout), use_acc=False, is_async=True)
-        dpt = warpgroup_mma(v_smem.index(1), do_bufs.index(s * PIECES + 1).permute((1, 0)), dpt, is_async=True)
-    else:
-        q = q_bufs.index(s)
-        do = do_bufs.index(s)
-        st = warpgroup_mma(k_op, q.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
-                           use_acc=False, is_async=True)
-        dpt = warpgroup_mma(v_op, do.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
-                            use_acc=False, is_async=True)
-    # This block's lse (base 2) in the products' column layout, read while S^T runs.
-    lse2 = gl.expand_dims(lse_bufs.index(s).load(col_layout), 0)
-    st = warpgroup_mma_wait(num_outstanding=PIECES, deps=(st, ))
     if SOFTCAP > 0:
         tht = _softcap_tanh(st, qk_scale)
         pt = gl.exp2(tht * (SOFTCAP * 1.4426950408889634) - lse2)
     else:
+        tht = st
         pt = gl.exp2(st * qk_scale - lse2)
     if MASKED:
         cols = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
@@ -143,6 +116,33 @@ def _dkdv_step(c, m0, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_b
         if WINDOW_LEFT >= 0:
             keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(keys + WINDOW_LEFT, 1))
         pt = gl.where(keep, pt, 0.0)
+    return pt, tht
+
+
+@gluon.jit
+def _dkdv_step(c, m0, dk, dv, k_op, v_op, k_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ready, empty,
+               qk_scale, key0, MASKED: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+    # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
+    # product, dS^T under dV's; everything retires before the slot is released, the other
+    # warpgroup's products covering this one's last wait.
+    STAGES: gl.constexpr = q_bufs.shape[0]
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    KEYS: gl.constexpr = k_smem.shape[1]
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_M)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    s = c % STAGES
+    mbarrier.wait(ready.index(s), (c // STAGES) & 1)
+    q = q_bufs.index(s)
+    do = do_bufs.index(s)
+    st = warpgroup_mma(k_op, q.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+                       use_acc=False, is_async=True)
+    dpt = warpgroup_mma(v_op, do.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+                        use_acc=False, is_async=True)
+    # This block's lse (base 2) in the products' column layout, read while S^T runs.
+    lse2 = gl.expand_dims(lse_bufs.index(s).load(col_layout), 0)
+    st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
+    pt, tht = _probabilities(st, lse2, m0, key0, qk_scale, MASKED, SOFTCAP, WINDOW_LEFT)
     # P^T and dS^T reach the tensor cores as register operands (16 registers each in bf16):
     # the accumulator layout of S^T is the A operand's, so no shared-memory round trip and
     # fence stands between forming them and issuing dV's and dK's products.
@@ -166,9 +166,87 @@ def _dkdv_step(c, m0, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_b
 
 
 @gluon.jit
-def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty,
-                   done, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
-                   SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
+def _split_d_step(c, m0, dk, dv, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars,
+                  ready, empty, qk_scale, key0, WG: gl.constexpr, MASKED: gl.constexpr, SOFTCAP: gl.constexpr,
+                  WINDOW_LEFT: gl.constexpr):
+    # One query block at head dim 256 (SPLIT_D), the 64 keys shared by both warpgroups, each
+    # accumulating dK and dV for its own 128 columns. S^T and dP^T sum two products each over
+    # the column halves of K (V) and Q (dO): warpgroup 0 forms S^T and P^T and hands P^T over
+    # in q's dtype (dV's operand, ops_smem[0]) and in float32 with the softcap's factor folded
+    # in (pf_smem); warpgroup 1 forms dP^T, then dS^T = pf (dP^T - delta), and hands it over
+    # (ops_smem[1]). Each issues dV's product as soon as P^T is there and dK's once dS^T is.
+    # The exchange buffers are rewritten only once both warpgroups' products of the previous
+    # block have retired (xbars[2]); warpgroup 1 writes dS^T only after P^T's barrier
+    # (xbars[0]), which warpgroup 0 signals only after that wait. dS^T's barrier: xbars[1].
+    STAGES: gl.constexpr = q_bufs.shape[0] // 2
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    KEYS: gl.constexpr = k_smem.shape[1]
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_M)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    s = c % STAGES
+    mbarrier.wait(ready.index(s), (c // STAGES) & 1)
+    q = q_bufs.index(s * 2 + WG)
+    do = do_bufs.index(s * 2 + WG)
+    pt_smem = ops_smem.index(0)
+    ds_smem = ops_smem.index(1)
+    pt_ready = xbars.index(0)
+    ds_ready = xbars.index(1)
+    x_free = xbars.index(2)
+    if WG == 0:
+        st = warpgroup_mma(k_smem.index(0), q_bufs.index(s * 2).permute((1, 0)),
+                           gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout), use_acc=False, is_async=True)
+        st = warpgroup_mma(k_smem.index(1), q_bufs.index(s * 2 + 1).permute((1, 0)), st, is_async=True)
+        lse2 = gl.expand_dims(lse_bufs.index(s).load(col_layout), 0)
+        st = warpgroup_mma_wait(num_outstanding=0, deps=(st, ))
+        pt, tht = _probabilities(st, lse2, m0, key0, qk_scale, MASKED, SOFTCAP, WINDOW_LEFT)
+        mbarrier.wait(x_free, (c & 1) ^ 1)
+        pt_smem.store(pt.to(q_bufs.dtype))
+        if SOFTCAP > 0:
+            pt = pt * (1.0 - tht * tht)
+        pf_smem.store(pt)
+        fence_async_shared()
+        mbarrier.arrive(pt_ready, count=1)
+        dv = warpgroup_mma(pt_smem, do, dv, is_async=True)
+        mbarrier.wait(ds_ready, c & 1)
+        dk = warpgroup_mma(ds_smem, q, dk, is_async=True)
+    else:
+        dpt = warpgroup_mma(v_smem.index(0), do_bufs.index(s * 2).permute((1, 0)),
+                            gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout), use_acc=False, is_async=True)
+        dpt = warpgroup_mma(v_smem.index(1), do_bufs.index(s * 2 + 1).permute((1, 0)), dpt, is_async=True)
+        delta = gl.expand_dims(delta_bufs.index(s).load(col_layout), 0)
+        dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt, ))
+        mbarrier.wait(pt_ready, c & 1)
+        dv = warpgroup_mma(pt_smem, do, dv, is_async=True)
+        dst = pf_smem.load(s_layout) * (dpt - delta)
+        ds_smem.store(dst.to(q_bufs.dtype))
+        fence_async_shared()
+        mbarrier.arrive(ds_ready, count=1)
+        dk = warpgroup_mma(ds_smem, q, dk, is_async=True)
+    dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+    mbarrier.arrive(x_free, count=1)
+    mbarrier.arrive(empty.index(s), count=1)
+    return dk, dv
+
+
+@gluon.jit
+def _step(c, m0, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars,
+          ready, empty, qk_scale, key0, WG: gl.constexpr, MASKED: gl.constexpr, SOFTCAP: gl.constexpr,
+          WINDOW_LEFT: gl.constexpr, SPLIT_D: gl.constexpr):
+    if SPLIT_D:
+        dk, dv = _split_d_step(c, m0, dk, dv, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem,
+                               pf_smem, xbars, ready, empty, qk_scale, key0, WG, MASKED, SOFTCAP, WINDOW_LEFT)
+    else:
+        dk, dv = _dkdv_step(c, m0, dk, dv, k_op, v_op, k_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ready, empty,
+                            qk_scale, key0, MASKED, SOFTCAP, WINDOW_LEFT)
+    return dk, dv
+
+
+@gluon.jit
+def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars,
+                   kv_ready, ready, empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale,
+                   CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr,
+                   SPLIT_D: gl.constexpr):
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     COLS: gl.constexpr = q_bufs.shape[2]       # the head dim, or with SPLIT_D its half
     KEYS: gl.constexpr = k_smem.shape[1]
@@ -199,22 +277,26 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, 
     # The group's query heads in a fixed order, each over its query blocks: deterministic.
     for g in range(GROUP):
         for i in range(lo, band):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs,
-                                delta_bufs, ready, empty, qk_scale, key0, WG, True, SOFTCAP, WINDOW_LEFT, SPLIT_D)
+            dk, dv = _step(c, i * BLOCK_M, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
+                           ops_smem, pf_smem, xbars, ready, empty, qk_scale, key0, WG, True, SOFTCAP, WINDOW_LEFT,
+                           SPLIT_D)
             c += 1
         for i in range(band, mid):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs,
-                                delta_bufs, ready, empty, qk_scale, key0, WG, False, SOFTCAP, WINDOW_LEFT, SPLIT_D)
+            dk, dv = _step(c, i * BLOCK_M, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
+                           ops_smem, pf_smem, xbars, ready, empty, qk_scale, key0, WG, False, SOFTCAP, WINDOW_LEFT,
+                           SPLIT_D)
             c += 1
         for i in range(mid, end):
-            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs,
-                                delta_bufs, ready, empty, qk_scale, key0, WG, True, SOFTCAP, WINDOW_LEFT, SPLIT_D)
+            dk, dv = _step(c, i * BLOCK_M, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
+                           ops_smem, pf_smem, xbars, ready, empty, qk_scale, key0, WG, True, SOFTCAP, WINDOW_LEFT,
+                           SPLIT_D)
             c += 1
     dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
     # dK, dV through this warpgroup's own halves of K and V (no product of this warpgroup
     # reads them any more; with SPLIT_D the other's read both halves, so each waits for the
     # other to be done) and TMA stores, which drop rows past Nk.
     if SPLIT_D:
+        done = xbars.index(3)
         mbarrier.arrive(done, count=1)
         mbarrier.wait(done, 0)
     k_half.store((dk * sm_scale).to(dtype))
@@ -227,19 +309,21 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, 
 
 
 @gluon.jit
-def _dkdv_consumer0(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done, dk_desc,
-                    dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
-                    WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
-    _dkdv_consumer(0, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done, dk_desc,
-                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS, SPLIT_D)
+def _dkdv_consumer0(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
+                    ready, empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
+                    SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
+    _dkdv_consumer(0, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready, ready,
+                   empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT,
+                   KV_REGS, SPLIT_D)
 
 
 @gluon.jit
-def _dkdv_consumer1(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done, dk_desc,
-                    dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
-                    WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
-    _dkdv_consumer(1, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done, dk_desc,
-                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS, SPLIT_D)
+def _dkdv_consumer1(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
+                    ready, empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
+                    SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
+    _dkdv_consumer(1, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready, ready,
+                   empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT,
+                   KV_REGS, SPLIT_D)
 
 
 @gluon.jit
@@ -273,19 +357,36 @@ def _dkdv_kernel(
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())   # SPLIT_D: both consumers' products
     mbarrier.init(kv_ready, count=1)
-    mbarrier.init(done, count=2)
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
+    # SPLIT_D: the consumers hand P^T and dS^T to each other (`_split_d_step`): ops_smem holds
+    # them as the operands of dV's and dK's products, pf_smem P^T in float32 (with the
+    # softcap's factor), xbars the barriers P^T ready, dS^T ready, both done with the block, and
+    # both done with their products before the stores write through K's and V's halves.
+    # Without SPLIT_D none of them is read (each names a buffer that exists anyway).
+    if SPLIT_D:
+        ops_smem = gl.allocate_shared_memory(dtype, [2, KEYS, BLOCK_M],
+                                             gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], dtype))
+        pf_smem = gl.allocate_shared_memory(gl.float32, [KEYS, BLOCK_M],
+                                            gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], gl.float32))
+        xbars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(xbars.index(0), count=1)
+        mbarrier.init(xbars.index(1), count=1)
+        mbarrier.init(xbars.index(2), count=2)
+        mbarrier.init(xbars.index(3), count=2)
+    else:
+        ops_smem = k_smem
+        pf_smem = k_smem
+        xbars = ready
     gl.warp_specialize([
-        (_dkdv_consumer0, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done,
-                           dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT,
-                           KV_REGS, SPLIT_D)),
-        (_dkdv_consumer1, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done,
-                           dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT,
-                           KV_REGS, SPLIT_D)),
+        (_dkdv_consumer0, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
+                           ready, empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP,
+                           WINDOW_LEFT, KV_REGS, SPLIT_D)),
+        (_dkdv_consumer1, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
+                           ready, empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP,
+                           WINDOW_LEFT, KV_REGS, SPLIT_D)),
         (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
                           kv_ready, ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, CAUSAL, WINDOW_LEFT, SPLIT_D)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

@@ -1,0 +1,226 @@
+"""RoPE forward tiles, and the norms' forward, against a device copy of the same bytes, in one
+process on a GPU (developer tool, not a test; about two minutes on an H200).
+
+  PYTHONPATH=src python3 benchmarks/sweep_rope.py [rope] [norms] [--cpu]
+
+(--cpu: tiny shapes through Triton's interpreter, to try the script itself; its timings mean
+nothing.)
+
+rope: Llama-3-8B's case, B=4, N=2048, 32 q heads and 8 kv heads of D=128, bf16, q and k views
+of one (B, N, (32 + 8) * 128) projection as Hugging Face makes them, rotate-half, cos and sin
+(1, N, 128) as its rotary embedding returns them. Every tile in TILES (None: the op's
+`default_tile`), `tritonkit.rope` itself and torch.compile of `rope_reference` (the bench's
+peer) are timed beside a copy of the same bytes, in two rounds; each variant's output is
+checked against the float64 reference before it is timed.
+norms: RMSNorm (weight) and LayerNorm (weight and bias) forward at 8192 x 4096 bf16 beside a
+copy of the same bytes (x read, y written), in three rounds, each at 8, 16 (the default) and 32
+elements of a row a thread (16, 8 and 4 warps a 4096-wide row), checked before timing.
+
+Timings are `tritonkit.bench.timing.time_ms`: triton's do_bench, median, the L2 cleared before
+every timed call. GB/s count each tensor read or written once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import statistics
+import sys
+import time
+
+import torch
+
+from tritonkit.bench.timing import copy_ceiling_gbs, host_ms, time_ms
+from tritonkit.ops.rope import RopeTile, default_tile, rope_fwd, rope_reference
+from tritonkit.registry._accuracy import relative_error
+
+# (positions a block, heads a tile, warps, programs an SM for a persistent grid: 0 = none).
+# At D = 128 in bf16 a tile's head-half is 8 threads of 8 elements (16 bytes), so a warp spans
+# 4 positions. Tiles of at least 4 * num_warps positions put the warps on positions, each
+# thread holding its position's cos and sin and `heads` 16-byte loads a half; with fewer the
+# warps split the heads and the cos/sin rows reach them through shared memory (one-warp tiles
+# by shuffles). The default is of the second kind: 4 positions x 8 heads, 4 warps.
+TILES: list[RopeTile | None] = [
+    None,
+    RopeTile(8, 8, 4), RopeTile(2, 8, 2), RopeTile(4, 8, 8), RopeTile(2, 8, 1),
+    RopeTile(4, 1, 1), RopeTile(4, 2, 1), RopeTile(4, 4, 1), RopeTile(2, 4, 1),
+    RopeTile(8, 2, 2), RopeTile(8, 4, 2), RopeTile(16, 2, 4), RopeTile(16, 4, 4), RopeTile(32, 2, 8),
+    RopeTile(8, 8, 2),
+    # persistent grids, for tiles whose blocks outnumber the programs an SM holds at once
+    RopeTile(4, 8, 4, 6), RopeTile(4, 8, 4, 3), RopeTile(2, 8, 2, 12), RopeTile(8, 8, 4, 4), RopeTile(2, 4, 1, 24),
+]
+ROPE_CASE = dict(batch=4, heads=32, kv_heads=8, seq=2048, head_dim=128)
+NORM_SHAPE = (8192, 4096)
+CPU_ROPE_CASE = dict(batch=2, heads=4, kv_heads=2, seq=9, head_dim=16)
+CPU_NORM_SHAPE = (8, 64)
+NORM_PER_THREAD = (8, 16, 32)  # the norms' forward: elements of a row a thread (16: 8 warps a 4096-wide row)
+ROPE_ROUNDS, NORM_ROUNDS = 2, 3
+TOLERANCE = 1e-3  # ours may be off by twice torch's bf16 error plus this (tests/_tolerance.py)
+
+
+def rope_inputs(device: torch.device, c: dict[str, int], dtype: torch.dtype = torch.bfloat16):
+    """q, k as Hugging Face's attention makes them, cos and sin (1, N, D)."""
+    from tritonkit.registry.rope import hf_inputs
+
+    q, k, cos, sin = hf_inputs(c["batch"], c["heads"], c["kv_heads"], c["seq"], c["head_dim"], dtype, device)
+    return q, k, cos[:1].contiguous(), sin[:1].contiguous()
+
+
+def rope_bytes(q, k, cos, sin) -> int:
+    """q and k read and written once, cos and sin read once."""
+    return 2 * (q.numel() + k.numel()) * q.element_size() + (cos.numel() + sin.numel()) * cos.element_size()
+
+
+def _label(tile: RopeTile | None, default: RopeTile) -> str:
+    t = tile or default
+    text = f"{t.positions:2d} pos x {t.heads} heads, {t.num_warps} warps"
+    text += f", persistent {t.programs_per_sm}/SM" if t.programs_per_sm else ""
+    return text + (" (default)" if tile is None else "")
+
+
+def _error(outs, refs) -> float:
+    return max(relative_error(o, r) for o, r in zip(outs, refs))
+
+
+def sweep_rope(device: torch.device, c: dict[str, int]) -> None:
+    q, k, cos, sin = rope_inputs(device, c)
+    moved = rope_bytes(q, k, cos, sin)
+    gbs = lambda ms: moved / ms / 1e6  # noqa: E731
+    default = default_tile(c["batch"] * c["seq"], c["heads"], c["kv_heads"], c["head_dim"])
+    print(f"rope fwd B{c['batch']} N{c['seq']} {c['heads']}/{c['kv_heads']} heads D{c['head_dim']} bf16, "
+          f"cos/sin {tuple(cos.shape)}: {moved:,} bytes (q, k read and written "
+          f"{2 * (q.numel() + k.numel()) * q.element_size():,}; cos, sin read "
+          f"{(cos.numel() + sin.numel()) * cos.element_size():,})")
+    reference = rope_reference(q, k, cos, sin)
+    torch_error = _error(rope_reference(q, k, cos, sin, upcast=False), reference)
+    bound = 2 * torch_error + TOLERANCE
+    print(f"   torch bf16's relative error {torch_error:.2e}; each variant must be within {bound:.2e}")
+
+    import tritonkit
+    from tritonkit.registry._inputs import peer_compile
+
+    compiled = peer_compile(functools.partial(rope_reference, upcast=False))
+    variants = [(_label(t, default), functools.partial(rope_fwd, q, k, cos, sin, False, t)) for t in TILES]
+    variants.append(("tritonkit.rope (the op's eager road)", lambda: tritonkit.rope(q, k, cos, sin)))
+    if device.type == "cuda":  # inductor's CPU build is no peer of a GPU kernel
+        variants.append(("torch.compile of rope_reference", lambda: compiled(q, k, cos, sin)))
+    checked, worst = [], 0.0
+    for label, fn in variants:
+        try:
+            error = _error(fn(), reference)
+        except Exception as err:  # out of resources, say: report and go on
+            print(f"   {label}: {type(err).__name__}: {err}")
+            continue
+        if error > bound:
+            print(f"   {label}: relative error {error:.2e} > {bound:.2e}" +
+                  (" (the peer: timed anyway)" if label.startswith("torch.compile") else ", NOT timed"))
+            if not label.startswith("torch.compile"):
+                continue
+        worst = max(worst, error)
+        checked.append((label, fn))
+    print(f"   {len(checked)} of {len(variants)} checked (largest relative error {worst:.2e})")
+    rates: dict[str, list[float]] = {label: [] for label, _ in checked}
+    copies = []
+    for round_ in range(ROPE_ROUNDS):  # every other round in reverse, so no variant always goes first
+        copies.append(copy_ceiling_gbs(device, moved))
+        for label, fn in checked[::-1] if round_ % 2 else checked:
+            rates[label].append(gbs(time_ms(fn)))
+    copy = statistics.median(copies)
+    print(f"   same-bytes copy {copy:.0f} GB/s (rounds: {', '.join(f'{v:.0f}' for v in copies)}); "
+          f"floor {moved / copy / 1e3:.1f} us; 90% of it is {0.9 * copy:.0f} GB/s")
+    host = host_ms(variants[0][1])
+    if host is not None:
+        print(f"   host time of a default-tile launch: {host * 1e3:.0f} us")
+    peer = statistics.median(rates.get("torch.compile of rope_reference", [float("nan")]))
+    for label, values in sorted(rates.items(), key=lambda item: -statistics.median(item[1])):
+        value = statistics.median(values)
+        print(f"   {value:6.0f} GB/s {100 * value / copy:5.1f}% of copy {value / peer:5.2f}x compile  {label}  "
+              f"(rounds: {', '.join(f'{v:.0f}' for v in values)})")
+
+
+@contextlib.contextmanager
+def norm_elements_per_thread(n: int):
+    """The norms' forward with `n` elements of a row a thread (their launch helpers' rule:
+    PER_THREAD["fwd"], 16, sets the warps a row: 8 at 4096 columns), for the duration."""
+    from tritonkit.ops.norms import _rows
+
+    saved = _rows.PER_THREAD["fwd"]
+    _rows.PER_THREAD["fwd"] = n
+    _rows.row_config.cache_clear()
+    _rows.fwd_plan.cache_clear()
+    try:
+        yield
+    finally:
+        _rows.PER_THREAD["fwd"] = saved
+        _rows.row_config.cache_clear()
+        _rows.fwd_plan.cache_clear()
+
+
+def sweep_norms(device: torch.device, shape: tuple[int, int]) -> None:
+    import tritonkit
+    from tritonkit.ops.norms import _rows
+    from tritonkit.ops.norms.layer_norm import layer_norm_reference
+    from tritonkit.ops.norms.rms_norm import rms_norm_reference
+
+    x = torch.randn(shape, dtype=torch.bfloat16, device=device)
+    w = torch.randn(shape[-1], dtype=torch.bfloat16, device=device)
+    b = torch.randn(shape[-1], dtype=torch.bfloat16, device=device)
+    moved = 2 * x.numel() * x.element_size()
+    print(f"norms fwd {shape[0]}x{shape[1]} bf16: {moved:,} bytes (x read, y written; the "
+          f"(hidden,) weight and bias and the float32 statistics left out)")
+    norms = {"rms_norm (weight)": (lambda: tritonkit.rms_norm(x, w),
+                                   lambda upcast: rms_norm_reference(x, w, upcast=upcast)),
+             "layer_norm (weight, bias)": (lambda: tritonkit.layer_norm(x, w, b),
+                                           lambda upcast: layer_norm_reference(x, w, b, upcast=upcast))}
+    default = _rows.PER_THREAD["fwd"]
+    cases = []  # (label, elements a thread, fn)
+    for name, (fn, ref) in norms.items():
+        reference = ref(True)
+        theirs = relative_error(ref(False), reference)
+        for per_thread in (default, *(n for n in NORM_PER_THREAD if n != default)):
+            with norm_elements_per_thread(per_thread):
+                warps = _rows.row_config(shape[0], shape[1], "fwd")[3]
+                error = relative_error(fn(), reference)
+            label = f"{name}, {per_thread} a thread ({warps} warps){' (default)' if per_thread == default else ''}"
+            if error > 2 * theirs + TOLERANCE:
+                print(f"   {label}: relative error {error:.2e} > 2 x torch bf16's {theirs:.2e}, NOT timed")
+                continue
+            cases.append((label, per_thread, fn))
+    print(f"   {len(cases)} of {len(norms) * (1 + len(set(NORM_PER_THREAD) - {default}))} checked")
+    rates: dict[str, list[float]] = {label: [] for label, _, _ in cases}
+    copies = []
+    with torch.no_grad():
+        for round_ in range(NORM_ROUNDS):
+            copies.append(copy_ceiling_gbs(device, moved))
+            for label, per_thread, fn in cases[::-1] if round_ % 2 else cases:
+                with norm_elements_per_thread(per_thread):
+                    rates[label].append(moved / time_ms(fn) / 1e6)
+    copy = statistics.median(copies)
+    print(f"   same-bytes copy {copy:.0f} GB/s (rounds: {', '.join(f'{v:.0f}' for v in copies)})")
+    for label, per_thread, fn in cases:
+        value = statistics.median(rates[label])
+        with norm_elements_per_thread(per_thread):
+            host = host_ms(fn)
+        print(f"   {value:6.0f} GB/s {100 * value / copy:5.1f}% of copy  {label}  "
+              f"(rounds: {', '.join(f'{v:.0f}' for v in rates[label])}"
+              + (f"; host {host * 1e3:.0f} us a call)" if host is not None else ")"))
+
+
+if __name__ == "__main__":
+    cpu = "--cpu" in sys.argv
+    parts = [a for a in sys.argv[1:] if a != "--cpu"] or ["rope", "norms"]
+    if not cpu and not torch.cuda.is_available():
+        sys.exit("sweep_rope.py times kernels on a GPU; none here (--cpu tries the script on tiny shapes)")
+    from tritonkit import _runtime
+
+    start = time.perf_counter()
+    print(_runtime.describe())
+    device = _runtime.default_device()
+    for part in parts:
+        if part == "rope":
+            sweep_rope(device, CPU_ROPE_CASE if cpu else ROPE_CASE)
+        elif part == "norms":
+            sweep_norms(device, CPU_NORM_SHAPE if cpu else NORM_SHAPE)
+        else:
+            sys.exit(f"unknown part {part!r}: rope or norms")
+    print(f"took {time.perf_counter() - start:.0f} s")

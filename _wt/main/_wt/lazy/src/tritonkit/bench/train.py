@@ -1,0 +1,277 @@
+"""`tritonkit bench train`: a Hugging Face Llama training step, end to end, per provider.
+
+A step is forward with labels, backward and a fused AdamW update of bf16 weights; the figure is
+tokens per second over the timed steps, with the step time, the peak memory and the loss after
+them. Providers, each from the same weights and the same batches: HF eager (SDPA attention),
+torch.compile of it, Liger Kernel (when it imports), tritonkit (`tritonkit.transformers.patch`),
+and tritonkit under torch.compile.
+
+This is its own small runner rather than a registry entry: the kernel runner times one call
+with an L2 clear before each and reports GB/s or TFLOP/s of a case's inputs, while a training
+step mutates its model and optimizer, takes tens to hundreds of milliseconds, and is measured in
+tokens/s and peak memory.
+
+    tritonkit bench train                      # configs A and B on a GPU
+    tritonkit bench train --config A --json train.json --plot train.png
+    tritonkit bench train --compare 50         # loss curves, HF eager vs tritonkit, largest gap
+    tritonkit bench train                      # without a GPU: the tiny config, eager providers only
+
+Random weights from a config and synthetic tokens (a random first-order Markov chain, so the
+loss falls and two providers' curves can be compared); nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .. import _runtime
+
+CONFIGS = {
+    "A": dict(layers=8, hidden=2048, intermediate=8192, heads=16, kv_heads=8, vocab=128256, batch=4, seq=2048),
+    "B": dict(layers=8, hidden=2048, intermediate=8192, heads=16, kv_heads=8, vocab=128256, batch=1, seq=8192),
+    "tiny": dict(layers=2, hidden=64, intermediate=128, heads=4, kv_heads=2, vocab=1000, batch=2, seq=32),
+}
+PROVIDERS = ("hf eager", "hf compile", "liger", "tritonkit", "tritonkit compile")
+SUCCESSORS = 4  # each token has this many possible next tokens: the loss floor is log(4)
+
+
+@dataclass
+class TrainResult:
+    config: str
+    provider: str
+    tokens_per_s: float | None
+    step_ms: float | None
+    peak_gib: float | None
+    loss: float | None
+    note: str = ""
+
+
+def llama(config: dict, device: torch.device, dtype: torch.dtype, seed: int = 0, attn: str = "sdpa"):
+    """A LlamaForCausalLM with random weights from `config` (the CONFIGS keys), on device in dtype."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=config["vocab"], hidden_size=config["hidden"],
+                      intermediate_size=config["intermediate"], num_hidden_layers=config["layers"],
+                      num_attention_heads=config["heads"], num_key_value_heads=config["kv_heads"],
+                      max_position_embeddings=max(config["seq"], 128), tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM._from_config(cfg, attn_implementation=attn)
+    finally:
+        torch.set_default_dtype(previous)
+    return model.train()
+
+
+def markov_batches(config: dict, device: torch.device, count: int, seed: int = 0) -> list[torch.Tensor]:
+    """`count` (batch, seq) token batches from a first-order Markov chain drawn once from `seed`."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    V, B, N = config["vocab"], config["batch"], config["seq"]
+    table = torch.randint(0, V, (V, SUCCESSORS), generator=g)
+    batches = []
+    for _ in range(count):
+        tokens = torch.empty(B, N, dtype=torch.long)
+        tokens[:, 0] = torch.randint(0, V, (B,), generator=g)
+        choice = torch.randint(0, SUCCESSORS, (B, N), generator=g)
+        for i in range(1, N):
+            tokens[:, i] = table[tokens[:, i - 1], choice[:, i]]
+        batches.append(tokens.to(device))
+    return batches
+
+
+def prepare(provider: str, model):
+    """The model to step for `provider` (patched and/or compiled), or raise RuntimeError if unavailable."""
+    if provider == "liger":
+        try:
+            from liger_kernel.transformers import apply_liger_kernel_to_llama
+        except ImportError as err:
+            raise RuntimeError(f"liger_kernel does not import ({err})") from None
+        apply_liger_kernel_to_llama(model=model)
+        return model
+    if provider.startswith("tritonkit"):
+        import tritonkit.transformers as tkt
+        tkt.patch(model)
+    return torch.compile(model) if provider.endswith("compile") else model
+
+
+def _cleanup() -> None:
+    """Undo class-level changes (tritonkit's family-wide rotary) so the next provider starts clean."""
+    import sys
+    if "tritonkit.transformers" in sys.modules:
+        sys.modules["tritonkit.transformers"].unpatch_classes()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def train_steps(model, batches: list[torch.Tensor], steps: int, device: torch.device, lr: float = 3e-4,
+                on_step=None):
+    """`steps` AdamW steps over `batches` (cycled); `on_step(i, loss_tensor)` after each."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=device.type == "cuda")
+    loss = None
+    for i in range(steps):
+        x = batches[i % len(batches)]
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if on_step is not None:
+            on_step(i, loss)
+    return opt, loss
+
+
+def measure(config_name: str, provider: str, device: torch.device, warmup: int, steps: int) -> TrainResult:
+    config = CONFIGS[config_name]
+    tokens = config["batch"] * config["seq"]
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    cuda = device.type == "cuda"
+    try:
+        model = prepare(provider, llama(config, device, dtype))
+        batches = markov_batches(config, device, 4)
+        opt, _ = train_steps(model, batches, warmup, device)
+        del opt
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        opt, loss = train_steps(model, batches, steps, device)
+        loss = float(loss.detach())  # waits for the last step
+        elapsed = time.perf_counter() - start
+        peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+        del model, opt
+        return TrainResult(config_name, provider, steps * tokens / elapsed, 1e3 * elapsed / steps, peak, loss)
+    except torch.OutOfMemoryError:
+        return TrainResult(config_name, provider, None, None, None, None, "out of memory")
+    except RuntimeError as err:  # an unavailable or failing provider must not end the run
+        return TrainResult(config_name, provider, None, None, None, None,
+                           f"{type(err).__name__}: {str(err).splitlines()[0][:100]}")
+    finally:
+        _cleanup()
+
+
+def table(results: list[TrainResult]) -> str:
+    lines = []
+    for config in dict.fromkeys(r.config for r in results):
+        rows = [r for r in results if r.config == config]
+        c = CONFIGS[config]
+        peers = [r for r in rows if not r.provider.startswith("tritonkit") and r.tokens_per_s]
+        best = max(peers, key=lambda r: r.tokens_per_s, default=None)
+        lines.append(f"config {config}: {c['layers']} layers, hidden {c['hidden']}, intermediate "
+                     f"{c['intermediate']}, {c['heads']}/{c['kv_heads']} heads, vocab {c['vocab']}, "
+                     f"batch {c['batch']} x {c['seq']}"
+                     + (f"; ratio against the best peer ({best.provider})" if best else ""))
+        lines.append(f"{'provider':<20}{'tokens/s':>12}{'step ms':>10}{'peak GiB':>10}{'loss':>9}{'ratio':>8}")
+        for r in rows:
+            if r.tokens_per_s is None:
+                lines.append(f"{r.provider:<20}  {r.note}")
+                continue
+            peak = f"{r.peak_gib:.1f}" if r.peak_gib is not None else "-"
+            ratio = f"{r.tokens_per_s / best.tokens_per_s:.2f}x" if best else "-"
+            lines.append(f"{r.provider:<20}{r.tokens_per_s:>12.4g}{r.step_ms:>10.1f}{peak:>10}{r.loss:>9.3f}"
+                         f"{ratio:>8}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _plot(path: str, results: list[TrainResult]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    configs = list(dict.fromkeys(r.config for r in results))
+    fig, axes = plt.subplots(1, len(configs), figsize=(5 * len(configs), 3.5), squeeze=False)
+    for ax, config in zip(axes[0], configs):
+        rows = [r for r in results if r.config == config and r.tokens_per_s]
+        ax.bar([r.provider for r in rows], [r.tokens_per_s / 1e3 for r in rows])
+        ax.set_title(f"config {config}")
+        ax.set_ylabel("k tokens/s")
+        ax.tick_params(axis="x", rotation=30, labelsize=7)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def compare(config_name: str, device: torch.device, steps: int) -> float:
+    """Loss curves of HF eager and tritonkit over `steps` from one seed; returns the largest gap."""
+    config = CONFIGS[config_name]
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    batches = markov_batches(config, device, steps)
+    curves = {}
+    for provider in ("hf eager", "tritonkit"):
+        losses = []
+        model = prepare(provider, llama(config, device, dtype))
+        opt, _ = train_steps(model, batches, steps, device, on_step=lambda i, loss: losses.append(loss.detach()))
+        curves[provider] = [float(x) for x in losses]
+        del model, opt
+        _cleanup()
+    gaps = [abs(a - b) for a, b in zip(curves["hf eager"], curves["tritonkit"])]
+    print(f"{'step':>5}{'hf eager':>12}{'tritonkit':>12}{'gap':>10}")
+    for i, (a, b, g) in enumerate(zip(curves["hf eager"], curves["tritonkit"], gaps)):
+        print(f"{i:>5}{a:>12.4f}{b:>12.4f}{g:>10.4f}")
+    worst = max(range(steps), key=gaps.__getitem__)
+    print(f"largest per-step gap: {gaps[worst]:.4f} at step {worst} "
+          f"(relative {gaps[worst] / curves['hf eager'][worst]:.2%}); final losses "
+          f"{curves['hf eager'][-1]:.4f} vs {curves['tritonkit'][-1]:.4f}")
+    return gaps[worst]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tritonkit bench train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", action="append", choices=sorted(CONFIGS),
+                        help="A, B or tiny (repeatable); default A and B on a GPU, tiny without one")
+    parser.add_argument("--provider", action="append", choices=PROVIDERS, help="repeatable; default all")
+    parser.add_argument("--steps", type=int, help="timed steps (default 10 on a GPU, 2 without)")
+    parser.add_argument("--warmup", type=int, help="untimed steps first (default 3 on a GPU, 1 without)")
+    parser.add_argument("--compare", type=int, metavar="STEPS",
+                        help="instead: loss curves of HF eager and tritonkit over STEPS steps, largest gap")
+    parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
+    parser.add_argument("--plot", metavar="PATH.png", help="tokens/s per provider and config")
+    args = parser.parse_args(argv)
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("tritonkit bench train needs transformers (pip install 'tritonkit[hf]')")
+        return 2
+
+    device = _runtime.default_device()
+    on_gpu = device.type == "cuda"
+    print(f"tritonkit bench train: {_runtime.describe()}")
+    configs = args.config or (["A", "B"] if on_gpu else ["tiny"])
+    if not on_gpu and any(c != "tiny" for c in configs):
+        print("configs A and B need a GPU; without one, use --config tiny")
+        return 2
+    if args.compare:
+        compare(configs[0], device, args.compare)
+        return 0
+    providers = args.provider or list(PROVIDERS)
+    if not on_gpu:
+        print("NOTE: no CUDA device: the tiny config in float32 through Triton's interpreter; these are not "
+              "GPU timings, and the compiled providers are left out.")
+        providers = [p for p in providers if not p.endswith("compile")]
+    steps = args.steps or (10 if on_gpu else 2)
+    warmup = args.warmup if args.warmup is not None else (3 if on_gpu else 1)
+    # Liger patches classes and module functions for good: it runs after every other provider.
+    order = [(c, p) for c in configs for p in providers if p != "liger"]
+    order += [(c, p) for c in configs for p in providers if p == "liger"]
+    measured = {key: measure(*key, device, warmup, steps) for key in order}
+    results = [measured[(c, p)] for c in configs for p in providers]
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": _runtime.describe(), "steps": steps, "warmup": warmup,
+                       "configs": {c: CONFIGS[c] for c in configs}, "results": [asdict(r) for r in results]},
+                      f, indent=1)
+        print(f"wrote {args.json}")
+    if args.plot:
+        _plot(args.plot, results)
+        print(f"wrote {args.plot}")
+    return 0

@@ -1,0 +1,23 @@
+"""tritonkit across GPUs, through torch.distributed.
+
+- `ring_attention` (context parallelism): exact attention over a sequence split across the
+  ranks of a process group, with `shard_for_ring` / `unshard_from_ring` / `ring_positions`
+  for its load-balanced causal layout.
+- DTensor: importing this module registers the sharding rules of tritonkit's custom ops
+  (`tritonkit.distributed.sharding`), so tensor-parallel and sequence-parallel DTensor
+  inputs reach the kernels shard by shard. tritonkit also registers them by itself the first
+  time a DTensor reaches one of its ops. `tritonkit.linear_cross_entropy` with a weight whose
+  rows (the vocabulary) are sharded computes the vocabulary-parallel loss, with the
+  cross-rank log-sum-exp (`tritonkit.distributed.vocab_parallel`).
+
+`import tritonkit` never imports this module; it needs no process group until a function
+that communicates is called.
+"""
+
+from .ring import ring_attention, ring_chunks, ring_positions, shard_for_ring, unshard_from_ring
+from .sharding import register_shardings
+
+register_shardings()
+
+__all__ = ["ring_attention", "ring_chunks", "ring_positions", "shard_for_ring", "unshard_from_ring",
+           "register_shardings"]

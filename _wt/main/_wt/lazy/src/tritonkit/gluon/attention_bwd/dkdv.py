@@ -1,0 +1,291 @@
+"""The dK/dV pass of the Gluon attention backward (the package's docstring has the design):
+one program per 128-key block of one (batch, kv head), two consumer warpgroups of 64 keys
+each, a producer warp streaming (Q, dO) blocks, with their rows' lse and delta, through a ring.
+
+With SPLIT_D (head dim 256, where 64 keys' dK and dV in float32 would take 256 registers a
+thread) a program takes 64 keys and the two warpgroups split the head dim instead: every
+tensor is read in boxes of 128 columns (K, V, Q, dO as two column halves in shared memory),
+each warpgroup forms the whole S^T and dP^T (each a sum of two products, one a half) and
+accumulates dK and dV for its own 128 columns. S^T and dP^T are computed twice, once by each
+warpgroup: 6 products' worth of tensor-core work where 4 are needed, the price of keeping both
+warpgroups on the products without exchanging partial sums through shared memory."""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+from ..common import _softcap_tanh, _tma_view, _wgmma_layout
+
+
+@gluon.jit
+def _key_tile(t, n_kb, Hkv, Nq, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr):
+    # Program t -> (b, hk, first key n0, query blocks [lo, end) that see its keys, of which
+    # [lo, band) straddle the causal diagonal and [mid, end) the left window's edge (masked),
+    # [band, mid) see all of them). Key blocks of one head are consecutive programs (they
+    # share Q and dO in L2), the longest (first) key blocks first.
+    hb = t // n_kb
+    n0 = (t % n_kb) * BLOCK_N
+    end = gl.cdiv(Nq, BLOCK_M)
+    if CAUSAL:
+        lo = n0 // BLOCK_M            # query rows before n0 see none of these keys
+        band = gl.minimum(gl.cdiv(n0 + BLOCK_N, BLOCK_M), end)
+    else:
+        lo = 0
+        band = 0
+    if WINDOW_LEFT >= 0:
+        # Row i sees key j >= i - WINDOW_LEFT: rows past n0 + BLOCK_N - 1 + WINDOW_LEFT see
+        # none of these keys, and a block sees all of them while its last row does.
+        end = gl.minimum(end, gl.cdiv(n0 + BLOCK_N + WINDOW_LEFT, BLOCK_M))
+        mid = gl.maximum(gl.minimum((n0 + WINDOW_LEFT + 1) // BLOCK_M, end), band)
+    else:
+        mid = end
+    return hb // Hkv, hb % Hkv, n0, lo, band, mid, end
+
+
+@gluon.jit
+def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready,
+                   ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, CAUSAL: gl.constexpr,
+                   WINDOW_LEFT: gl.constexpr, SPLIT_D: gl.constexpr):
+    PIECES: gl.constexpr = 2 if SPLIT_D else 1      # column boxes of each Q and dO block
+    STAGES: gl.constexpr = q_bufs.shape[0] // PIECES
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    KEYS: gl.constexpr = k_smem.shape[1]
+    COLS: gl.constexpr = k_smem.shape[2]
+    b, hk, n0, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, WINDOW_LEFT, BLOCK_M,
+                                              KEYS if SPLIT_D else 2 * KEYS)
+    mbarrier.expect(kv_ready, 4 * k_desc.block_type.nbytes)
+    for w in gl.static_range(2):
+        # two key halves of the 128 keys; with SPLIT_D two column halves of the 64 keys
+        row = n0 if SPLIT_D else n0 + w * KEYS
+        col = w * COLS if SPLIT_D else 0
+        tma.async_copy_global_to_shared(k_desc, [b, hk, row, col], kv_ready, _tma_view(k_smem.index(w), k_desc))
+        tma.async_copy_global_to_shared(v_desc, [b, hk, row, col], kv_ready, _tma_view(v_smem.index(w), v_desc))
+    # The query block's lse (in base 2) and delta go into the ring beside Q and dO: the
+    # consumers read them from shared memory in their products' column layout, instead of
+    # loading them from global memory on their own chain and converting the layout through
+    # shared memory and a warpgroup barrier every block. Loaded before the slot's wait, so
+    # their latency runs under it; stored before the slot's arrive, which releases them.
+    flat: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
+    offs = gl.arange(0, BLOCK_M, layout=flat)
+    c = 0
+    for g in range(GROUP):
+        h = hk * GROUP + g
+        row_base = (b.to(gl.int64) * H + h) * Nq
+        for i in range(lo, end):
+            s = c % STAGES
+            rows = i * BLOCK_M + offs
+            # Query rows past Nq load as zeros, with lse = delta = 0: they add nothing.
+            lse2 = gl.load(LSE + row_base + rows, mask=rows < Nq, other=0.0) * 1.4426950408889634
+            delta = gl.load(DELTA + row_base + rows, mask=rows < Nq, other=0.0)
+            # A fresh mbarrier is in phase 0: waiting for parity 1 passes, the first lap is free.
+            mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+            lse_bufs.index(s).store(lse2)
+            delta_bufs.index(s).store(delta)
+            mbarrier.expect(ready.index(s), 2 * PIECES * q_desc.block_type.nbytes)
+            for p in gl.static_range(PIECES):
+                tma.async_copy_global_to_shared(q_desc, [b, h, i * BLOCK_M, p * COLS], ready.index(s),
+                                                _tma_view(q_bufs.index(s * PIECES + p), q_desc))
+                tma.async_copy_global_to_shared(do_desc, [b, h, i * BLOCK_M, p * COLS], ready.index(s),
+                                                _tma_view(do_bufs.index(s * PIECES + p), do_desc))
+            c += 1
+
+
+@gluon.jit
+def _dkdv_step(c, m0, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ready, empty,
+               qk_scale, key0, WG: gl.constexpr, MASKED: gl.constexpr, SOFTCAP: gl.constexpr,
+               WINDOW_LEFT: gl.constexpr, SPLIT_D: gl.constexpr):
+    # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
+    # product, dS^T under dV's; everything retires before the slot is released, the other
+    # warpgroup's products covering this one's last wait. With SPLIT_D, S^T and dP^T each sum
+    # two products over the column halves of K (V) and Q (dO), and dV's and dK's products take
+    # this warpgroup's column half of dO and Q.
+    PIECES: gl.constexpr = 2 if SPLIT_D else 1
+    STAGES: gl.constexpr = q_bufs.shape[0] // PIECES
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    KEYS: gl.constexpr = k_smem.shape[1]
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_M)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    s = c % STAGES
+    mbarrier.wait(ready.index(s), (c // STAGES) & 1)
+    if SPLIT_D:
+        q = q_bufs.index(s * PIECES + WG)
+        do = do_bufs.index(s * PIECES + WG)
+        st = warpgroup_mma(k_smem.index(0), q_bufs.index(s * PIECES).permute((1, 0)),
+                           gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout), use_acc=False, is_async=True)
+        st = warpgroup_mma(k_smem.index(1), q_bufs.index(s * PIECES + 1).permute((1, 0)), st, is_async=True)
+        dpt = warpgroup_mma(v_smem.index(0), do_bufs.index(s * PIECES).permute((1, 0)),
+                            gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout), use_acc=False, is_async=True)
+        dpt = warpgroup_mma(v_smem.index(1), do_bufs.index(s * PIECES + 1).permute((1, 0)), dpt, is_async=True)
+    else:
+        q = q_bufs.index(s)
+        do = do_bufs.index(s)
+        st = warpgroup_mma(k_op, q.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+                           use_acc=False, is_async=True)
+        dpt = warpgroup_mma(v_op, do.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
+                            use_acc=False, is_async=True)
+    # This block's lse (base 2) in the products' column layout, read while S^T runs.
+    lse2 = gl.expand_dims(lse_bufs.index(s).load(col_layout), 0)
+    st = warpgroup_mma_wait(num_outstanding=PIECES, deps=(st, ))
+    if SOFTCAP > 0:
+        tht = _softcap_tanh(st, qk_scale)
+        pt = gl.exp2(tht * (SOFTCAP * 1.4426950408889634) - lse2)
+    else:
+        pt = gl.exp2(st * qk_scale - lse2)
+    if MASKED:
+        cols = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
+        keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
+        keep = gl.expand_dims(cols, 0) >= gl.expand_dims(keys, 1)
+        if WINDOW_LEFT >= 0:
+            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(keys + WINDOW_LEFT, 1))
+        pt = gl.where(keep, pt, 0.0)
+    # P^T and dS^T reach the tensor cores as register operands (16 registers each in bf16):
+    # the accumulator layout of S^T is the A operand's, so no shared-memory round trip and
+    # fence stands between forming them and issuing dV's and dK's products.
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_wgmma_layout(NW, q_bufs.shape[2]),
+                                                 k_width=2)
+    pa = gl.convert_layout(pt.to(q.dtype), a_layout)
+    if SOFTCAP > 0:
+        # dS's factor 1 - tanh^2, folded in before dV's product is issued: tanh's tile is dead
+        # while that product and dP^T's hold their registers.
+        pt = pt * (1.0 - tht * tht)
+    dv = warpgroup_mma(pa, do, dv, is_async=True)
+    delta = gl.expand_dims(delta_bufs.index(s).load(col_layout), 0)
+    dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))
+    dsa = gl.convert_layout((pt * (dpt - delta)).to(q.dtype), a_layout)
+    dk = warpgroup_mma(dsa, q, dk, is_async=True)
+    # The register operands are dependencies of the wait that retires their products, so
+    # their registers are not reused before the tensor cores have read them.
+    dv, dk, pa, dsa = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pa, dsa))
+    mbarrier.arrive(empty.index(s), count=1)
+    return dk, dv
+
+
+@gluon.jit
+def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty,
+                   done, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
+                   SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    COLS: gl.constexpr = q_bufs.shape[2]       # the head dim, or with SPLIT_D its half
+    KEYS: gl.constexpr = k_smem.shape[1]
+    NW: gl.constexpr = gl.num_warps()
+    acc_layout: gl.constexpr = _wgmma_layout(NW, COLS)
+    dtype: gl.constexpr = q_bufs.dtype
+    b, hk, n0, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, WINDOW_LEFT, BLOCK_M,
+                                              KEYS if SPLIT_D else 2 * KEYS)
+    key0 = n0 if SPLIT_D else n0 + WG * KEYS
+    k_half = k_smem.index(WG)
+    v_half = v_smem.index(WG)
+    # Accumulators loop-carried while their products run (initialised as such).
+    dk = gl.zeros([KEYS, COLS], gl.float32, acc_layout)
+    dv = gl.zeros([KEYS, COLS], gl.float32, acc_layout)
+    mbarrier.wait(kv_ready, 0)
+    # K and V of this warpgroup's keys are the A operands of every block's S^T and dP^T
+    # products: held in registers (KV_REGS of them, K first), they are read from shared memory
+    # once instead of once a block (an m64n64 product with both operands in shared memory reads
+    # as many bytes a clock as shared memory gives).
+    kv_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_wgmma_layout(NW, BLOCK_M), k_width=2)
+    k_op = k_half
+    v_op = v_half
+    if KV_REGS >= 1:
+        k_op = k_half.load(kv_layout)
+    if KV_REGS >= 2:
+        v_op = v_half.load(kv_layout)
+    c = 0
+    # The group's query heads in a fixed order, each over its query blocks: deterministic.
+    for g in range(GROUP):
+        for i in range(lo, band):
+            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs,
+                                delta_bufs, ready, empty, qk_scale, key0, WG, True, SOFTCAP, WINDOW_LEFT, SPLIT_D)
+            c += 1
+        for i in range(band, mid):
+            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs,
+                                delta_bufs, ready, empty, qk_scale, key0, WG, False, SOFTCAP, WINDOW_LEFT, SPLIT_D)
+            c += 1
+        for i in range(mid, end):
+            dk, dv = _dkdv_step(c, i * BLOCK_M, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs,
+                                delta_bufs, ready, empty, qk_scale, key0, WG, True, SOFTCAP, WINDOW_LEFT, SPLIT_D)
+            c += 1
+    dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+    # dK, dV through this warpgroup's own halves of K and V (no product of this warpgroup
+    # reads them any more; with SPLIT_D the other's read both halves, so each waits for the
+    # other to be done) and TMA stores, which drop rows past Nk.
+    if SPLIT_D:
+        mbarrier.arrive(done, count=1)
+        mbarrier.wait(done, 0)
+    k_half.store((dk * sm_scale).to(dtype))
+    v_half.store(dv.to(dtype))
+    fence_async_shared()
+    col = WG * COLS if SPLIT_D else 0
+    tma.async_copy_shared_to_global(dk_desc, [b, hk, key0, col], _tma_view(k_half, dk_desc))
+    tma.async_copy_shared_to_global(dv_desc, [b, hk, key0, col], _tma_view(v_half, dv_desc))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _dkdv_consumer0(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done, dk_desc,
+                    dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                    WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
+    _dkdv_consumer(0, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done, dk_desc,
+                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS, SPLIT_D)
+
+
+@gluon.jit
+def _dkdv_consumer1(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done, dk_desc,
+                    dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                    WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
+    _dkdv_consumer(1, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done, dk_desc,
+                   dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS, SPLIT_D)
+
+
+@gluon.jit
+def _dkdv_kernel(
+    # descriptors of the whole (B, H, Nq, D) q, do and (B, Hkv, Nk, D) k, v, dk, dv; LSE, DELTA:
+    # (B, H, Nq) float32
+    q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA,
+    # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
+    # scale); n_kb: key blocks of 128 per kv head
+    Nq, H, Hkv, GROUP, qk_scale, sm_scale, n_kb,
+    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, STAGES: gl.constexpr,
+    KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    COLS: gl.constexpr = q_desc.block_type.shape[3]     # the head dim, or with SPLIT_D its half
+    KEYS: gl.constexpr = k_desc.block_type.shape[2]
+    PIECES: gl.constexpr = 2 if SPLIT_D else 1
+    dtype: gl.constexpr = q_desc.dtype
+    gl.static_assert(gl.num_warps() == 4)
+    q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, COLS], dtype)
+    k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, COLS], dtype)
+    # K and V: two halves (of the keys, or with SPLIT_D of the columns); Q and dO: STAGES
+    # slots of PIECES column boxes each
+    k_smem = gl.allocate_shared_memory(dtype, [2, KEYS, COLS], k_2d)
+    v_smem = gl.allocate_shared_memory(dtype, [2, KEYS, COLS], k_2d)
+    q_bufs = gl.allocate_shared_memory(dtype, [STAGES * PIECES, BLOCK_M, COLS], q_2d)
+    do_bufs = gl.allocate_shared_memory(dtype, [STAGES * PIECES, BLOCK_M, COLS], q_2d)
+    rows_1d: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    lse_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_1d)
+    delta_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_1d)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())   # SPLIT_D: both consumers' products
+    mbarrier.init(kv_ready, count=1)
+    mbarrier.init(done, count=2)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
+    gl.warp_specialize([
+        (_dkdv_consumer0, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done,
+                           dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT,
+                           KV_REGS, SPLIT_D)),
+        (_dkdv_consumer1, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready, ready, empty, done,
+                           dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT,
+                           KV_REGS, SPLIT_D)),
+        (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
+                          kv_ready, ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, CAUSAL, WINDOW_LEFT, SPLIT_D)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

@@ -1,0 +1,174 @@
+"""Attention forward for Hopper (sm_90) in Gluon, FlashAttention-3 style.
+
+Same contract as the Triton launcher `tritonkit.ops.attention.attention_fwd`:
+o[b, h, i] = sum_j softmax_j(s_ij) v[b, hk, j],  s_ij = scale * q[b, h, i] . k[b, hk, j],
+hk = h // (H // Hkv), causal top-left aligned (query i sees keys j <= i, as SDPA's is_causal), and
+lse[b, h, i] = log sum_j exp(s_ij) in natural-log units, float32, which both backwards read.
+With a softcap c (Gemma 2; SOFTCAP = c, a constexpr, 0 for none) the scores are c tanh(s_ij / c),
+in the softmax and in lse alike; tanh is the GPU's `tanh.approx.f32`, as in the Triton kernels
+(`tritonkit.ops.attention.scores` has the formula and its accuracy).
+
+A tile is 128 query rows of one (batch, head), 192 at head dim 64 for full attention and long
+causal rows (`consumer_count`). The grid is persistent, one program per SM taking tile after tile:
+round-robin for full attention, and under a causal mask each tile to the first program to ask
+(a counter in global memory), longest first. Each program runs its partitions:
+- a producer warp (24 registers) that loads each tile's 64-row Q tiles and streams its K
+  and V blocks through a ring of STAGES shared-memory buffers by TMA, each buffer guarded by a
+  "ready" mbarrier (TMA bytes landed) and an "empty" one (every consumer done with it);
+- two consumer warpgroups of 64 rows each (the default partition and a worker, 240 registers
+  each through setmaxnreg), three for those 192-row tiles (160 registers each), each running
+  the online softmax over all key blocks.
+Two overlaps keep the tensor cores busy:
+- inter-warpgroup ping-pong: one mbarrier a consumer passes a turn round them in order, and a
+  warpgroup issues its products for a block only on its turn, so one warpgroup's products run
+  while the others do their softmax (exp2 and row reductions on the multi-function units);
+- intra-warpgroup: in iteration j a warpgroup issues S(j) = Q K(j)^T and then O += P(j-1) V(j-1),
+  waits for S(j) alone (wgmma wait with one group still pending), and computes block j's
+  softmax while P(j-1) V(j-1) still runs.
+K and V have separate barriers: a K buffer is released as soon as S(j) is done, a V buffer
+after P(j) V(j), so the producer refills K one softmax earlier.
+
+Masks are applied only on key blocks that need them: the blocks crossing the causal diagonal
+and the ragged last block (keys past Nk). TMA reads of rows past N come back as zeros and never
+from the next head (descriptors span the whole (B, H, N, D) tensor), and the TMA store of O
+drops rows past Nq. Every query row sees key 0 (top-left causal, Nk >= 1), so a row's running
+maximum is finite after block 0 and a fully masked later block adds exactly zero.
+
+Only for what `supported` accepts; everything else takes the Triton path.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from ..._counters import zeroed_counters
+from ..._launch import LaunchTemplate, target_capability
+from ..._layout import cdiv
+from ...ops.attention.scores import kernel_qk_scale
+from ..host import GL_DTYPES, PRODUCER_REGS, ROWS_PER_WARPGROUP, consumer_regs, descriptor, num_sms, tma_refusal
+from .kernel import _attn_fwd_kernel
+
+HEAD_DIMS = (64, 128, 256)
+
+
+# From this many query rows the causal forward at head dim 64 takes three consumers too: below
+# it they measured slower than two (BENCHMARKS.md), most likely because the diagonal's masked
+# blocks, which spill at 160 registers, are a larger share of a shorter walk.
+THREE_CONSUMERS_CAUSAL_ROWS = 8192
+
+
+def consumer_count(head_dim: int, causal: bool, n_rows: int, softcap: float = 0.0, window_left: int = -1) -> int:
+    """Consumer warpgroups of a tile (64 query rows each). At head dim 64 a 128-key block's two
+    products take about as many tensor-core cycles as its softmax takes issue cycles, so with
+    two warpgroups one's softmax does not fit under the other's products; with three, each
+    softmax runs under the other two's (160 registers each: S 64, O 32, P twice 32). Three for
+    full attention and for causal from THREE_CONSUMERS_CAUSAL_ROWS rows; two at D = 128 and 256,
+    with a softcap (measured slower with three) and with a window (not measured with three; the
+    masked blocks spill at 160 registers)."""
+    if head_dim != 64 or softcap or window_left >= 0:
+        return 2
+    return 3 if not causal or n_rows >= THREE_CONSUMERS_CAUSAL_ROWS else 2
+
+
+@functools.lru_cache(maxsize=None)
+def tile_config(head_dim: int) -> tuple[int, int]:
+    """(BLOCK_N, STAGES): keys a block and ring stages. Shared memory holds Q (reused for O,
+    64 rows a consumer) and STAGES buffers of K and V (BLOCK_N x D each), within Hopper's
+    227 KB: D=128: 32 KB + 2 x 64 KB; D=256: 64 KB + 2 x 64 KB (64-key blocks, so that S (32
+    registers) beside O (128) and P fit the 240-register budget); D=64 with three consumers
+    24 KB + 2 x 32 KB."""
+    return {64: (128, 2), 128: (128, 2), 256: (64, 2)}[head_dim]
+
+
+
+def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+            scale: float | None = None) -> str | None:
+    """Why `ForwardLaunch` cannot take these inputs (already validated by the Triton
+    launcher's checks), or None where it can: the GPU that launches on q's device would run on
+    must be Hopper (compute capability 9.0: the kernel uses wgmma and setmaxnreg, which sm_100
+    does not have), the tensors float16/bfloat16 with head dim 64, 128 or 256, readable by TMA
+    in place (see `tma_refusal`), with a positive-length key sequence and fewer than 2^31 tiles
+    of 128 rows. The GPU is `_launch.target_capability`'s: the device's own, or the target the
+    inspector records for (so it can show which path an input takes on an H100 from a CPU).
+    Nothing here launches or synchronises."""
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        return "q, k and v must be tensors"
+    capability = target_capability(q.device)
+    if capability != 90:
+        return (f"{q.device.type} tensors run no compiled GPU kernel" if capability is None
+                else f"the GPU is sm_{capability}, not Hopper (sm_90)")
+    if q.dtype not in GL_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"dtype {str(q.dtype).removeprefix('torch.')}: the Gluon kernels take float16 and bfloat16"
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return "q, k, v must be 4-d (B, H, N, D)"
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    if D not in HEAD_DIMS or k.shape[3] != D or v.shape[3] != D:
+        return f"head dim {D}: the Gluon forward has kernels for {', '.join(map(str, HEAD_DIMS))}"
+    if Hkv < 1 or H % Hkv or Nk < 1 or B < 1 or Nq < 1 or cdiv(Nq, 2 * ROWS_PER_WARPGROUP) * H * B >= 2**31:
+        return "empty sequences, a head count not a multiple of the kv heads', or 2^31 tiles or more"
+    if scale is not None and not math.isfinite(scale):
+        return f"scale {scale} is not finite"
+    return tma_refusal(q=q, k=k, v=v)
+
+
+def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              scale: float | None = None) -> bool:
+    """Whether `ForwardLaunch` takes these inputs (see `refusal`)."""
+    return refusal(q, k, v, causal, scale) is None
+
+
+class ForwardLaunch:
+    """The forward launch of one attention plan (one layout of q, k, v: shapes, dtypes,
+    alignment, device): grid, scalar arguments and constexprs worked out once, the compiled
+    kernel bound after the first call (`_launch.LaunchTemplate`), so that a call makes only its
+    descriptors (and takes its stream's schedule counters). softcap: the cap c, 0 for none;
+    window_left: causal only, keys j >= i - window_left (-1: none)."""
+
+    __slots__ = ("template", "block_n", "dynamic")
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, softcap: float = 0.0,
+                 window_left: int = -1):
+        B, H, Nq, D = q.shape
+        consumers = consumer_count(D, bool(causal), Nq, softcap, window_left)
+        self.block_n, stages = tile_config(D)
+        n_m = cdiv(Nq, consumers * ROWS_PER_WARPGROUP)
+        n_tiles = n_m * H * B
+        # One program per SM (one fits: `host`'s register budgets sum to 64,512), each taking
+        # tile after tile, so a program's next K/V blocks load under its last tile's epilogue.
+        # Full attention: round-robin, its tiles being of one length. Causal: tiles of unequal
+        # length, handed out longest first to whichever program asks first (DYNAMIC;
+        # notes/gluon_attention.md has the schedules measured), through two of `_counters`'
+        # int32 counters, which start at zero and which the kernel leaves at zero.
+        self.dynamic = bool(causal)
+        tail = (Nq, k.shape[2], H, H // k.shape[1], kernel_qk_scale(scale, softcap), n_m, n_tiles)
+        constexprs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap),
+                          WINDOW_LEFT=int(window_left), DYNAMIC=self.dynamic, STAGES=stages, CONSUMERS=consumers,
+                          CONSUMER_REGS=consumer_regs(consumers), PRODUCER_REGS=PRODUCER_REGS)
+        self.template = LaunchTemplate("attention_fwd_gluon", _attn_fwd_kernel, (min(n_tiles, num_sms(q.device)),),
+                                       tail, constexprs, num_warps=4, num_stages=None)
+
+    def head(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> tuple:
+        """The call's own leading arguments: descriptors of q, k, v, o; lse; the counters."""
+        sched = zeroed_counters(q.device) if self.dynamic else lse
+        return (descriptor(q, ROWS_PER_WARPGROUP), descriptor(k, self.block_n), descriptor(v, self.block_n),
+                descriptor(o, ROWS_PER_WARPGROUP), lse, sched)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> None:
+        """Writes o (like q, as the Triton launcher allocates it) and lse (B, H, Nq) float32,
+        natural log, exactly as `tritonkit.ops.attention.attention_fwd` defines them, for
+        inputs of the plan's layout. Made by the attention dispatch
+        (`tritonkit.ops.attention.paths`) only where `supported(q, k, v, causal, scale)` is
+        true (and with a window, where every row sees a key); inputs are not validated again."""
+        self.template(*self.head(q, k, v, o, lse))
+
+
+def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                causal: bool, scale: float, softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
+    """(grid, positional args, keyword args with num_warps) of one forward launch, as
+    `ForwardLaunch` makes it: what `tritonkit.gluon.compile` compiles for sm_90 without a GPU."""
+    plan = ForwardLaunch(q, k, causal, scale, softcap, window_left)
+    launch = plan.template.as_launch(plan.head(q, k, v, o, lse))
+    return launch.grid, launch.args, {**launch.constexprs, "num_warps": launch.num_warps}

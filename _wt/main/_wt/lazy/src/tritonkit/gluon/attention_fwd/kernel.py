@@ -1,0 +1,424 @@
+"""The Gluon attention forward's kernel and its partitions (the design, the contract and the
+launch are in the package's `__init__`)."""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+from ..common import _softcap_tanh, _tile, _tma_view, _walk, _wgmma_layout, _window_start
+
+
+
+@gluon.jit
+def _load_kv(desc, bufs, ready, empty, c, b, hk, j):
+    # Block j of a tile into ring slot c % STAGES (c counts blocks over the program's tiles).
+    # A fresh mbarrier is in phase 0, so waiting for parity 1 passes: the first lap is free.
+    STAGES: gl.constexpr = bufs.shape[0]
+    BLOCK_N: gl.constexpr = bufs.shape[1]
+    s = c % STAGES
+    mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
+    mbarrier.expect(ready.index(s), desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(desc, [b, hk, j * BLOCK_N, 0], ready.index(s), _tma_view(bufs.index(s), desc))
+
+
+@gluon.jit
+def _warp_increment(counter):
+    # counter += 1 by one lane of the (1-warp) producer; the warp's reduction gives every lane
+    # the value before the add. The dynamic schedule's two counters: sched[0] the tiles handed
+    # out (the next tile is its old value), sched[1] the programs done.
+    lanes: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    lane = gl.arange(0, 32, layout=lanes)
+    old = gl.atomic_add(counter + lane * 0, gl.full([32], 1, gl.int32, lanes), mask=lane == 0)
+    return gl.max(gl.where(lane == 0, old, 0), axis=0)
+
+
+@gluon.jit
+def _post_tile(tile_ids, w, t):
+    # Tell consumer warpgroup w its next tile t (t >= n_tiles: none left). Its slot was read
+    # before w released its Q buffer (q_empty), which the caller waited for. Every lane's store
+    # is ordered before the arrive (the partition's barrier), and the arrive releases them to
+    # the consumers, whose wait on q_ready acquires them.
+    lanes: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    tile_ids.index(w).store(gl.full([32], t, gl.int32, lanes))
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
+                  k_empty, v_empty, tile_ids, n_m, H, GROUP, Nk, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+                  DYNAMIC: gl.constexpr):
+    # Tile t's loads (c: K/V blocks loaded before it, ti: tiles before it); returns c after it.
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    CONSUMERS: gl.constexpr = q_smem.shape[0]
+    BLOCK_M: gl.constexpr = q_smem.shape[1]
+    b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N)
+    lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
+    count = n_kv - lo
+    hk = h // GROUP
+    # The tile's first K/V blocks go before its Q, whose buffer holds the previous tile's
+    # O until that store is done: they load while the consumers finish that tile.
+    n_pre = gl.minimum(count, STAGES)
+    for j in range(n_pre):
+        _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, lo + j)
+        _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, lo + j)
+    for w in gl.static_range(CONSUMERS):
+        mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
+        if DYNAMIC:
+            _post_tile(tile_ids, w, t)
+        mbarrier.expect(q_ready.index(w), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
+                                        _tma_view(q_smem.index(w), q_desc))
+    for j in range(n_pre, count):
+        _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, lo + j)
+        _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, lo + j)
+    return c + count
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
+              v_empty, tile_ids, sched, n_tiles, n_m, H, GROUP, Nk, CAUSAL: gl.constexpr,
+              WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+    c = 0
+    ti = 0
+    if DYNAMIC:
+        # Tiles in order, each to the program whose producer asks first: the longest go first
+        # and the programs that finish early take the short ones (greedy longest-first).
+        t = _warp_increment(sched)
+        while t < n_tiles:
+            c = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
+                              v_ready, k_empty, v_empty, tile_ids, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)
+            ti += 1
+            t = _warp_increment(sched)
+        CONSUMERS: gl.constexpr = q_smem.shape[0]
+        for w in gl.static_range(CONSUMERS):    # no tile left: each consumer gets t >= n_tiles and stops
+            mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
+            _post_tile(tile_ids, w, t)
+            mbarrier.arrive(q_ready.index(w), count=1)
+        # The last program to finish puts the schedule back to zero, so that the same
+        # arguments launch again (a benchmark's repeats, a CUDA graph's replays).
+        last = _warp_increment(sched + 1) == gl.num_programs(0) - 1
+        lanes: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        lane = gl.arange(0, 32, layout=lanes)
+        gl.atomic_xchg(sched + lane, gl.zeros([32], gl.int32, lanes), mask=(lane < 2) & last)
+    else:
+        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+            c = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
+                              v_ready, k_empty, v_empty, tile_ids, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)
+            ti += 1
+
+
+@gluon.jit
+def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+    # Online softmax of one key block in base 2 (qk_scale = scale * log2 e):
+    #   m' = max(m, max_j s_j * qk_scale),  p_j = 2^(s_j * qk_scale - m'),
+    #   alpha = 2^(m - m'),  l' = alpha * l + sum_j p_j.
+    # With a positive scale the row maximum is taken on the raw scores and scaled once, and
+    # s * qk_scale - m' is one fused multiply-add per score. With a softcap (qk_scale = scale / c)
+    # the base-2 score is tanh(qk qk_scale) c log2 e: the row maximum is taken on tanh (c > 0
+    # keeps the order) and scaled once the same way.
+    BLOCK_M: gl.constexpr = qk.shape[0]
+    BLOCK_N: gl.constexpr = qk.shape[1]
+    s_layout: gl.constexpr = qk.type.layout
+    MAX_SCALED: gl.constexpr = SCALE_POS or SOFTCAP > 0
+    if SOFTCAP > 0:
+        qk = _softcap_tanh(qk, qk_scale)
+        row_scale = SOFTCAP * 1.4426950408889634
+    else:
+        row_scale = qk_scale
+        if not SCALE_POS:
+            qk = qk * qk_scale
+    if MASKED:
+        cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        keep = gl.expand_dims(cols < Nk, 0)
+        if CAUSAL:
+            rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+            if WINDOW_LEFT >= 0:
+                keep = keep & (gl.expand_dims(cols, 0) >= gl.expand_dims(rows - WINDOW_LEFT, 1))
+        qk = gl.where(keep, qk, float("-inf"))
+    if MAX_SCALED:
+        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * row_scale)
+    else:
+        m_new = gl.maximum(m_i, gl.max(qk, axis=1))
+    # A window's first blocks may hold none of a row's keys yet (its window starts further
+    # on): its max is still -inf, and 2^(-inf - -inf) would be NaN; measured from 0 instead,
+    # its p and alpha are 0. Every row sees a key by its last block (the dispatch's condition).
+    m_base = m_new
+    if MASKED and WINDOW_LEFT >= 0:
+        m_base = gl.where(m_new == float("-inf"), 0.0, m_new)
+    if MAX_SCALED:
+        p = gl.exp2(qk * row_scale - gl.expand_dims(m_base, 1))
+    else:
+        p = gl.exp2(qk - gl.expand_dims(m_base, 1))
+    alpha = gl.exp2(m_i - m_base)
+    l_new = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_new
+
+
+@gluon.jit
+def _wait_turn(my_turn, c, WG: gl.constexpr):
+    # The turn goes round the consumer warpgroups in order, each wait needing the previous
+    # one's arrive, so its parity is the issue count's: warpgroup 0 finds its first turn free,
+    # the others wait for theirs.
+    if WG == 0:
+        mbarrier.wait(my_turn, (c & 1) ^ 1)
+    else:
+        mbarrier.wait(my_turn, c & 1)
+
+
+@gluon.jit
+def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
+                    my_turn, next_turn, WG: gl.constexpr, row0, Nk, qk_scale, MASKED: gl.constexpr,
+                    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+    # Key block j of a tile, not its first (c: this block counted over the program's tiles):
+    # S(j) and P(j-1) V(j-1) in flight together, softmax(j) under the latter.
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    BLOCK_M: gl.constexpr = q.shape[0]
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
+    o_layout: gl.constexpr = acc.type.layout
+    p_layout: gl.constexpr = pb.type.layout
+    s = c % STAGES
+    sp = (c - 1) % STAGES
+    mbarrier.wait(k_ready.index(s), (c // STAGES) & 1)
+    mbarrier.wait(v_ready.index(sp), ((c - 1) // STAGES) & 1)
+    _wait_turn(my_turn, c, WG)
+    qk = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+                       use_acc=False, is_async=True)
+    acc = warpgroup_mma(pb, v_bufs.index(sp), acc, is_async=True)
+    mbarrier.arrive(next_turn, count=1)
+    qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk, ))
+    mbarrier.arrive(k_empty.index(s), count=1)
+    p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS,
+                                       SOFTCAP, WINDOW_LEFT)
+    pb_next = gl.convert_layout(p.to(q.dtype), p_layout)
+    # pb is the register operand of the product in flight: a dependency of the wait that
+    # retires it, so its registers are not reused before the tensor cores have read them.
+    acc, pb = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pb))
+    mbarrier.arrive(v_empty.index(sp), count=1)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    return acc, pb_next, m_i, l_i
+
+
+@gluon.jit
+def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready,
+                   v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, H, Nq, Nk, qk_scale,
+                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+    BLOCK_M: gl.constexpr = q.shape[0]
+    HEAD_DIM: gl.constexpr = q.shape[1]
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    NW: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
+    o_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row0 = m0 + WG * BLOCK_M
+    # The walk: key blocks [lo, n_kv), of which [lo, edge) hold the left window's edge,
+    # [edge, band) are whole for every row and [band, n_kv) hold the diagonal and the ragged
+    # tail (edge and band counted from lo).
+    lo, edge, band, first_whole, count = _walk(m0, n_kv, n_full, WINDOW_LEFT, ROWS, BLOCK_N)
+
+    # Block lo: S alone, then its softmax (masked unless whole).
+    s0 = c % STAGES
+    mbarrier.wait(k_ready.index(s0), (c // STAGES) & 1)
+    _wait_turn(my_turn, c, WG)
+    qk = warpgroup_mma(q, k_bufs.index(s0).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+                       use_acc=False, is_async=True)
+    mbarrier.arrive(next_turn, count=1)
+    qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
+    mbarrier.arrive(k_empty.index(s0), count=1)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
+    if first_whole:
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, False, CAUSAL, SCALE_POS,
+                                           SOFTCAP, WINDOW_LEFT)
+    else:
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, True, CAUSAL, SCALE_POS,
+                                           SOFTCAP, WINDOW_LEFT)
+    pb = gl.convert_layout(p.to(q.dtype), p_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+
+    for j in range(1, edge):
+        acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
+                                            k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
+                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+    for j in range(gl.maximum(edge, 1), band):
+        acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
+                                            k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
+                                            False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+    for j in range(gl.maximum(band, 1), count):
+        acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
+                                            k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
+                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+
+    # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
+    # every S product has retired) and a TMA store that drops rows past Nq.
+    c_last = c + count - 1
+    s_last = c_last % STAGES
+    mbarrier.wait(v_ready.index(s_last), (c_last // STAGES) & 1)
+    acc = warpgroup_mma(pb, v_bufs.index(s_last), acc, is_async=True)
+    acc, pb = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pb))
+    mbarrier.arrive(v_empty.index(s_last), count=1)
+    acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
+    q.store(acc.to(q.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], _tma_view(q, o_desc))
+
+    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453          # natural-log units
+    gl.store(LSE + (b.to(gl.int64) * H + h) * Nq + rows, lse, mask=rows < Nq)
+
+
+@gluon.jit
+def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready,
+                  k_empty, v_empty, turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+    # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
+    BLOCK_M: gl.constexpr = q.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N)
+    lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
+    _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
+                   v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, H, Nq, Nk, qk_scale,
+                   CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+    tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
+    mbarrier.arrive(q_empty.index(WG), count=1)
+    return c + n_kv - lo
+
+
+@gluon.jit
+def _posted_tile(tile_ids, WG: gl.constexpr):
+    # The tile the producer posted for this warpgroup (`_post_tile`), read after q_ready.
+    lanes: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    return gl.max(tile_ids.index(WG).load(lanes), axis=0)
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+              turn, tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
+              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+    CONSUMERS: gl.constexpr = q_smem.shape[0]
+    q = q_smem.index(WG)
+    c = 0
+    ti = 0
+    if DYNAMIC:
+        mbarrier.wait(q_ready.index(WG), 0)
+        t = _posted_tile(tile_ids, WG)
+        while t < n_tiles:
+            c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
+                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+            ti += 1
+            mbarrier.wait(q_ready.index(WG), ti & 1)
+            t = _posted_tile(tile_ids, WG)
+    else:
+        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+            mbarrier.wait(q_ready.index(WG), ti & 1)
+            c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
+                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+            ti += 1
+
+
+@gluon.jit
+def _consumer0(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
+               LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
+               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+    _consumer(0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
+              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
+
+
+@gluon.jit
+def _consumer1(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
+               LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
+               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+    _consumer(1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
+              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
+
+
+@gluon.jit
+def _consumer2(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
+               LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
+               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+    _consumer(2, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
+              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
+
+
+@gluon.jit
+def _attn_fwd_kernel(
+    # tensor descriptors of the whole (B, H, N, D) q, k, v, o; LSE: (B, H, Nq) float32;
+    # SCHED: DYNAMIC's two int32 counters (tiles handed out, programs done), zero at launch and
+    # left at zero (unused otherwise)
+    q_desc, k_desc, v_desc, o_desc, LSE, SCHED,
+    # shapes and scale (GROUP = query heads per kv head; qk_scale = scale * log2 e, or with a
+    # softcap c scale / c); tiles: n_m row blocks of CONSUMERS x 64 per head, n_tiles = n_m * H * B,
+    # taken round-robin by the programs, or with DYNAMIC each by the first program to ask
+    Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles,
+    # meta (SOFTCAP: the cap c, 0 for none; WINDOW_LEFT: a causal mask's left window, -1 for none;
+    # CONSUMERS: 64-row consumer warpgroups, 2 or 3, with CONSUMER_REGS registers each)
+    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+    DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    dtype: gl.constexpr = q_desc.dtype
+    gl.static_assert(gl.num_warps() == 4)
+
+    smem_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
+    kv_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_DIM], smem_2d)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
+    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    # DYNAMIC: each consumer warpgroup's next tile, posted by the producer (one value, 32 copies)
+    tile_ids = gl.allocate_shared_memory(gl.int32, [CONSUMERS, 32], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    for i in gl.static_range(CONSUMERS):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=1)
+        mbarrier.init(turn.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)   # released by every consumer warpgroup
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
+
+    # Each partition's arguments written out in both calls: held in a variable, a tuple of
+    # arguments does not carry the constexprs into the partitions (tried, with gl.constexpr too).
+    if CONSUMERS == 3:
+        gl.warp_specialize([
+            (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          DYNAMIC)),
+            (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          DYNAMIC)),
+            (_consumer2, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          DYNAMIC)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
+                         v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.static_assert(CONSUMERS == 2)
+        gl.warp_specialize([
+            (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          DYNAMIC)),
+            (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+                          o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                          DYNAMIC)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
+                         v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

@@ -1,0 +1,202 @@
+"""Fused scaled-dot-product attention, forward and backward (FlashAttention-2 style), for dense
+batches and packed variable-length sequences, with causal and sliding-window masks, a logit
+softcap and a differentiable log-sum-exp.
+
+o[b, h, i] = sum_j softmax_j(s_ij) v[b, hk, j],  s_ij = scale * q[b, h, i] . k[b, hk, j]
+(or c tanh(s_ij / c) with a softcap), hk = h // (H // Hkv), over the keys j that query i sees.
+No N x N matrix is ever stored: the forward streams key blocks through an online softmax and
+keeps, per query row, the log-sum-exp lse_i = log sum_j exp(s_ij); the backward recomputes
+p_ij = exp(s_ij - lse_i) tile by tile, deterministically (no atomics). docs/attention.md
+says how to use it.
+
+The package, one concept a module:
+- mask: which key blocks a query block visits, which query blocks see a key block, the
+  per-element mask and where a program's tile lies in packed sequences, shared by the passes;
+- scores: the softcap; loads: tile loads through pointers or tensor descriptors (TMA);
+- forward, backward: the @triton.jit kernels;
+- configs: tile configs, autotune spaces and pruners;
+- checks, descriptors: input checks and layouts, TMA descriptors;
+- plans, launch: the launch plan of each call layout (checks, choices, tiles, grids, made
+  once), and the launchers, which find their call's plan and run it;
+- reference: the float64 references;
+- this module: the ops' declarations to tritonkit's scaffold and the public functions.
+What was tried and measured (atomic dQ, a rotated key loop, warp specialization, tile sweeps)
+is in notes/attention*.md.
+"""
+
+import torch
+
+from ..._op import Op
+from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel
+from .checks import (_block_d, _check_max_seqlen, _check_qkv, _check_varlen, _empty_like_order,
+                     _head_dim_innermost, _mask_flags, _resolve_scale, _softcap_arg, _window_arg)
+from .configs import (TileConfig, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _attn_fwd_tuned, _prune_dkdv,
+                      _prune_dq, _prune_fwd, _row_keys, autotune_configs, fixed_configs)
+from .descriptors import (_descriptor, _descriptor_maker, _fit_descriptors, _fit_dkdv_descriptors,
+                          _fit_dq_descriptors, _has_tma, _tma_ok)
+from .forward import _attn_fwd_kernel
+from .launch import attention_bwd, attention_fwd, attention_fwd_eager, attention_varlen_bwd, attention_varlen_fwd
+from .reference import attention_reference, attention_varlen_reference
+
+__all__ = ["attention", "attention_varlen", "attention_reference", "attention_varlen_reference",
+           "attention_fwd", "attention_bwd", "attention_varlen_fwd", "attention_varlen_bwd", "TileConfig",
+           "fixed_configs", "autotune_configs"]
+
+
+# ---------------------------------------------------------------------------------------
+# The ops' declarations: custom ops for torch.compile, fake (meta) and autograd registrations
+# ---------------------------------------------------------------------------------------
+
+def _context_saver(n_tensors: int):
+    """The ops' setup_context, for ops whose first n_tensors arguments are tensors (q, k, v,
+    and for packed sequences cu_seqlens_q and cu_seqlens_k) and the rest flags (causal,
+    scale, window, softcap), which go along as they came. Gradients are not materialized: a
+    None dlse (lse unused) skips its term, a None do (only lse used) stands for zeros. The
+    dense op's eager forward gives a third output, the backward launcher of its plan
+    (`attention_fwd_eager`); other roads' backwards take the op's backward launcher."""
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:n_tensors], output[0], output[1])
+        ctx.flags = inputs[n_tensors:]
+        ctx.launcher = output[2] if len(output) > 2 else None
+        ctx.set_materialize_grads(False)
+    return setup_context
+
+
+def _backward(bwd, ctx, do, dlse):
+    *inputs, o, lse = ctx.saved_tensors
+    if do is None:
+        do = torch.zeros_like(o)
+    dq, dk, dv = (ctx.launcher or bwd)(do, *inputs[:3], o, lse, *inputs[3:], *ctx.flags, dlse)
+    return dq, dk, dv, *(None,) * (len(inputs) - 3 + len(ctx.flags))  # none for cu_seqlens and flags
+
+
+def _attention_fwd_fake(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0):
+    B, H, Nq, D = q.shape
+    return _empty_like_order(q, (B, H, Nq, D), q.dtype), q.new_empty((B, H, Nq), dtype=torch.float32)
+
+
+def _attention_bwd_fake(do, q, k, v, o, lse, causal, scale, window_left=-1, window_right=-1, softcap=0.0,
+                        dlse=None):
+    return (_empty_like_order(q, tuple(q.shape), q.dtype), _empty_like_order(k, tuple(k.shape), k.dtype),
+            _empty_like_order(v, tuple(v.shape), v.dtype))
+
+
+def _attention_check(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0):
+    B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
+    _mask_flags(causal, window_left, window_right, softcap, Nq, Nk)  # validates
+    return q, k, v, bool(causal), _resolve_scale(scale, D), window_left, window_right, float(softcap)
+
+
+_FLAGS_SCHEMA = "bool causal, float scale, int window_left=-1, int window_right=-1, float softcap=0.0"
+
+_ATTENTION = Op(
+    "attention", forward=attention_fwd,
+    forward_schema=f"(Tensor q, Tensor k, Tensor v, {_FLAGS_SCHEMA}) -> (Tensor, Tensor)",
+    forward_fake=_attention_fwd_fake, setup_context=_context_saver(3), backward=_backward,
+    backward_launcher=attention_bwd,
+    backward_schema=(f"(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, {_FLAGS_SCHEMA}, "
+                     "Tensor? dlse=None) -> (Tensor, Tensor, Tensor)"),
+    backward_fake=_attention_bwd_fake, check=_attention_check, returns=lambda *args: 2,
+    eager_forward=attention_fwd_eager)
+
+
+def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1,
+                     softcap=0.0):
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((q.shape[1], q.shape[0]),
+                                                                                   dtype=torch.float32)
+
+
+def _varlen_bwd_fake(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1,
+                     window_right=-1, softcap=0.0, dlse=None):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+
+
+def _varlen_check(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1,
+                  softcap=0.0):
+    Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    _mask_flags(causal, window_left, window_right, softcap, Tq, Tk)  # validates
+    return (q, k, v, cu_seqlens_q, cu_seqlens_k, bool(causal), _resolve_scale(scale, D), window_left,
+            window_right, float(softcap))
+
+
+_ATTENTION_VARLEN = Op(
+    "attention_varlen", forward=attention_varlen_fwd,
+    forward_schema=(f"(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, {_FLAGS_SCHEMA}) "
+                    "-> (Tensor, Tensor)"),
+    forward_fake=_varlen_fwd_fake, setup_context=_context_saver(5), backward=_backward,
+    backward_launcher=attention_varlen_bwd,
+    backward_schema=("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor cu_seqlens_q, "
+                     f"Tensor cu_seqlens_k, {_FLAGS_SCHEMA}, Tensor? dlse=None) -> (Tensor, Tensor, Tensor)"),
+    backward_fake=_varlen_bwd_fake, check=_varlen_check)
+
+
+# ---------------------------------------------------------------------------------------
+# Public functions
+# ---------------------------------------------------------------------------------------
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              scale: float | None = None, window: tuple[int, int] | None = None,
+              softcap: float | None = None, return_lse: bool = False):
+    """Scaled dot-product attention, fused: softmax(scale * q k^T, masked) v.
+
+    Same result as ``torch.nn.functional.scaled_dot_product_attention(q, k, v,
+    is_causal=causal, scale=scale, enable_gqa=True)`` where both apply; differentiable in q,
+    k and v (and through the returned lse).
+
+    q: (B, H, Nq, D); k and v: (B, Hkv, Nk, D) with H a multiple of Hkv (grouped-query and
+    multi-query attention: query head h reads kv head h // (H // Hkv)). Nq, Nk >= 1 (Nq may
+    be 0 for an empty result) and may differ. D: a multiple of 8 from 16 to 256. float16
+    or bfloat16, all three the same; the output has q's dtype and shape. Any strides, e.g.
+    views into a packed (B, N, 3, H, D) projection at any element offset.
+
+    causal: query i sees keys j <= i (top-left aligned, as SDPA's is_causal=True, also when
+    Nq != Nk). window=(left, right): query i sees keys i - left <= j <= i + right, aligned
+    the same way; -1 leaves a side unbounded; with causal, (w, 0) is the usual sliding-window
+    decoder layer. softcap=c: scores become c * tanh(s / c) before the softmax (Gemma 2).
+    scale: defaults to 1 / sqrt(D). return_lse: return (out, lse), lse (B, H, Nq) float32,
+    the natural-log sum of exp of each row's visible scores, differentiable (so partial
+    attentions over parts of the keys can be merged exactly and trained through).
+
+    A row that sees no key (a window that leaves it none) gets output 0, lse -inf and zero
+    gradients, never NaN. Key blocks that no query of a tile sees are never loaded.
+
+    Raises TypeError for non-tensors, dtypes other than float16/bfloat16 or mixed dtypes, a
+    window or softcap of the wrong type, and ValueError for wrong ranks, mismatched batch,
+    head counts that do not divide, different head dims, unsupported D, an empty k, tensors
+    on different devices, window sides below -1, a softcap that is not positive and finite.
+    Memory: O(B * H * N) beyond inputs and output; the backward is deterministic.
+    """
+    window_left, window_right = _window_arg(window)
+    # The launchers validate q, k, v and scale on the eager roads (scale=None means 1/sqrt(D)).
+    o, lse = _ATTENTION(q, k, v, bool(causal), scale, window_left, window_right, _softcap_arg(softcap))
+    return (o, lse) if return_lse else o
+
+
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int | torch.Tensor, max_seqlen_k: int | torch.Tensor,
+                     *, causal: bool = False, scale: float | None = None, window: tuple[int, int] | None = None,
+                     softcap: float | None = None, return_lse: bool = False):
+    """Attention over packed variable-length sequences, as FlashAttention-2's
+    ``flash_attn_varlen_func``: sequence s is rows cu_seqlens_q[s]:cu_seqlens_q[s + 1] of q
+    and rows cu_seqlens_k[s]:cu_seqlens_k[s + 1] of k and v, and sees nothing of the others.
+
+    q: (total_q, H, D); k and v: (total_k, Hkv, D); dtypes, head counts and D as
+    `attention`, any strides. cu_seqlens_q, cu_seqlens_k: int32, (batch + 1,), starting at 0
+    and never decreasing, the last entry the total (checked where the tensors are on the CPU;
+    on a GPU checking would stall every call, and bad values give wrong results but never
+    out-of-bounds accesses). Sequences may be empty. max_seqlen_q, max_seqlen_k: Python ints
+    or 0-d integer tensors, accepted for FlashAttention-2 compatibility: the kernels find each
+    sequence's blocks from cu_seqlens alone, so nothing is read from them, and a new batch of
+    new lengths runs the same compiled graph under torch.compile.
+
+    causal, window, softcap, scale: as `attention`, with positions counted from each
+    sequence's start (top-left aligned within the sequence). Returns o (total_q, H, D), and
+    with return_lse also lse (H, total_q) float32, differentiable. Rows that see no key
+    (an empty key sequence, a window) get 0 and lse -inf.
+    """
+    _check_max_seqlen("max_seqlen_q", max_seqlen_q)
+    _check_max_seqlen("max_seqlen_k", max_seqlen_k)
+    window_left, window_right = _window_arg(window)
+    o, lse = _ATTENTION_VARLEN(q, k, v, cu_seqlens_q, cu_seqlens_k, bool(causal), scale, window_left,
+                               window_right, _softcap_arg(softcap))
+    return (o, lse) if return_lse else o

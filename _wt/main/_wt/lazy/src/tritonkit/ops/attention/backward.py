@@ -1,0 +1,349 @@
+"""The attention backward kernels, FlashAttention-2 style and deterministic (no atomics):
+
+1. preprocess: delta_i = sum_d dO_id * O_id - dlse_i, the row term of dS = P * (dP - delta)
+   (dlse: the gradient of the returned log-sum-exp, whose derivative by s_ij is P_ij).
+2. dK, dV: one program per (key block, kv head, batch); it walks (query block, query head of
+   its group) pairs in one pipelined loop per band, so dK and dV of grouped-query attention
+   are summed over the group in a fixed order.
+3. dQ: one program per (query block, head, batch), walking the key blocks.
+
+Both 2 and 3 recompute P = 2^(s - lse log2(e)) tile by tile from the forward's lse, with s
+the base-2 score of `forward.py` (softcapped where SOFTCAP is on; its dS then carries the
+factor 1 - tanh^2). Masks and block ranges come from `mask.py`, as in the forward.
+"""
+
+import triton
+import triton.language as tl
+
+from .loads import _head_sources, _key_block, _load
+from .mask import _key_range, _program_tile, _query_range, _visible
+from .scores import _softcap_tanh
+
+
+@triton.jit
+def _attn_bwd_preprocess_kernel(
+    # pointers (DLSE: None when the lse has no gradient)
+    O, DO, DELTA, DLSE,
+    # shapes
+    Nq, D,
+    # strides of (batch, head, seq, head_dim)
+    stride_ob, stride_oh, stride_on, stride_od,
+    stride_dob, stride_doh, stride_don, stride_dod,
+    # meta
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr,
+):
+    # delta_i = sum_d dO_id * O_id (- dlse_i), the row term of dS = P * (dP - delta).
+    pid_m = tl.program_id(0)
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    H = tl.num_programs(1)
+    b64 = b.to(tl.int64)
+    h64 = h.to(tl.int64)
+    start_m = pid_m * BLOCK_M
+    rows_m = tl.arange(0, BLOCK_M)
+    offs_m = start_m + rows_m
+    offs_d = tl.arange(0, BLOCK_D)
+    m_ok = offs_m[:, None] < Nq
+    d_row = offs_d[None, :] < D
+    m64 = tl.cast(start_m, tl.int64)
+    o = _load(O + b64 * stride_ob + h64 * stride_oh + m64 * stride_on
+              + rows_m[:, None] * stride_on + offs_d[None, :] * stride_od, m_ok, d_row, True, PAD_D)
+    do = _load(DO + b64 * stride_dob + h64 * stride_doh + m64 * stride_don
+               + rows_m[:, None] * stride_don + offs_d[None, :] * stride_dod, m_ok, d_row, True, PAD_D)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    if DLSE is not None:
+        delta -= tl.load(DLSE + (b64 * H + h64) * Nq + offs_m, mask=offs_m < Nq, other=0.0)
+    tl.store(DELTA + (b64 * H + h64) * Nq + offs_m, delta, mask=offs_m < Nq)
+
+
+@triton.jit
+def _attn_bwd_dkdv_tiles(
+    dk, dv, k, v,
+    Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
+    stride_qb, stride_qh, stride_qn, stride_dob, stride_doh, stride_don, q_offs, do_offs,
+    offs_n, offs_m0, d_row,
+    lo, hi, Nq, NqTotal, Nk, qk_scale,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
+    CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
+):
+    # For query blocks [lo, hi) of each of the group's query heads, with the key block's K, V
+    # loaded once by the caller:
+    #   P^T = 2^(s^T - lse2),  dV += P^T dO,
+    #   dP^T = V dO^T,  dS^T = P^T [(1 - tanh^2)] * (dP^T - delta),  dK += dS^T Q
+    # (times scale at the end). In a dense batch rows past Nq load as zeros with lse = delta
+    # = 0, so they add exactly nothing; keys past Nk give rows of dK, dV that are never
+    # stored. MASKED blocks apply `_visible` (with packed sequences, also to rows of the next
+    # sequence). One pipelined loop over (query block, head of the group), heads innermost,
+    # with the head counted along rather than divided out of the loop index (a loop over the
+    # heads around two loops over query blocks was slower on the H200: notes/attention.md).
+    # Q and DO: pointers, or (USE_TMA) tensor descriptors of the whole tensors, read at
+    # [b, h, q0 + row, 0] (zeros past the tensor's rows and D). NqTotal: the row count of
+    # LSE and DELTA per head (Nq itself in a dense batch).
+    start_m = lo
+    g = 0
+    for _ in tl.range(0, tl.cdiv(hi - lo, BLOCK_M) * GROUP):
+        h64 = hk64 * GROUP + g
+        offs_m = start_m + offs_m0
+        if VARLEN:
+            row_m = q0 + start_m
+        else:
+            row_m = start_m
+        if USE_TMA:
+            h = h64.to(tl.int32)
+            q = Q.load([b, h, row_m, 0]).reshape(BLOCK_M, BLOCK_D)
+            do = DO.load([b, h, row_m, 0]).reshape(BLOCK_M, BLOCK_D)
+        else:
+            m64 = tl.cast(row_m, tl.int64)
+            m_ok = offs_m[:, None] < Nq
+            q = _load(Q + b64 * stride_qb + h64 * stride_qh + m64 * stride_qn + q_offs,
+                      m_ok, d_row, CHECK_M, PAD_D)
+            do = _load(DO + b64 * stride_dob + h64 * stride_doh + m64 * stride_don + do_offs,
+                       m_ok, d_row, CHECK_M, PAD_D)
+        row_base = (b64 * H + h64) * NqTotal
+        if VARLEN:
+            row_base += q0
+        if CHECK_M:
+            lse2 = tl.load(LSE + row_base + offs_m, mask=offs_m < Nq, other=0.0) * 1.4426950408889634
+            delta = tl.load(DELTA + row_base + offs_m, mask=offs_m < Nq, other=0.0)
+        else:
+            lse2 = tl.load(LSE + row_base + offs_m) * 1.4426950408889634
+            delta = tl.load(DELTA + row_base + offs_m)
+        qkT = tl.dot(k, tl.trans(q))
+        if SOFTCAP > 0:
+            thT = _softcap_tanh(qkT, qk_scale, TANH_APPROX)
+            pT = tl.math.exp2(thT * (SOFTCAP * 1.4426950408889634) - lse2[None, :])
+        else:
+            pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
+        if MASKED:
+            # Keys past Nk: their rows are never stored, but where a row may see no key at all
+            # (lse = -inf) its P there would be inf, and inf * 0 = NaN in those rows' sums.
+            ok = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT,
+                          VARLEN or WINDOW_LEFT >= 0, VARLEN)
+            pT = tl.where(ok, pT, 0.0)
+        pT_in = pT.to(do.dtype)
+        if SOFTCAP > 0:
+            pT = pT * (1.0 - thT * thT)  # folded in now, so that tanh's tile is not live across two dots
+        dv = tl.dot(pT_in, do, dv)
+        dpT = tl.dot(v, tl.trans(do))
+        dsT = pT * (dpT - delta[None, :])
+        dk = tl.dot(dsT.to(q.dtype), q, dk)
+        g += 1
+        next_block = g == GROUP  # selects, not an if: an if in the body stops the pipelining
+        g = tl.where(next_block, 0, g)
+        start_m = tl.where(next_block, start_m + BLOCK_M, start_m)
+    return dk, dv
+
+
+@triton.jit
+def _attn_bwd_dkdv_kernel(
+    # pointers (CU_Q, CU_K: packed sequences' cumulative lengths, or None; see forward.py)
+    Q, K, V, DO, DK, DV, LSE, DELTA, CU_Q, CU_K,
+    # shapes and scales (qk_scale as in the forward; sm_scale = scale)
+    Nq, Nk, D, GROUP, qk_scale, sm_scale, SEQS,
+    # strides of (batch, head, seq, head_dim)
+    stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_don, stride_dod,
+    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+    # meta
+    CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
+    SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
+):
+    # With USE_TMA, Q and DO are tensor descriptors of the whole (B, H, Nq, D) tensors.
+    VARLEN: tl.constexpr = CU_Q is not None
+    b, hk, start_n, k0, nk, q0, nq = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False)
+    if VARLEN:
+        if start_n >= nk:
+            return
+        row_n = k0 + start_n
+    else:
+        row_n = start_n
+    H = tl.num_programs(1) * GROUP
+    b64 = tl.cast(b, tl.int64)
+    hk64 = hk.to(tl.int64)
+    n64 = tl.cast(row_n, tl.int64)
+
+    rows_n = tl.arange(0, BLOCK_N)
+    offs_n = start_n + rows_n
+    offs_m0 = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_row = offs_d[None, :] < D
+    n_ok = offs_n[:, None] < nk
+
+    k = _load(K + b64 * stride_kb + hk64 * stride_kh + n64 * stride_kn
+              + rows_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, n_ok, d_row, True, PAD_D)
+    v = _load(V + b64 * stride_vb + hk64 * stride_vh + n64 * stride_vn
+              + rows_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, n_ok, d_row, True, PAD_D)
+    q_offs = offs_m0[:, None] * stride_qn + offs_d[None, :] * stride_qd
+    do_offs = offs_m0[:, None] * stride_don + offs_d[None, :] * stride_dod
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+
+    # The group's query heads are summed in a fixed order: deterministic.
+    lo, full_lo, full_hi, hi = _query_range(start_n, nq, BLOCK_M, BLOCK_N, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, VARLEN)
+    if CAUSAL or WINDOW_RIGHT >= 0:
+        dk, dv = _attn_bwd_dkdv_tiles(
+            dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
+            stride_qb, stride_qh, stride_qn, stride_dob, stride_doh, stride_don, q_offs, do_offs,
+            offs_n, offs_m0, d_row, lo, full_lo, nq, Nq, nk, qk_scale,
+            BLOCK_M, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, CHECK_M, PAD_D,
+            USE_TMA, VARLEN)
+    # Packed sequences: the unmasked query blocks end at the sequence's last full block
+    # (`_query_range`), so only the masked ones can hold rows past it (CHECK_M there only).
+    CHECK_FULL_M: tl.constexpr = CHECK_M and not VARLEN
+    dk, dv = _attn_bwd_dkdv_tiles(
+        dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
+        stride_qb, stride_qh, stride_qn, stride_dob, stride_doh, stride_don, q_offs, do_offs,
+        offs_n, offs_m0, d_row, full_lo, full_hi, nq, Nq, nk, qk_scale,
+        BLOCK_M, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, CHECK_FULL_M, PAD_D,
+        USE_TMA, VARLEN)
+    if WINDOW_LEFT >= 0 or VARLEN:
+        dk, dv = _attn_bwd_dkdv_tiles(
+            dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
+            stride_qb, stride_qh, stride_qn, stride_dob, stride_doh, stride_don, q_offs, do_offs,
+            offs_n, offs_m0, d_row, full_hi, hi, nq, Nq, nk, qk_scale,
+            BLOCK_M, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, CHECK_M, PAD_D,
+            USE_TMA, VARLEN)
+
+    dk = dk * sm_scale
+    if PAD_D:
+        store_ok = n_ok & d_row
+    else:
+        store_ok = n_ok
+    tl.store(DK + b64 * stride_dkb + hk64 * stride_dkh + n64 * stride_dkn
+             + rows_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+             dk.to(DK.dtype.element_ty), mask=store_ok)
+    tl.store(DV + b64 * stride_dvb + hk64 * stride_dvh + n64 * stride_dvn
+             + rows_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+             dv.to(DV.dtype.element_ty), mask=store_ok)
+
+
+@triton.jit
+def _attn_bwd_dq_tiles(
+    dq, q, do, lse2, delta,
+    k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0,
+    offs_m, offs_n0, d_col,
+    lo, hi, Nk, qk_scale,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
+    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
+):
+    # For key blocks [lo, hi):  P = 2^(s - lse2),  dP = dO V^T,
+    #   dS = P [(1 - tanh^2)] * (dP - delta),  dQ += dS K  (times scale at the end).
+    # MASKED blocks zero P where `_visible` hides a key (past Nk K loads as 0, but 2^(-lse2)
+    # could overflow, and a row that sees no key has lse2 = -inf). k_src, v_src: the kv
+    # head's base pointers, or (USE_TMA) descriptors of all of K and V, read at
+    # [b, hk, key0 + key, 0].
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        kT = _key_block(k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
+                        BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True, VARLEN)
+        vT = _key_block(v_src, stride_vn, vt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
+                        BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True, VARLEN)
+        qk = tl.dot(q, kT)
+        if SOFTCAP > 0:
+            th = _softcap_tanh(qk, qk_scale, TANH_APPROX)
+            p = tl.math.exp2(th * (SOFTCAP * 1.4426950408889634) - lse2[:, None])
+        else:
+            p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        if MASKED:
+            ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, True, False)
+            p = tl.where(ok, p, 0.0)
+        if SOFTCAP > 0:
+            p = p * (1.0 - th * th)
+        dp = tl.dot(do, vT)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq)
+    return dq
+
+
+@triton.jit
+def _attn_bwd_dq_kernel(
+    # pointers (CU_Q, CU_K: packed sequences' cumulative lengths, or None; see forward.py)
+    Q, K, V, DO, DQ, LSE, DELTA, CU_Q, CU_K,
+    # shapes and scales (qk_scale as in the forward; sm_scale = scale)
+    Nq, Nk, D, GROUP, qk_scale, sm_scale, SEQS,
+    # strides of (batch, head, seq, head_dim)
+    stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_don, stride_dod,
+    stride_dqb, stride_dqh, stride_dqn, stride_dqd,
+    # meta
+    CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
+    SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
+):
+    # With USE_TMA, K and V are tensor descriptors of the whole (B, Hkv, Nk, D) tensors.
+    VARLEN: tl.constexpr = CU_Q is not None
+    b, h, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL)
+    if VARLEN:
+        if start_m >= nq:
+            return
+        row_m = q0 + start_m
+    else:
+        row_m = start_m
+    H = tl.num_programs(1)
+    b64 = tl.cast(b, tl.int64)
+    h64 = h.to(tl.int64)
+    hk = h // GROUP
+    hk64 = hk.to(tl.int64)
+    m64 = tl.cast(row_m, tl.int64)
+
+    rows_m = tl.arange(0, BLOCK_M)
+    offs_m = start_m + rows_m
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_row = offs_d[None, :] < D
+    d_col = offs_d[:, None] < D
+    m_ok = offs_m[:, None] < nq
+
+    q = _load(Q + b64 * stride_qb + h64 * stride_qh + m64 * stride_qn
+              + rows_m[:, None] * stride_qn + offs_d[None, :] * stride_qd, m_ok, d_row, True, PAD_D)
+    do = _load(DO + b64 * stride_dob + h64 * stride_doh + m64 * stride_don
+               + rows_m[:, None] * stride_don + offs_d[None, :] * stride_dod, m_ok, d_row, True, PAD_D)
+    row_base = (b64 * H + h64) * Nq
+    if VARLEN:
+        row_base += q0
+    lse2 = tl.load(LSE + row_base + offs_m, mask=offs_m < nq, other=0.0) * 1.4426950408889634
+    delta = tl.load(DELTA + row_base + offs_m, mask=offs_m < nq, other=0.0)
+    k_src, v_src = _head_sources(K, V, b64, hk64, k0, stride_kb, stride_kh, stride_kn,
+                                 stride_vb, stride_vh, stride_vn, USE_TMA, VARLEN)
+    kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
+    vt_offs = offs_d[:, None] * stride_vd + offs_n0[None, :] * stride_vn
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+
+    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, BLOCK_M, BLOCK_N, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT)
+    if WINDOW_LEFT >= 0:
+        dq = _attn_bwd_dq_tiles(
+            dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
+            offs_m, offs_n0, d_col, lo, full_lo, nk, qk_scale, BLOCK_N, BLOCK_D, True,
+            CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, PAD_D, USE_TMA, VARLEN)
+        dq = _attn_bwd_dq_tiles(
+            dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
+            offs_m, offs_n0, d_col, full_lo, full_hi, nk, qk_scale, BLOCK_N, BLOCK_D, False,
+            CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, PAD_D, USE_TMA, VARLEN)
+    else:
+        dq = _attn_bwd_dq_tiles(
+            dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
+            offs_m, offs_n0, d_col, 0, full_hi, nk, qk_scale, BLOCK_N, BLOCK_D, False,
+            CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, PAD_D, USE_TMA, VARLEN)
+    dq = _attn_bwd_dq_tiles(
+        dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
+        offs_m, offs_n0, d_col, full_hi, hi, nk, qk_scale, BLOCK_N, BLOCK_D, True,
+        CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, PAD_D, USE_TMA, VARLEN)
+
+    dq = dq * sm_scale
+    if PAD_D:
+        store_ok = m_ok & d_row
+    else:
+        store_ok = m_ok
+    tl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + m64 * stride_dqn
+             + rows_m[:, None] * stride_dqn + offs_d[None, :] * stride_dqd,
+             dq.to(DQ.dtype.element_ty), mask=store_ok)

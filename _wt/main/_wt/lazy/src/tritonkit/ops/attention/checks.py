@@ -1,0 +1,240 @@
+"""Input checks and layouts of the attention launchers: q, k, v of a dense batch or of packed
+sequences, the scale, the window, the softcap, cu_seqlens. Bad input raises TypeError or
+ValueError naming the argument."""
+
+import math
+
+import torch
+
+from ..._checks import check_same_device, check_tensor, dtype_name
+from ..._op import tracing
+from ..._layout import next_power_of_2
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+MAX_GRID_YZ = 65535  # CUDA's limit on grid dims 1 and 2 (heads, batch)
+
+
+def _check_three(q: object, k: object, v: object, ndim: int, dims: str) -> None:
+    """q, k, v are float16/bfloat16 tensors of `ndim` dims (named by `dims`), of one dtype, on
+    one device."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, HALF_DTYPES)
+        if t.dim() != ndim:
+            raise ValueError(f"{name} must be {ndim}-d {dims}, got shape {tuple(t.shape)}")
+    check_same_device(q=q, k=k, v=v)
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {dtype_name(t.dtype)} but q has {dtype_name(q.dtype)}")
+
+
+def _check_qkv(q: object, k: object, v: object) -> tuple[int, int, int, int, int, int]:
+    """Validate q, k, v; returns (B, H, Nq, D, Hkv, Nk)."""
+    _check_three(q, k, v, 4, "(batch, heads, seq_len, head_dim)")
+    B, H, Nq, D = q.shape
+    Bk, Hkv, Nk, Dk = k.shape
+    if Bk != B:
+        raise ValueError(f"k has batch {Bk} but q has batch {B}")
+    if tuple(v.shape[:3]) != (Bk, Hkv, Nk):
+        raise ValueError(f"v has (batch, heads, seq_len) {tuple(v.shape[:3])} but k has {(Bk, Hkv, Nk)}")
+    if Dk != D:
+        raise ValueError(f"k has head_dim {Dk} but q has head_dim {D}")
+    if v.shape[3] != D:
+        raise ValueError(f"v has head_dim {v.shape[3]} but q has head_dim {D}")
+    _check_heads(H, Hkv, D)
+    if Nk < 1:
+        raise ValueError("k has sequence length 0: attention needs at least one key")
+    if B > MAX_GRID_YZ:
+        raise ValueError(f"q has batch {B}; at most {MAX_GRID_YZ} are supported")
+    return B, H, Nq, D, Hkv, Nk
+
+
+def _check_heads(H: int, Hkv: int, D: int) -> None:
+    if H < 1 or Hkv < 1:
+        raise ValueError(f"q and k need at least one head, got q heads {H}, k heads {Hkv}")
+    if H % Hkv != 0:
+        raise ValueError(f"q has {H} heads, which k's {Hkv} heads do not divide")
+    if D % 8 != 0 or not 16 <= D <= 256:
+        raise ValueError(f"q has head_dim {D}; supported: multiples of 8 from 16 to 256")
+    if H > MAX_GRID_YZ:
+        raise ValueError(f"q has {H} heads; at most {MAX_GRID_YZ} are supported")
+
+
+def _check_varlen(q: object, k: object, v: object, cu_seqlens_q: object,
+                  cu_seqlens_k: object) -> tuple[int, int, int, int, int, int]:
+    """Validate packed q (Tq, H, D), k and v (Tk, Hkv, D) and their int32 cumulative lengths
+    (S + 1 entries each); returns (Tq, H, D, Tk, Hkv, S). The values of cu_seqlens (0 first,
+    never decreasing, the total last) are checked where reading them costs nothing: tensors
+    on the CPU. On a GPU that would stall the host on every call; there the kernels clamp
+    every sequence to the tensors' rows instead, so bad values give wrong results, never
+    reads or writes out of bounds (as FlashAttention-2's varlen kernels, which check nothing)."""
+    _check_three(q, k, v, 3, "(total_tokens, heads, head_dim)")
+    Tq, H, D = q.shape
+    Tk, Hkv, Dk = k.shape
+    if tuple(v.shape[:2]) != (Tk, Hkv):
+        raise ValueError(f"v has (total_tokens, heads) {tuple(v.shape[:2])} but k has {(Tk, Hkv)}")
+    if Dk != D or v.shape[2] != D:
+        raise ValueError(f"k and v have head_dim {Dk} and {v.shape[2]} but q has head_dim {D}")
+    _check_heads(H, Hkv, D)
+    counts = []
+    for name, cu, total in (("cu_seqlens_q", cu_seqlens_q, Tq), ("cu_seqlens_k", cu_seqlens_k, Tk)):
+        if not isinstance(cu, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
+        if cu.dtype != torch.int32:
+            raise TypeError(f"{name} must be int32 (cumulative sequence lengths), got {dtype_name(cu.dtype)}")
+        if cu.dim() != 1 or cu.shape[0] < 1:
+            raise ValueError(f"{name} must be 1-d with batch + 1 entries, got shape {tuple(cu.shape)}")
+        if cu.device != q.device:
+            raise ValueError(f"{name} is on {cu.device} but q is on {q.device}")
+        _check_cu_values(name, cu, total)
+        counts.append(cu.shape[0])
+    if counts[0] != counts[1]:
+        raise ValueError(f"cu_seqlens_q has {counts[0]} entries but cu_seqlens_k has {counts[1]}: "
+                         "one sequence of queries per sequence of keys")
+    return Tq, H, D, Tk, Hkv, counts[0] - 1
+
+
+def _check_cu_values(name: str, cu: torch.Tensor, total: int) -> None:
+    """The values of cu_seqlens (0 first, never decreasing, `total` last), where reading them
+    costs nothing: a CPU tensor, outside tracing (traced, they are checked when the custom op
+    runs). Launch plans hold layouts, never values, so they call this on every call."""
+    if cu.device.type != "cpu" or tracing(cu):
+        return
+    values = cu.tolist()
+    if values[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {values[0]}")
+    if any(b < a for a, b in zip(values, values[1:])):
+        raise ValueError(f"{name} must not decrease (cumulative lengths), got {values}")
+    if values[-1] != total:
+        raise ValueError(f"{name} ends at {values[-1]}, but the tensor it delimits has {total} tokens")
+
+
+def _check_saved(do, o, lse, dlse, q, lse_shape: tuple[int, ...]) -> None:
+    """The backward's do, o, lse and dlse (None: lse unused) against q and lse's shape."""
+    for name, t in (("do", do), ("o", o)):
+        check_tensor(name, t, HALF_DTYPES)
+        if t.shape != q.shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)} but q has {tuple(q.shape)}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {dtype_name(t.dtype)} but q has {dtype_name(q.dtype)}")
+    for name, t in (("lse", lse), ("dlse", dlse)):
+        if t is None and name == "dlse":
+            continue
+        check_tensor(name, t, (torch.float32,))
+        if tuple(t.shape) != lse_shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {lse_shape}")
+    check_same_device(q=q, do=do, o=o, lse=lse)
+
+
+def _check_max_seqlen(name: str, value: object) -> None:
+    """max_seqlen_*: a Python int or a 0-d integer tensor, >= 0 (a hint; nothing needs it)."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0 or value.dtype.is_floating_point or value.dtype == torch.bool:
+            raise TypeError(f"{name} must be an int or a 0-d integer tensor, got a {dtype_name(value.dtype)} "
+                            f"tensor of shape {tuple(value.shape)}")
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int or a 0-d integer tensor, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def _resolve_scale(scale: object, head_dim: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    return float(scale)
+
+
+def _empty_like_order(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype,
+                      device: torch.device | str | None = None) -> torch.Tensor:
+    """An empty (B, H, N, D) tensor laid out as `like` is: (B, N, H, D) in memory when like's
+    head stride is below its sequence stride (as for projected, packed qkv), else (B, H, N, D).
+    The fake (meta) implementations use it too, so compiled graphs see the same strides; the
+    launch plans take its strides from a meta tensor (device="meta") once per layout."""
+    B, H, N, D = shape
+    device = like.device if device is None else device
+    if like.shape[1] > 1 and like.shape[2] > 1 and like.stride(1) < like.stride(2):
+        return torch.empty((B, N, H, D), dtype=dtype, device=device).transpose(1, 2)
+    return torch.empty((B, H, N, D), dtype=dtype, device=device)
+
+
+def _packed(t: torch.Tensor) -> torch.Tensor:
+    """A (total, H, D) tensor of packed sequences as the kernels' (1, H, total, D) view."""
+    return t.permute(1, 0, 2).unsqueeze(0)
+
+
+def _block_d(head_dim: int) -> int:
+    return max(16, next_power_of_2(head_dim))
+
+
+def _head_dim_innermost(t: torch.Tensor) -> torch.Tensor:
+    """`t` itself when its head dim is innermost (unit stride), else a contiguous copy.
+
+    On the H200 with Triton 3.6 the compiled kernels gave wrong results (relative error
+    ~1, no fault) for K stored transposed (sequence stride 1, head-dim stride 130), while
+    the interpreter was right (scripts/repro_attention_strides.py reproduces it; the cause
+    inside the compiler is not isolated). A query with head-dim stride 2 was right. Until
+    that is understood, any operand whose head dim is not innermost, or whose rows overlap
+    (an expanded sequence dim), is copied; every layout a model produces ((B,H,N,D),
+    (B,N,H,D), packed qkv) has a unit head-dim stride and rows apart, and is never copied.
+    """
+    return t.contiguous() if _needs_copy(t) else t
+
+
+def _needs_copy(t: torch.Tensor) -> bool:
+    """Whether `_head_dim_innermost` copies `t`: its head dim is not innermost, or its rows
+    overlap."""
+    rows_apart = t.shape[-2] == 1 or t.stride(-2) >= t.shape[-1]  # not expanded or overlapping
+    return not (t.stride(-1) == 1 and rows_apart)
+
+
+def _window_arg(window: object) -> tuple[int, int]:
+    """The public `window=(left, right)` as two ints, -1 for an unbounded side (None: both)."""
+    if window is None:
+        return -1, -1
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise TypeError(f"window must be None or a pair (left, right) of ints, got {window!r}")
+    return _window_side("window", window[0]), _window_side("window", window[1])
+
+
+def _window_side(name: str, side: object) -> int:
+    if isinstance(side, bool) or not isinstance(side, int):
+        raise TypeError(f"{name} sides must be ints (-1: unbounded), got {side!r}")
+    if side < -1:
+        raise ValueError(f"{name} sides must be >= 0, or -1 for unbounded; got {side}")
+    return side
+
+
+def _softcap_arg(softcap: object) -> float:
+    """The public `softcap=c` as a float, 0.0 for none."""
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"softcap must be a positive float or None, got {type(softcap).__name__}")
+    if not (math.isfinite(softcap) and softcap > 0):
+        raise ValueError(f"softcap must be a positive, finite float or None, got {softcap}")
+    return float(softcap)
+
+
+def _mask_flags(causal: bool, window_left: int, window_right: int, softcap: float,
+                Nq: int, Nk: int) -> tuple[bool, int, int, float]:
+    """The kernels' CAUSAL, WINDOW_LEFT, WINDOW_RIGHT and SOFTCAP for these arguments, each
+    bound folded away where it cannot hide a key, so that equal masks compile to one kernel:
+    a right bound under causal (causal already hides every key right of the diagonal), a right
+    bound of 0 (that is causal), and bounds at least as wide as the sequence (query i < Nq
+    sees key 0 when left >= Nq - 1, key Nk - 1 when right >= Nk - 1; for packed sequences
+    the totals, which bound every sequence's length)."""
+    window_left = _window_side("window_left", window_left)
+    window_right = _window_side("window_right", window_right)
+    softcap = float(softcap)
+    if not (math.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"softcap must be a positive, finite float (0: none), got {softcap}")
+    causal = bool(causal) or window_right == 0
+    if causal or window_right >= max(Nk - 1, 0):
+        window_right = -1
+    if window_left >= max(Nq - 1, 0):
+        window_left = -1
+    return causal, window_left, window_right, softcap

@@ -1,0 +1,206 @@
+"""The attention forward kernel: one program per (query block, head, batch), streaming key
+blocks through an online softmax (FlashAttention-2).
+
+Per key block, in base 2 (s = Q K^T qk_scale with qk_scale = scale * log2(e), or with a
+softcap s = tanh(scale Q K^T / c) c log2(e)):
+    m' = max(m, rowmax(s)),  p = 2^(s - m'),  alpha = 2^(m - m'),
+    l' = l alpha + rowsum(p),  acc' = acc alpha + p V,
+and at the end o = acc / l, lse = (m + log2 l) ln 2 (natural-log units, for the backward and
+for callers that merge partial attentions).
+"""
+
+import triton
+import triton.language as tl
+
+from .loads import _head_sources, _key_block, _load
+from .mask import _key_range, _program_tile, _row_base, _rows_lse, _rows_out, _visible
+from .scores import _softcap_tanh
+
+
+@triton.jit
+def _attn_fwd_qk(
+    q, k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
+    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
+):
+    # Raw scores Q K^T of the key block at start_n (unscaled, unmasked).
+    kT = _key_block(k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
+                    BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True, VARLEN)
+    return tl.dot(q, kT)
+
+
+@triton.jit
+def _attn_fwd_softmax(
+    qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
+    SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr, SCALE_POS: tl.constexpr, EMPTY_ROWS: tl.constexpr,
+):
+    # The online-softmax step of the key block at start_n (see the module docstring).
+    # MASKED blocks hide the keys `_visible` hides; only they can leave a row with no key
+    # seen yet (EMPTY_ROWS), which `_row_base` keeps finite.
+    if SOFTCAP > 0:
+        # The row max is taken on tanh (c log2(e) > 0 keeps the order), so that the score
+        # th c log2(e) - base is one FMA an element.
+        th = _softcap_tanh(qk, qk_scale, TANH_APPROX)
+        if MASKED:
+            offs_n = start_n + offs_n0
+            ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, True, False)
+            th = tl.where(ok, th, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(th, 1) * (SOFTCAP * 1.4426950408889634))
+        base = _row_base(m_new, EMPTY_ROWS and MASKED)
+        qk = th * (SOFTCAP * 1.4426950408889634) - base[:, None]
+    elif MASKED:
+        offs_n = start_n + offs_n0
+        ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, True, False)
+        qk = tl.where(ok, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        base = _row_base(m_new, EMPTY_ROWS)
+        qk = qk - base[:, None]
+    elif SCALE_POS:
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        base = m_new
+        qk = qk * qk_scale - m_new[:, None]
+    else:
+        qk = qk * qk_scale
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        base = m_new
+        qk = qk - m_new[:, None]
+    p = tl.math.exp2(qk)
+    alpha = tl.math.exp2(m_i - base)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    return p, alpha, l_i, m_new
+
+
+@triton.jit
+def _attn_fwd_pv(
+    acc, alpha, p, v_src, stride_vn, v_offs, b, hk, key0, start_n, offs_n0, d_row, Nk,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
+    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
+):
+    # acc' = acc alpha + P V, with V the key block at start_n.
+    acc = acc * alpha[:, None]
+    v = _key_block(v_src, stride_vn, v_offs, b, hk, key0, start_n, offs_n0, d_row, Nk,
+                   BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, False, VARLEN)
+    return tl.dot(p.to(v.dtype), v, acc)
+
+
+@triton.jit
+def _attn_fwd_tiles(
+    acc, l_i, m_i, q,
+    k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, key0,
+    offs_m, offs_n0, d_row, d_col,
+    lo, hi, Nk, qk_scale,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
+    SCALE_POS: tl.constexpr, EMPTY_ROWS: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
+    VARLEN: tl.constexpr,
+):
+    # The key blocks [lo, hi): per block S = Q K^T, the softmax step, acc = acc alpha + P V.
+    # k_src, v_src: the kv head's base pointers, or (USE_TMA) descriptors of all of K and V,
+    # read at [b, hk, key0 + key, 0].
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        qk = _attn_fwd_qk(q, k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
+                          BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, VARLEN)
+        p, alpha, l_i, m_i = _attn_fwd_softmax(qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale,
+                                               MASKED, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP,
+                                               TANH_APPROX, SCALE_POS, EMPTY_ROWS)
+        acc = _attn_fwd_pv(acc, alpha, p, v_src, stride_vn, v_offs, b, hk, key0, start_n,
+                           offs_n0, d_row, Nk, BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, VARLEN)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_kernel(
+    # pointers; with USE_TMA, Q, K and V are tensor descriptors of the whole (B, H, N, D)
+    # tensors. Packed sequences: B = 1, N the total, and CU_Q, CU_K their int32 cumulative
+    # lengths (SEQS + 1 each); None for a dense batch.
+    Q, K, V, O, LSE, CU_Q, CU_K,
+    # shapes and scale (GROUP = query heads per kv head; qk_scale = scale * log2(e), or with
+    # SOFTCAP = c > 0 the softcap's 2 scale log2(e) / c)
+    Nq, Nk, D, GROUP, qk_scale, SEQS,
+    # strides, in elements, of (batch, head, seq, head_dim)
+    stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_on, stride_od,
+    # meta: the mask (`mask.py`; -1: that side of the window unbounded), the softcap and its
+    # tanh (`scores.py`), tiles
+    CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    TANH_APPROX: tl.constexpr, SCALE_POS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
+):
+    VARLEN: tl.constexpr = CU_Q is not None
+    EMPTY_ROWS: tl.constexpr = VARLEN or WINDOW_LEFT >= 0
+    b, h, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL)
+    if VARLEN:
+        if start_m >= nq:
+            return
+        row_m = q0 + start_m
+    else:
+        row_m = start_m
+    H = tl.num_programs(1)
+    hk = h // GROUP
+    b64 = tl.cast(b, tl.int64)
+    h64 = h.to(tl.int64)
+    hk64 = hk.to(tl.int64)
+
+    # Offsets inside a tile stay int32; batch, head and block offsets go through int64.
+    rows_m = tl.arange(0, BLOCK_M)
+    offs_m = start_m + rows_m
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_row = offs_d[None, :] < D
+    d_col = offs_d[:, None] < D
+    m_ok = offs_m[:, None] < nq
+
+    if USE_TMA:
+        q = Q.load([b, h, row_m, 0]).reshape(BLOCK_M, BLOCK_D)
+    else:
+        q_ptrs = (Q + b64 * stride_qb + h64 * stride_qh + row_m.to(tl.int64) * stride_qn
+                  + rows_m[:, None] * stride_qn + offs_d[None, :] * stride_qd)
+        q = _load(q_ptrs, m_ok, d_row, True, PAD_D)
+    k_src, v_src = _head_sources(K, V, b64, hk64, k0, stride_kb, stride_kh, stride_kn,
+                                 stride_vb, stride_vh, stride_vn, USE_TMA, VARLEN)
+    kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
+    v_offs = offs_n0[:, None] * stride_vn + offs_d[None, :] * stride_vd
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+
+    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, BLOCK_M, BLOCK_N, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT)
+    if WINDOW_LEFT >= 0:
+        acc, l_i, m_i = _attn_fwd_tiles(
+            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
+            offs_m, offs_n0, d_row, d_col, lo, full_lo, nk, qk_scale,
+            BLOCK_N, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, SCALE_POS, EMPTY_ROWS,
+            PAD_D, USE_TMA, VARLEN)
+        acc, l_i, m_i = _attn_fwd_tiles(
+            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
+            offs_m, offs_n0, d_row, d_col, full_lo, full_hi, nk, qk_scale,
+            BLOCK_N, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, SCALE_POS, EMPTY_ROWS,
+            PAD_D, USE_TMA, VARLEN)
+    else:
+        acc, l_i, m_i = _attn_fwd_tiles(
+            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
+            offs_m, offs_n0, d_row, d_col, 0, full_hi, nk, qk_scale,
+            BLOCK_N, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, SCALE_POS, EMPTY_ROWS,
+            PAD_D, USE_TMA, VARLEN)
+    acc, l_i, m_i = _attn_fwd_tiles(
+        acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
+        offs_m, offs_n0, d_row, d_col, full_hi, hi, nk, qk_scale,
+        BLOCK_N, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, SCALE_POS, EMPTY_ROWS,
+        PAD_D, USE_TMA, VARLEN)
+
+    o = _rows_out(acc, l_i, EMPTY_ROWS)
+    o_ptrs = (O + b64 * stride_ob + h64 * stride_oh + row_m.to(tl.int64) * stride_on
+              + rows_m[:, None] * stride_on + offs_d[None, :] * stride_od)
+    if PAD_D:
+        tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=m_ok & d_row)
+    else:
+        tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=m_ok)
+    lse = _rows_lse(l_i, m_i, EMPTY_ROWS)
+    row_base = (b64 * H + h64) * Nq
+    if VARLEN:
+        row_base += q0
+    tl.store(LSE + row_base + offs_m, lse, mask=offs_m < nq)

@@ -1,0 +1,69 @@
+"""Tile loads shared by the attention kernels: through pointers, masking only what may fall
+outside, or through tensor descriptors (TMA), which fill rows past the end and columns past
+the head dim with zeros."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _load(ptrs, rows_ok, d_ok, CHECK_ROWS: tl.constexpr, CHECK_D: tl.constexpr):
+    # A tile load that masks only what may fall outside: ragged rows, a padded head dim.
+    if CHECK_ROWS:
+        if CHECK_D:
+            x = tl.load(ptrs, mask=rows_ok & d_ok, other=0.0)
+        else:
+            x = tl.load(ptrs, mask=rows_ok, other=0.0)
+    else:
+        if CHECK_D:
+            x = tl.load(ptrs, mask=d_ok, other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
+
+
+@triton.jit
+def _head_sources(A, B, b64, h64, row0, stride_ab, stride_ah, stride_an, stride_bb, stride_bh, stride_bn,
+                  USE_TMA: tl.constexpr, VARLEN: tl.constexpr):
+    # What the tile loops read two streamed operands from: the (b, h) head's base pointers
+    # (in packed sequences, at the sequence's first row row0), or (USE_TMA) the descriptors
+    # of the whole tensors, which the loops index by [b, h, row, 0].
+    if USE_TMA:
+        a_src = A
+        b_src = B
+    else:
+        a_src = A + b64 * stride_ab + h64 * stride_ah
+        b_src = B + b64 * stride_bb + h64 * stride_bh
+        if VARLEN:
+            a_src += row0.to(tl.int64) * stride_an
+            b_src += row0.to(tl.int64) * stride_bn
+    return a_src, b_src
+
+
+@triton.jit
+def _key_block(
+    src, stride_n, offs, b, hk, key0, start_n, offs_n0, d_ok, Nk,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
+    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, TRANSPOSED: tl.constexpr, VARLEN: tl.constexpr,
+):
+    # The K or V tile of the key block at start_n: [BLOCK_N, BLOCK_D], or (TRANSPOSED)
+    # [BLOCK_D, BLOCK_N]. src: the kv head's base pointer (at the sequence's first key), with
+    # `offs` the tile's element offsets in that orientation and `d_ok` its head-dim mask; or
+    # (USE_TMA) the descriptor of the whole tensor, read at [b, hk, key0 + key, 0], which
+    # fills keys past the tensor's end and columns past D with zeros (keys of the next packed
+    # sequence come back as they are: the caller masks them).
+    if USE_TMA:
+        if VARLEN:
+            tile = src.load([b, hk, key0 + start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        else:
+            tile = src.load([b, hk, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        if TRANSPOSED:
+            tile = tl.trans(tile)
+    else:
+        n64 = tl.cast(start_n, tl.int64)
+        if TRANSPOSED:
+            keys_ok = (start_n + offs_n0)[None, :] < Nk
+        else:
+            keys_ok = (start_n + offs_n0)[:, None] < Nk
+        tile = _load(src + n64 * stride_n + offs, keys_ok, d_ok, MASKED, PAD_D)
+    return tile

@@ -1,0 +1,24 @@
+"""tritonkit inside Hugging Face transformers models, in one call.
+
+    import tritonkit.transformers as tkt
+    model = tkt.patch(AutoModelForCausalLM.from_config(config))   # in place; returns the model
+    print(model.tritonkit_report)                                  # what was replaced, what was left and why
+
+    tkt.patch_classes("llama")                                     # before from_pretrained / Trainer
+    model = AutoModelForCausalLM.from_pretrained(path)              # built already patched
+
+    AutoModelForCausalLM.from_pretrained(path, attn_implementation="tritonkit")  # attention alone
+
+Importing this module imports transformers and registers the "tritonkit" attention
+implementation; `import tritonkit` alone never imports transformers. See docs/transformers.md.
+"""
+
+from __future__ import annotations
+
+from ._attention import CAPS, register, tritonkit_attention_forward, tritonkit_mask
+from ._patch import FAMILIES, PARTS, PatchReport, family_of, patch, patch_classes, unpatch_classes
+
+register()
+
+__all__ = ["patch", "patch_classes", "unpatch_classes", "PatchReport", "FAMILIES", "PARTS", "family_of",
+           "CAPS", "tritonkit_attention_forward", "tritonkit_mask"]

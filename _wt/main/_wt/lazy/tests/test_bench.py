@@ -1,0 +1,151 @@
+"""`tritonkit bench`, the main job. Without a GPU it is the first run: every op in the registry
+checked through the interpreter against its float64 reference, a compiled kernel, and no
+speed figures. With --interpreter-timings it runs the tiny cases through the interpreter and
+must say so; every case gets a figure from every provider, written to JSON and a plot. The
+host-time check that flags host-bound GPU cases is tested with stand-ins."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+import torch
+
+import tritonkit
+from tritonkit import registry
+from tritonkit.bench import runner, timing
+
+
+@pytest.mark.skipif(not tritonkit.INTERPRETED, reason="the interpreter run of the main job")
+def test_bench_runs_every_provider_and_writes_json_and_plot(tmp_path, capsys):
+    out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    code = runner.main(["softmax", "--filter", "64x64", "--no-progress", "--json", str(out_json),
+                        "--plot", str(out_png), "--interpreter-timings"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "NOT GPU timings" in printed and "Summary:" in printed
+    report = json.loads(out_json.read_text())
+    rows = report["results"]
+    assert {r["case"] for r in rows} == {"64x64 fp32", "64x64 bf16"}
+    for case in ("64x64 fp32", "64x64 bf16"):
+        providers = {r["provider"]: r for r in rows if r["case"] == case}
+        assert {"tritonkit", "naive eager", "torch native", "torch.compile"} <= set(providers)
+        for r in providers.values():
+            assert r["ms"] > 0 and r["rate"] > 0 and r["host_ms"] is None, r
+    assert report["ceilings"]["GB/s"] > 0
+    assert out_png.stat().st_size > 1000
+
+
+BANNED = ("0.00x", "ceiling", "RuntimeWarning", "speedup", "Summary:")
+
+
+@pytest.mark.skipif(not tritonkit.INTERPRETED, reason="the first run without a GPU")
+def test_first_run_checks_every_op_and_shows_no_speed(capsys):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert runner.main([]) == 0
+    printed = capsys.readouterr().out
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    for banned in BANNED:
+        assert banned not in printed, banned
+    table = printed.split("2. What a kernel")[0]
+    for name, entry in registry.entries().items():
+        if entry.reference is not None:
+            assert f"\n{name} " in table and "forward" in table, name
+        else:
+            assert "not checked: " in table and name in table
+    assert "ld.global.v4.b32" in printed and "sm_90" in printed      # the inspect sample
+    assert "Speed needs a CUDA GPU" in printed
+
+
+@pytest.mark.skipif(not tritonkit.INTERPRETED, reason="the first run without a GPU")
+def test_first_run_command_is_quiet_and_quick(tmp_path):
+    # The README's first command as a newcomer runs it: nothing on stderr, in under 90 s
+    # (a cold Triton cache, so the inspect sample compiles from scratch).
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path)}
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tritonkit", "bench"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert time.perf_counter() - start < 90
+    assert done.stderr == "", done.stderr
+    for banned in BANNED:
+        assert banned not in done.stdout, banned
+
+
+def test_bench_rejects_unknown_ops(capsys):
+    with pytest.raises(SystemExit):
+        runner.main(["matmul"])
+    assert "unknown op(s) matmul" in capsys.readouterr().err
+
+
+def test_blocks_names_the_block_ops(capsys):
+    # `tritonkit bench blocks` stands for the block ops; on the CPU the first run checks them.
+    assert runner.main(["blocks"]) == 0
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()
+            if line and not line[0].isspace() and line.split()[0] in registry.entries()]
+    assert rows == list(runner.GROUPS["blocks"])
+
+
+def test_host_time_of_a_call(monkeypatch):
+    # On a GPU: calls queued back to back, the GPU synchronised only before and after.
+    calls, syncs = [], []
+    monkeypatch.setattr(timing._runtime, "INTERPRETED", False)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: syncs.append(len(calls)))
+    host = timing.host_ms(lambda: calls.append(1))
+    assert len(calls) == timing.HOST_CALLS and syncs == [0, timing.HOST_CALLS]
+    assert 0 <= host < 1.0
+    monkeypatch.setattr(timing._runtime, "INTERPRETED", True)
+    assert timing.host_ms(lambda: calls.append(1)) is None  # interpreter calls are synchronous
+
+
+def test_host_bound_note():
+    assert timing.host_bound_note(0.010, None, 0.080) == ""
+    # The GPU clears L2 for 80 us before each timed call: host time up to that never shows.
+    assert timing.host_bound_note(0.037, 0.056, 0.080) == ""
+    assert timing.host_bound_note(0.200, 0.210, 0.080) != ""   # up to 130 us of 200 idle
+    note = timing.host_bound_note(0.100, 0.200, 0.080)
+    assert note.startswith("host-bound: 200 us of host time a call, 120 us more than the L2 clear")
+    assert timing.host_bound_note(0.100, 0.085, 0.080) == ""   # 5 us possible wait: under 10%
+    assert timing.host_bound_note(0.100, 0.095, 0.080) != ""   # 15 us: over 10%
+    assert timing.host_bound_note(0.100, 0.015, None) != ""    # clear unknown: taken as none
+
+
+def test_l2_clear_time(monkeypatch):
+    # Timed with events around the clear that do_bench runs, each clear inside its own pair.
+    from triton import runtime
+    log, clock = [], iter(range(1000))
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.at = None
+
+        def record(self):
+            self.at = next(clock)
+            log.append("record")
+
+        def elapsed_time(self, end):
+            return float(end.at - self.at)
+
+    class Driver:
+        @staticmethod
+        def get_empty_cache_for_benchmark():
+            return "cache"
+
+        @staticmethod
+        def clear_cache(cache):
+            assert cache == "cache"
+            next(clock)
+            log.append("clear")
+
+    monkeypatch.setattr(timing._runtime, "INTERPRETED", False)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(type(runtime.driver), "active", property(lambda self: Driver), raising=False)
+    assert timing.l2_clear_ms() == 2.0  # each pair: record, clear, record
+    assert log[:4] == ["clear", "record", "clear", "record"] and log.count("clear") == 21
+    monkeypatch.setattr(timing._runtime, "INTERPRETED", True)
+    assert timing.l2_clear_ms() is None

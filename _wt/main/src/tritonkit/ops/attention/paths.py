@@ -1,0 +1,137 @@
+"""Which kernels run an attention pass: the Gluon kernels written for Hopper
+(`tritonkit.gluon`, FlashAttention-3's warp-specialized structure), or the Triton kernels of
+this package, which run everywhere else: other GPUs, the interpreter, layouts a tensor
+descriptor cannot read, packed sequences, explicit tiles, and windows other than a causal
+mask's left one. Both take a softcap.
+
+The Gluon kernels are taken only where they were measured faster than the Triton ones on
+the H200 (BENCHMARKS.md): the forward at head dims 128 and 256, and at 64 where it runs its
+three-warpgroup tile (full attention, and causal at long sequences, without a softcap or
+window); the backward at head dims 64 and 128, and its dK/dV pass at 256 (beside the Triton dQ pass). Both paths give
+results within the same rounding of the float64 reference and are deterministic; they are not
+bitwise equal to each other.
+
+Each choice comes with its reason (`PathChoice`), which `tritonkit inspect` reports: the
+inspector records the launches on CPU tensors for an sm_90 target, and the Gluon kernels'
+`refusal` asks `_launch.target_capability` which GPU the launch would run on, so the same
+choice is made there as on an H100 or H200.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..._launch import PathChoice
+
+GLUON_FORWARD_HEAD_DIMS = (128, 256)
+# Only where the forward runs three consumer warpgroups (`gluon.attention_fwd.consumer_count`).
+GLUON_FORWARD_WIDE_TILE_HEAD_DIMS = (64,)
+# Head dim -> the multiply-adds of Q K^T from which the Gluon backward is chosen. At D=64, below
+# 2^34, its kernels and the Triton ones take the same GPU time (measured at 2^33, B=8 H=16 N=1024;
+# the Gluon ones faster from 2^35) and a call is bound by host time, where the Triton launches'
+# bound templates cost less. At D=256 (the Gluon dK/dV pass, the Triton dQ pass) it measured
+# faster at every size tried, 2^33 to 2^38.
+GLUON_BACKWARD_MIN_WORK = {64: 2**34, 128: 0, 256: 0}
+GLUON_BACKWARD_HEAD_DIMS = tuple(GLUON_BACKWARD_MIN_WORK)
+
+
+def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None,
+           causal_window: tuple[int, int] | None = None) -> str | None:
+    """Why the call is not one the Gluon kernels take (not packed, no tile forced, descriptors
+    allowed, no window; a softcap they take), or None. causal_window: (Nq, Nk) for a pass that
+    takes a causal mask's left window where every row sees a key (Nq <= Nk + window_left)."""
+    _, window_left, window_right, _ = flags
+    window = window_left >= 0 or window_right >= 0
+    if window and causal_window is not None and window_right < 0:
+        window = causal_window[0] > causal_window[1] + window_left   # rows left with no key
+    for refused, why in ((varlen is not None, "packed sequences (varlen)"), (config is not None, "an explicit tile"),
+                         (tma is False, "tma=False (the pointer path)"),
+                         (window, "a sliding window" if causal_window is None else
+                          "a sliding window other than a causal mask's left one that leaves every row a key")):
+        if refused:
+            return f"{why}: only the Triton kernels have it"
+    return None
+
+
+def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, flags: tuple,
+                  varlen: tuple | None, config: object, tma: bool | None, gluon: bool | None) -> PathChoice:
+    """Which kernels run the forward, and why (`.gluon`: the Gluon kernel). gluon: None chooses by
+    the measured head dims, False never the Gluon kernel, True always (a ValueError where it
+    cannot take the call)."""
+    if gluon is False:
+        return _chosen("forward", False, "gluon=False forces the Triton kernels")
+    causal, window_left, _, softcap = flags
+    D = q.shape[-1]
+    if gluon is None and D not in GLUON_FORWARD_HEAD_DIMS + GLUON_FORWARD_WIDE_TILE_HEAD_DIMS:
+        return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen at head dims "
+                       f"{_dims(GLUON_FORWARD_HEAD_DIMS + GLUON_FORWARD_WIDE_TILE_HEAD_DIMS)}, where it "
+                       "measured faster")
+    from ...gluon import attention_fwd as kernels
+    if (gluon is None and D in GLUON_FORWARD_WIDE_TILE_HEAD_DIMS
+            and kernels.consumer_count(D, causal, q.shape[-2], softcap, window_left) < 3):
+        return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen there only for its "
+                       "three-warpgroup tile (full attention, or causal from "
+                       f"{kernels.THREE_CONSUMERS_CAUSAL_ROWS} query rows; no softcap or window), where "
+                       "it measured faster")
+    refused = (_plain(flags, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if flags[0] else None)
+               or kernels.refusal(q, k, v, flags[0], scale))
+    if refused:
+        return _refused("forward", refused, gluon)
+    window = f"left window {flags[1]}, " if flags[1] >= 0 else ""
+    return _chosen("forward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {window}head dim "
+                   f"{q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v readable by TMA")
+
+
+def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                   lse: torch.Tensor, scale: float, flags: tuple, varlen: tuple | None, dkdv_config: object,
+                   dq_config: object, tma: bool | None, gluon: bool | None, work: int) -> PathChoice:
+    """Which kernels run the dK/dV and dQ passes, and why; gluon as in `gluon_forward`. work: the
+    multiply-adds of the Q K^T the mask leaves visible (B H Nq D times the keys a row sees)."""
+    causal = flags[0]
+    if gluon is False:
+        return _chosen("backward", False, "gluon=False forces the Triton kernels")
+    if gluon is None and q.shape[-1] not in GLUON_BACKWARD_HEAD_DIMS:
+        return _chosen("backward", False, f"head dim {q.shape[-1]}: the Gluon backward is chosen at head dim "
+                       f"{_dims(GLUON_BACKWARD_HEAD_DIMS)}, where it measured faster")
+    if gluon is None and work < GLUON_BACKWARD_MIN_WORK[q.shape[-1]]:
+        return _chosen("backward", False, f"head dim {q.shape[-1]} with {work} multiply-adds of Q K^T, under "
+                       f"{GLUON_BACKWARD_MIN_WORK[q.shape[-1]]}, below which the Gluon backward did not measure "
+                       "faster")
+    from ...gluon import attention_bwd as kernels
+    refused = (_plain(flags, varlen, dkdv_config if dq_config is None else dq_config, tma,
+                      causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
+               or kernels.refusal(do, q, k, v, o, lse, causal, scale))
+    if refused:
+        return _refused("backward", refused, gluon)
+    window = f"left window {flags[1]}, " if flags[1] >= 0 else ""
+    dq_pass = "" if q.shape[-1] in kernels.HEAD_DIMS else "; the dQ pass in Triton (no Gluon dQ kernel there)"
+    return _chosen("backward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {'causal, ' if causal else ''}"
+                   f"{window}head dim {q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v, do readable by TMA"
+                   f"{dq_pass}")
+
+
+def _refused(which: str, refused: str, gluon: bool | None) -> PathChoice:
+    """The Triton path because the Gluon kernel cannot take the call; a ValueError if gluon=True."""
+    if gluon:
+        raise ValueError(f"gluon=True, but the Gluon {which} cannot take this call: {refused} (it needs a Hopper "
+                         "GPU (sm_90), float16/bfloat16 tensors that tensor descriptors can read, a head dim it "
+                         "supports, and no window, packed sequences or explicit tiles)")
+    return _chosen(which, False, refused)
+
+
+def _chosen(which: str, gluon: bool, reason: str) -> PathChoice:
+    """The choice. A launch plan keeps it and tells the inspector's recordings of it on every
+    call (`_launch.record_choice`), also the calls that find the plan made."""
+    return PathChoice(f"attention {which}", "gluon" if gluon else "triton", reason)
+
+
+def _dims(dims: tuple[int, ...]) -> str:
+    return " and ".join(map(str, dims))
+
+
+def _softcap(flags: tuple) -> str:
+    return f"softcap {flags[3]:g}, " if flags[3] else ""
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
