@@ -1,1 +1,0 @@
-"""The ops, one per module, each in four layers: kernel, launcher, autograd function, public function."""
