@@ -236,7 +236,7 @@ def _check_window(q, k, v, window_left):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])      # 256: the Gluon dK/dV pass beside the Triton dQ pass
 @pytest.mark.parametrize("B, H, Hkv, Nq, Nk, window", [
     (2, 4, 2, 333, 333, 100),     # ragged, GQA, a window inside one key block of the dK/dV pass
     (1, 2, 2, 1100, 1100, 64),    # a window of exactly one dQ key block
@@ -318,13 +318,14 @@ def test_first_cuda_work_of_a_thread():
 
 
 # The dK/dV kernel at D=256 (`split_head_dim`) spills a little (ptxas, sm_90, bytes stored /
-# loaded: none full, 20 / 20 causal, 68 / 52 with a softcap): pinned here so that a change that
-# spills more is seen.
-SPLIT_SPILL_BOUND = {(False, 0.0): (0, 0), (True, 0.0): (32, 32), (True, 50.0): (80, 64)}
+# loaded: none full, 20 / 20 causal, 68 / 52 with a softcap, 16 / 16 with a causal left window,
+# 76 / 60 with both): pinned here so that a change that spills more is seen.
+SPLIT_SPILL_BOUND = {(False, 0.0, -1): (0, 0), (True, 0.0, -1): (32, 32), (True, 50.0, -1): (80, 64),
+                     (True, 0.0, 100): (32, 32), (True, 50.0, 100): (80, 64)}
 
 
-@pytest.mark.parametrize("causal, softcap", list(SPLIT_SPILL_BOUND))
-def test_split_head_dim_structure_for_sm90(causal, softcap):
+@pytest.mark.parametrize("causal, softcap, window_left", list(SPLIT_SPILL_BOUND))
+def test_split_head_dim_structure_for_sm90(causal, softcap, window_left):
     # At D=256 the two consumer warpgroups split the head dim: every box is 64 rows x 128
     # columns, one warpgroup sums S^T over two products and the other dP^T, each retiring its
     # pair before handing P^T or dS^T over through shared memory, and the ring holds two stages
@@ -333,8 +334,9 @@ def test_split_head_dim_structure_for_sm90(causal, softcap):
     q = torch.empty(2, 4, 333, 256, dtype=torch.bfloat16)
     k = torch.empty(2, 2, 517, 256, dtype=torch.bfloat16)
     lse = torch.empty(2, 4, 333)
-    grid, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, 256 ** -0.5, softcap)
-    assert kwargs["SPLIT_D"] and kwargs["KV_REGS"] == 0
+    grid, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, 256 ** -0.5, softcap,
+                                                    window_left)
+    assert kwargs["SPLIT_D"] and kwargs["KV_REGS"] == 0 and kwargs["WINDOW_LEFT"] == window_left
     assert [d.block_shape for d in args[:6]] == [[1, 1, 64, 128]] * 6
     assert grid == (-(-517 // 64) * 2 * 2, )                  # 64 keys a program
     compiled = compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
@@ -346,7 +348,7 @@ def test_split_head_dim_structure_for_sm90(causal, softcap):
     hand_over = 64 * 64 * (2 * 2 + 4)     # P^T and dS^T in bfloat16, P^T in float32
     assert (2 * 64 * 256 + 2 * stages * 64 * 256) * 2 + hand_over <= compiled.shared <= HOPPER_SHARED_LIMIT
     usage = compiled.spills()
-    stores, loads = SPLIT_SPILL_BOUND[causal, softcap]
+    stores, loads = SPLIT_SPILL_BOUND[causal, softcap, window_left]
     assert usage["spill_stores"] <= stores and usage["spill_loads"] <= loads
 
 
