@@ -4,13 +4,16 @@
 # tool copies them):
 #   for b in main gluon-fwd-softcap-prescale gluon-fwd-softcap-fixed-max; do
 #     mkdir -p _wt/$b && git archive $b | tar -x -C _wt/$b; done
-# then: bash benchmarks/results/2026-12-02-h200-s13-softcap_branches_call.sh   (about 6 minutes)
+# then: bash benchmarks/results/2026-12-02-h200-s13-softcap_branches_call.sh   (about 7 minutes)
 export TRITONKIT_AUTOTUNE=0
 R=${OUT:-/tmp/out}; mkdir -p $R
 for b in gluon-fwd-softcap-fixed-max gluon-fwd-softcap-prescale; do
   (cd _wt/$b && PYTHONPATH=src timeout 120 python3 -m pytest -m gpu -q -x -n 8 tests/test_gluon_attention.py \
      -k "softcap or matches_reference" > $R/$b-tests.txt 2>&1; echo "rc $?" >> $R/$b-tests.txt)
 done
+# the backward from the fixed reference's lse
+(cd _wt/gluon-fwd-softcap-fixed-max && PYTHONPATH=src timeout 80 python3 -m pytest -m gpu -q -x -n 8 \
+   tests/test_gluon_attention_bwd.py -k softcap > $R/fixed-max-bwd-tests.txt 2>&1; echo "rc $?" >> $R/fixed-max-bwd-tests.txt)
 # main's D=256 backward with a causal left window (Gemma's layers): GPU cases added after the
 # thirteenth set's calls
 (cd _wt/main && PYTHONPATH=src timeout 100 python3 -m pytest -m gpu -q -x -n 8 tests/test_gluon_attention_bwd.py \
