@@ -168,11 +168,12 @@ def test_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal):
 
 @pytest.mark.gpu
 @needs_hopper
-def test_float16_negative_scale_and_packed_layout():
-    q, k, v = _qkv(2, 4, 2, 300, 300, 128, torch.float16)
+@pytest.mark.parametrize("D", [128, 256])     # 256: the hand-over of P^T and dS^T in float16
+def test_float16_negative_scale_and_packed_layout(D):
+    q, k, v = _qkv(2, 4, 2, 300, 300, D, torch.float16)
     _check(q, k, v, True, scale=-0.3)
     # (B, N, H, D) in memory, as projections produce: the gradients come back in that layout.
-    qkv = torch.randn(2, 300, 3, 4, 64, dtype=torch.bfloat16, device="cuda")
+    qkv = torch.randn(2, 300, 3, 4, D // 2, dtype=torch.bfloat16, device="cuda")
     q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
     _check(q, k, v, False)
 

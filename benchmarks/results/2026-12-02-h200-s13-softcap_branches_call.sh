@@ -14,10 +14,10 @@ done
 # the backward from the fixed reference's lse
 (cd _wt/gluon-fwd-softcap-fixed-max && PYTHONPATH=src timeout 80 python3 -m pytest -m gpu -q -x -n 8 \
    tests/test_gluon_attention_bwd.py -k softcap > $R/fixed-max-bwd-tests.txt 2>&1; echo "rc $?" >> $R/fixed-max-bwd-tests.txt)
-# main's D=256 backward with a causal left window (Gemma's layers): GPU cases added after the
-# thirteenth set's calls
+# main's D=256 backward with a causal left window (Gemma's layers), in float16 and in a packed
+# layout: GPU cases added after the thirteenth set's calls
 (cd _wt/main && PYTHONPATH=src timeout 100 python3 -m pytest -m gpu -q -x -n 8 tests/test_gluon_attention_bwd.py \
-   -k "window and 256" > $R/main-d256-window-tests.txt 2>&1; echo "rc $?" >> $R/main-d256-window-tests.txt)
+   -k "(window and 256) or float16_negative" > $R/main-d256-window-tests.txt 2>&1; echo "rc $?" >> $R/main-d256-window-tests.txt)
 for b in main gluon-fwd-softcap-prescale gluon-fwd-softcap-fixed-max; do
   (cd _wt/$b && PYTHONPATH=src timeout 60 python3 benchmarks/results/2026-12-02-h200-s13-prescale_ab.py > $R/$b-ab.txt 2>&1)
 done
