@@ -173,7 +173,7 @@ def test_float16_negative_scale_and_packed_layout(D):
     q, k, v = _qkv(2, 4, 2, 300, 300, D, torch.float16)
     _check(q, k, v, True, scale=-0.3)
     # (B, N, H, D) in memory, as projections produce: the gradients come back in that layout.
-    qkv = torch.randn(2, 300, 3, 4, D // 2, dtype=torch.bfloat16, device="cuda")
+    qkv = torch.randn(2, 300, 3, 4, 64 if D == 128 else D, dtype=torch.bfloat16, device="cuda")
     q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
     _check(q, k, v, False)
 
