@@ -7,9 +7,9 @@ mask's left one. Both take a softcap.
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
 the H200 (BENCHMARKS.md): the forward at head dims 128 and 256, and at 64 where it runs its
 three-warpgroup tile (full attention, and causal at long sequences, without a softcap or
-window); the backward at head dims 64 and 128, and its dK/dV pass at 256 (beside the Triton dQ pass). Both paths give
-results within the same rounding of the float64 reference and are deterministic; they are not
-bitwise equal to each other.
+window); the backward at head dims 64 and 128, and its dK/dV pass at 256 (beside the Triton
+dQ pass). Both paths give results within the same rounding of the float64 reference and are
+deterministic; they are not bitwise equal to each other.
 
 Each choice comes with its reason (`PathChoice`), which `tritonkit inspect` reports: the
 inspector records the launches on CPU tensors for an sm_90 target, and the Gluon kernels'
