@@ -367,7 +367,7 @@ def test_split_head_dim_dkdv_matches_triton(causal, softcap):
     runs = []
     for _ in range(2):
         dk, dv = torch.empty_like(k), torch.empty_like(v)
-        plan.dkdv.template(*plan.dkdv_head(do, q, k, v, lse, delta, dk, dv))
+        plan.run_dkdv(do, q, k, v, lse, delta, dk, dv)
         runs.append((dk, dv))
     _, dk_t, dv_t = attention_bwd(do, q, k, v, o, lse, causal, softcap=softcap, gluon=False)
     for name, ours, theirs in (("dk", runs[0][0], dk_t), ("dv", runs[0][1], dv_t)):

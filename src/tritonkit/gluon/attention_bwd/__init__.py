@@ -163,6 +163,12 @@ class BackwardLaunches:
         boxes = ((q, a.q_rows), (do, a.q_rows), (k, a.kv_rows), (v, a.kv_rows), (dk, a.kv_rows), (dv, a.kv_rows))
         return (*(descriptor(t, rows, a.cols) for t, rows in boxes), lse, delta)
 
+    def run_dkdv(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
+                 delta: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> None:
+        """The dK/dV pass alone, from a delta formed elsewhere (head dim 256: the Triton
+        preprocess's; `dq` is None there), writing dk and dv."""
+        self.dkdv.template(*self.dkdv_head(do, q, k, v, lse, delta, dk, dv))
+
     def heads(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
               lse: torch.Tensor, delta: torch.Tensor, dlse: torch.Tensor | None, dq: torch.Tensor,
               dk: torch.Tensor, dv: torch.Tensor) -> tuple[tuple, tuple]:
@@ -222,8 +228,8 @@ def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Why `BackwardLaunches` cannot take these inputs (already validated by the Triton
     launcher's checks), or None where it can: the forward's conditions (`attention_fwd.refusal`:
     a Hopper GPU, float16/bfloat16, q, k, v that TMA can read in place) with head dim 64 or
-    128 (both passes) or 256 (the dK/dV pass, the Triton dQ pass beside it), and do and o that TMA can read too (lse is
-    made contiguous). Nothing here launches or synchronises."""
+    128 (both passes) or 256 (the dK/dV pass, the Triton dQ pass beside it), and do and o that
+    TMA can read too (lse is made contiguous). Nothing here launches or synchronises."""
     from ..attention_fwd import refusal as forward_refusal
 
     if not isinstance(do, torch.Tensor) or not isinstance(q, torch.Tensor) or q.dim() != 4:

@@ -309,24 +309,6 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, 
 
 
 @gluon.jit
-def _dkdv_consumer0(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
-                    ready, empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
-                    SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
-    _dkdv_consumer(0, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready, ready,
-                   empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT,
-                   KV_REGS, SPLIT_D)
-
-
-@gluon.jit
-def _dkdv_consumer1(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
-                    ready, empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL: gl.constexpr,
-                    SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr):
-    _dkdv_consumer(1, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready, ready,
-                   empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT,
-                   KV_REGS, SPLIT_D)
-
-
-@gluon.jit
 def _dkdv_kernel(
     # descriptors of the whole (B, H, Nq, D) q, do and (B, Hkv, Nk, D) k, v, dk, dv; LSE, DELTA:
     # (B, H, Nq) float32
@@ -381,10 +363,10 @@ def _dkdv_kernel(
         pf_smem = k_smem
         xbars = ready
     gl.warp_specialize([
-        (_dkdv_consumer0, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
+        (_dkdv_consumer, (0, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
                            ready, empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP,
                            WINDOW_LEFT, KV_REGS, SPLIT_D)),
-        (_dkdv_consumer1, (k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
+        (_dkdv_consumer, (1, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
                            ready, empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP,
                            WINDOW_LEFT, KV_REGS, SPLIT_D)),
         (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,

@@ -187,22 +187,6 @@ def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_re
 
 
 @gluon.jit
-def _dq_consumer0(q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, DLSE,
-                  n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
-                  WINDOW_LEFT: gl.constexpr, HAS_DLSE: gl.constexpr):
-    _dq_consumer(0, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, DLSE,
-                 n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, HAS_DLSE)
-
-
-@gluon.jit
-def _dq_consumer1(q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, DLSE,
-                  n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
-                  WINDOW_LEFT: gl.constexpr, HAS_DLSE: gl.constexpr):
-    _dq_consumer(1, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA, DLSE,
-                 n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, HAS_DLSE)
-
-
-@gluon.jit
 def _dq_kernel(
     # descriptors of the whole (B, H, Nq, D) q, do, o, dq and (B, Hkv, Nk, D) k, v; LSE, DELTA
     # (written here), DLSE (read with HAS_DLSE): (B, H, Nq) float32
@@ -236,9 +220,9 @@ def _dq_kernel(
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
     gl.warp_specialize([
-        (_dq_consumer0, (q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA,
+        (_dq_consumer, (0, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA,
                          DLSE, n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, HAS_DLSE)),
-        (_dq_consumer1, (q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA,
+        (_dq_consumer, (1, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, LSE, DELTA,
                          DLSE, n_m, H, Nq, Nk, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, HAS_DLSE)),
         (_dq_producer, (q_desc, do_desc, o_desc, k_desc, v_desc, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready,
                         ready, empty, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT)),

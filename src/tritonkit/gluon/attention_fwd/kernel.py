@@ -325,30 +325,6 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
 
 
 @gluon.jit
-def _consumer0(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
-               LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
-    _consumer(0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
-              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
-
-
-@gluon.jit
-def _consumer1(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
-               LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
-    _consumer(1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
-              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
-
-
-@gluon.jit
-def _consumer2(q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
-               LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-               SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
-    _consumer(2, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids, o_desc,
-              LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC)
-
-
-@gluon.jit
 def _attn_fwd_kernel(
     # tensor descriptors of the whole (B, H, N, D) q, k, v, o; LSE: (B, H, Nq) float32;
     # SCHED: DYNAMIC's two int32 counters (tiles handed out, programs done), zero at launch and
@@ -398,13 +374,13 @@ def _attn_fwd_kernel(
     # arguments does not carry the constexprs into the partitions (tried, with gl.constexpr too).
     if CONSUMERS == 3:
         gl.warp_specialize([
-            (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+            (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
                           DYNAMIC)),
-            (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+            (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
                           DYNAMIC)),
-            (_consumer2, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+            (_consumer, (2, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
                           DYNAMIC)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
@@ -413,10 +389,10 @@ def _attn_fwd_kernel(
     else:
         gl.static_assert(CONSUMERS == 2)
         gl.warp_specialize([
-            (_consumer0, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+            (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
                           DYNAMIC)),
-            (_consumer1, (q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
+            (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
                           DYNAMIC)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
