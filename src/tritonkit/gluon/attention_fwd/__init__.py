@@ -83,6 +83,15 @@ def tile_config(head_dim: int) -> tuple[int, int]:
 
 
 
+def prescaled(softcap: float, dtype: torch.dtype) -> bool:
+    """Whether the kernel scales each Q tile by scale / c in shared memory (`_scale_q`) instead
+    of multiplying every score: with a softcap, in bfloat16, whose range is float32's. In
+    float16 q scale / c (about 0.002 q for Gemma's cap at head dim 128) would lose bits to
+    subnormals. The rounding of q scale / c to bfloat16 is of the size of q's own rounding; the
+    backward recomputes the scores from the raw q either way."""
+    return bool(softcap) and dtype == torch.bfloat16
+
+
 def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
             scale: float | None = None) -> str | None:
     """Why `ForwardLaunch` cannot take these inputs (already validated by the Triton
@@ -146,7 +155,8 @@ class ForwardLaunch:
         tail = (Nq, k.shape[2], H, H // k.shape[1], kernel_qk_scale(scale, softcap), n_m, n_tiles)
         constexprs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap),
                           WINDOW_LEFT=int(window_left), DYNAMIC=self.dynamic, STAGES=stages, CONSUMERS=consumers,
-                          CONSUMER_REGS=consumer_regs(consumers), PRODUCER_REGS=PRODUCER_REGS)
+                          CONSUMER_REGS=consumer_regs(consumers), PRODUCER_REGS=PRODUCER_REGS,
+                          PRESCALED=prescaled(softcap, q.dtype))
         self.template = LaunchTemplate("attention_fwd_gluon", _attn_fwd_kernel, (min(n_tiles, num_sms(q.device)),),
                                        tail, constexprs, num_warps=4, num_stages=None)
 
