@@ -78,14 +78,9 @@ def _walk(m0, n_kv, n_full, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK
 
 
 @gluon.jit
-def _tanh_approx(y):
-    # tanh(y): one tanh.approx.f32 (a MUFU operation) an element, the instruction the Triton
-    # kernels use on the GPU, so that both paths' forwards and backwards agree on P.
-    return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [y], dtype=gl.float32, is_pure=True,
-                                     pack=1)
-
-
-@gluon.jit
 def _softcap_tanh(qk, cap_in):
-    # tanh(y), y = qk * cap_in = scale q.k / c, for raw scores qk.
-    return _tanh_approx(qk * cap_in)
+    # tanh(y), y = qk * cap_in = scale q.k / c, for raw scores qk: one tanh.approx.f32 (a MUFU
+    # operation) an element, the instruction the Triton kernels use on the GPU, so that both
+    # paths' forwards and backwards agree on P.
+    return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [qk * cap_in], dtype=gl.float32,
+                                     is_pure=True, pack=1)

@@ -6,11 +6,10 @@ hk = h // (H // Hkv), causal top-left aligned (query i sees keys j <= i, as SDPA
 lse[b, h, i] = log sum_j exp(s_ij) in natural-log units, float32, which both backwards read.
 With a softcap c (Gemma 2; SOFTCAP = c, a constexpr, 0 for none) the scores are c tanh(s_ij / c),
 in the softmax and in lse alike; tanh is the GPU's `tanh.approx.f32`, as in the Triton kernels
-(`tritonkit.ops.attention.scores` has the formula and its accuracy). In bfloat16 the softcap
-kernel scales each Q tile by scale / c in shared memory (`prescaled`) and, for caps up to
-FIXED_REFERENCE_MAX_CAP, measures p from a fixed reference instead of a running row maximum
-(`fixed_reference`): the softcap's scores are bounded, and the score loop, which the softcap
-makes issue-bound, loses the multiply, the row maximum and the rescaling.
+(`tritonkit.ops.attention.scores` has the formula and its accuracy). In bfloat16, for caps up
+to FIXED_REFERENCE_MAX_CAP, the softcap kernel measures p from a fixed reference instead of a
+running row maximum (`fixed_reference`): the softcap's scores are bounded, and the score loop,
+which the softcap makes issue-bound, loses the row maximum and the rescaling.
 
 A tile is 128 query rows of one (batch, head), 192 at head dim 64 for full attention and long
 causal rows (`consumer_count`). The grid is persistent, one program per SM taking tile after tile:
@@ -87,15 +86,6 @@ def tile_config(head_dim: int) -> tuple[int, int]:
 
 
 
-def prescaled(softcap: float, dtype: torch.dtype) -> bool:
-    """Whether the kernel scales each Q tile by scale / c in shared memory (`_scale_q`) instead
-    of multiplying every score: with a softcap, in bfloat16, whose range is float32's. In
-    float16 q scale / c (about 0.002 q for Gemma's cap at head dim 128) would lose bits to
-    subnormals. The rounding of q scale / c to bfloat16 is of the size of q's own rounding; the
-    backward recomputes the scores from the raw q either way."""
-    return bool(softcap) and dtype == torch.bfloat16
-
-
 # The largest cap whose scores the softmax measures from a fixed reference (`fixed_reference`):
 # C = c log2 e <= 75 keeps p within [2^-120, 2^30].
 FIXED_REFERENCE_MAX_CAP = 75 / LOG2E
@@ -109,8 +99,10 @@ def fixed_reference(softcap: float, dtype: torch.dtype) -> float:
     none flushed (a running maximum flushes p below 2^-126 of the row's largest), and no row
     maximum, correction factor or rescaling of the output a block. In bfloat16 only: P is
     rounded to the tile's dtype for the P V product, and float16's range (2^-24 to 2^16) would
-    flush or overflow such p. The price of p up to 2^30: the float32 sums overflow when
-    |v| Nk > 2^98, against 2^128 with a running maximum."""
+    flush or overflow such p. The prices: a row's largest p is rounded too (from a running
+    maximum it is exactly 1), so a row dominated by one key carries bfloat16's rounding of its
+    weight, 2^-9 relative, as large as the rounding of the output itself; and with p up to
+    2^30 the float32 sums overflow when |v| Nk > 2^98, against 2^128 with a running maximum."""
     if not softcap or dtype != torch.bfloat16 or softcap > FIXED_REFERENCE_MAX_CAP:
         return 0.0
     c = softcap * LOG2E
@@ -181,7 +173,7 @@ class ForwardLaunch:
         constexprs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap),
                           WINDOW_LEFT=int(window_left), DYNAMIC=self.dynamic, STAGES=stages, CONSUMERS=consumers,
                           CONSUMER_REGS=consumer_regs(consumers), PRODUCER_REGS=PRODUCER_REGS,
-                          PRESCALED=prescaled(softcap, q.dtype), FIXED_MAX=fixed_reference(softcap, q.dtype))
+                          FIXED_MAX=fixed_reference(softcap, q.dtype))
         self.template = LaunchTemplate("attention_fwd_gluon", _attn_fwd_kernel, (min(n_tiles, num_sms(q.device)),),
                                        tail, constexprs, num_warps=4, num_stages=None)
 

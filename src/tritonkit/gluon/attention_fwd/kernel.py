@@ -8,7 +8,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from ..common import _softcap_tanh, _tanh_approx, _tile, _tma_view, _walk, _wgmma_layout, _window_start
+from ..common import _softcap_tanh, _tile, _tma_view, _walk, _wgmma_layout, _window_start
 
 
 
@@ -113,7 +113,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
 
 @gluon.jit
 def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, PRESCALED: gl.constexpr,
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
                   FIXED_MAX: gl.constexpr):
     # Online softmax of one key block in base 2 (qk_scale = scale * log2 e):
     #   m' = max(m, max_j s_j * qk_scale),  p_j = 2^(s_j * qk_scale - m'),
@@ -121,8 +121,7 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, 
     # With a positive scale the row maximum is taken on the raw scores and scaled once, and
     # s * qk_scale - m' is one fused multiply-add per score. With a softcap (qk_scale = scale / c)
     # the base-2 score is tanh(qk qk_scale) c log2 e: the row maximum is taken on tanh (c > 0
-    # keeps the order) and scaled once the same way; with PRESCALED, Q already holds q scale / c
-    # (`_scale_q`) and the product is tanh's input itself.
+    # keeps the order) and scaled once the same way.
     # With FIXED_MAX (a softcap's bound reference, `fixed_reference`), m stays FIXED_MAX: every
     # base-2 score lies in [-C, C], C = c log2 e, so p = 2^(score - FIXED_MAX) is normal and
     # bounded without a running maximum; alpha is 1 and nothing is rescaled.
@@ -131,10 +130,7 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, 
     s_layout: gl.constexpr = qk.type.layout
     MAX_SCALED: gl.constexpr = SCALE_POS or SOFTCAP > 0
     if SOFTCAP > 0:
-        if PRESCALED:
-            qk = _tanh_approx(qk)
-        else:
-            qk = _softcap_tanh(qk, qk_scale)
+        qk = _softcap_tanh(qk, qk_scale)
         row_scale = SOFTCAP * 1.4426950408889634
     else:
         row_scale = qk_scale
@@ -175,20 +171,6 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, 
 
 
 @gluon.jit
-def _scale_q(q, factor):
-    # q *= factor in place: this warpgroup's Q tile in shared memory, scaled in float32 and
-    # rounded to its dtype once a tile, so that each S product gives tanh's input scale q.k / c
-    # directly instead of a multiply a score (the softcap forward is issue-bound). Each thread
-    # makes its stores visible to the tensor cores' (async) proxy, and the warpgroup's barrier
-    # orders them all before its first product reads the tile.
-    rows: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
-    x = q.load(rows)
-    q.store((x.to(gl.float32) * factor).to(q.dtype))
-    fence_async_shared()
-    gl.thread_barrier()
-
-
-@gluon.jit
 def _wait_turn(my_turn, c, WG: gl.constexpr):
     # The turn goes round the consumer warpgroups in order, each wait needing the previous
     # one's arrive, so its parity is the issue count's: warpgroup 0 finds its first turn free,
@@ -203,7 +185,7 @@ def _wait_turn(my_turn, c, WG: gl.constexpr):
 def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
                     my_turn, next_turn, WG: gl.constexpr, row0, Nk, qk_scale, MASKED: gl.constexpr,
                     CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-                    PRESCALED: gl.constexpr, FIXED_MAX: gl.constexpr):
+                    FIXED_MAX: gl.constexpr):
     # Key block j of a tile, not its first (c: this block counted over the program's tiles):
     # S(j) and P(j-1) V(j-1) in flight together, softmax(j) under the latter.
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -225,7 +207,7 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
     qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk, ))
     mbarrier.arrive(k_empty.index(s), count=1)
     p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS,
-                                       SOFTCAP, WINDOW_LEFT, PRESCALED, FIXED_MAX)
+                                       SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     pb_next = gl.convert_layout(p.to(q.dtype), p_layout)
     # pb is the register operand of the product in flight: a dependency of the wait that
     # retires it, so its registers are not reused before the tensor cores have read them.
@@ -240,7 +222,7 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
 def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready,
                    v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, H, Nq, Nk, qk_scale,
                    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-                   PRESCALED: gl.constexpr, FIXED_MAX: gl.constexpr):
+                   FIXED_MAX: gl.constexpr):
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -268,25 +250,25 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     if first_whole:
         p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, False, CAUSAL, SCALE_POS,
-                                           SOFTCAP, WINDOW_LEFT, PRESCALED, FIXED_MAX)
+                                           SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     else:
         p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, True, CAUSAL, SCALE_POS,
-                                           SOFTCAP, WINDOW_LEFT, PRESCALED, FIXED_MAX)
+                                           SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     pb = gl.convert_layout(p.to(q.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, edge):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, PRESCALED, FIXED_MAX)
+                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     for j in range(gl.maximum(edge, 1), band):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
-                                            False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, PRESCALED, FIXED_MAX)
+                                            False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     for j in range(gl.maximum(band, 1), count):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, PRESCALED, FIXED_MAX)
+                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
 
     # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
     # every S product has retired) and a TMA store that drops rows past Nq.
@@ -309,18 +291,16 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
 @gluon.jit
 def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready,
                   k_empty, v_empty, turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
-                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, PRESCALED: gl.constexpr,
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
                   FIXED_MAX: gl.constexpr):
     # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
     BLOCK_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
-    if PRESCALED:
-        _scale_q(q, qk_scale)
     b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N)
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
                    v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, H, Nq, Nk, qk_scale,
-                   CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, PRESCALED, FIXED_MAX)
+                   CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
     mbarrier.arrive(q_empty.index(WG), count=1)
     return c + n_kv - lo
@@ -337,7 +317,7 @@ def _posted_tile(tile_ids, WG: gl.constexpr):
 def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
               turn, tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
               SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr,
-              PRESCALED: gl.constexpr, FIXED_MAX: gl.constexpr):
+              FIXED_MAX: gl.constexpr):
     CONSUMERS: gl.constexpr = q_smem.shape[0]
     q = q_smem.index(WG)
     c = 0
@@ -348,7 +328,7 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         while t < n_tiles:
             c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
                               turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                              PRESCALED, FIXED_MAX)
+                              FIXED_MAX)
             ti += 1
             mbarrier.wait(q_ready.index(WG), ti & 1)
             t = _posted_tile(tile_ids, WG)
@@ -357,7 +337,7 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
             mbarrier.wait(q_ready.index(WG), ti & 1)
             c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
                               turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                              PRESCALED, FIXED_MAX)
+                              FIXED_MAX)
             ti += 1
 
 
@@ -375,7 +355,7 @@ def _attn_fwd_kernel(
     # CONSUMERS: 64-row consumer warpgroups, 2 or 3, with CONSUMER_REGS registers each)
     CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
     DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    PRODUCER_REGS: gl.constexpr, PRESCALED: gl.constexpr, FIXED_MAX: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr, FIXED_MAX: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -413,13 +393,13 @@ def _attn_fwd_kernel(
         gl.warp_specialize([
             (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                          DYNAMIC, PRESCALED, FIXED_MAX)),
+                          DYNAMIC, FIXED_MAX)),
             (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                          DYNAMIC, PRESCALED, FIXED_MAX)),
+                          DYNAMIC, FIXED_MAX)),
             (_consumer, (2, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                          DYNAMIC, PRESCALED, FIXED_MAX)),
+                          DYNAMIC, FIXED_MAX)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
                          v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
@@ -428,10 +408,10 @@ def _attn_fwd_kernel(
         gl.warp_specialize([
             (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                          DYNAMIC, PRESCALED, FIXED_MAX)),
+                          DYNAMIC, FIXED_MAX)),
             (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                          DYNAMIC, PRESCALED, FIXED_MAX)),
+                          DYNAMIC, FIXED_MAX)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
                          v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
