@@ -92,6 +92,29 @@ def test_softcap_structure_for_sm90(D):
     q = torch.empty(1, 2, 64, D, dtype=torch.bfloat16)
     _, args, kwargs = gluon_fwd.launch_args(q, q, q, q, torch.empty(1, 2, 64), True, 0.125, 50.0)
     assert kwargs["SOFTCAP"] == 50.0 and args[10] == 0.125 / 50.0
+    # In bfloat16 the softmax measures p from a fixed reference (no running row maximum: no
+    # max.f32 in the consumers' score loop).
+    assert kwargs["FIXED_MAX"] == gluon_fwd.fixed_reference(50.0, torch.bfloat16) > 0
+    assert "max.f32" not in kernel.ptx and "max.NaN.f32" not in kernel.ptx
+    assert re.search(r"max(\.NaN)?\.f32", _compiled(D, True, softcap=80.0).ptx)
+
+
+@pytest.mark.parametrize("softcap", [0.5, 5.0, 30.0, 41.6, 50.0, gluon_fwd.FIXED_REFERENCE_MAX_CAP])
+def test_fixed_reference_keeps_p_normal(softcap):
+    # Every base-2 score lies in [-C, C], C = c log2 e; p = 2^(score - R) must stay normal and
+    # far from overflow: within [2^-120, 2^30].
+    R = gluon_fwd.fixed_reference(softcap, torch.bfloat16)
+    C = softcap * math.log2(math.e)
+    assert R > 0 and -C - R >= -120 - 1e-9 and C - R <= 30 + 1e-9
+
+
+def test_fixed_reference_only_where_it_holds():
+    # A running maximum past the cap bound, in float16 (its range would flush or overflow p)
+    # and without a softcap.
+    assert gluon_fwd.fixed_reference(gluon_fwd.FIXED_REFERENCE_MAX_CAP * 1.001, torch.bfloat16) == 0.0
+    assert gluon_fwd.fixed_reference(80.0, torch.bfloat16) == 0.0
+    assert gluon_fwd.fixed_reference(50.0, torch.float16) == 0.0
+    assert gluon_fwd.fixed_reference(0.0, torch.bfloat16) == 0.0
 
 
 def _check_structure(kernel, D, spill_bound=0):
@@ -319,6 +342,8 @@ SOFTCAP_CASES = [
     (2, 4, 2, 300, 300, 128, False, 8.0, -0.5),    # a negative scale: tanh is odd, the max still on tanh
     (1, 2, 2, 1100, 1100, 128, True, 50.0, None),  # several laps of the rings
     (4, 16, 8, 777, 777, 128, False, 20.0, None),  # persistent programs taking several tiles
+    (2, 4, 2, 333, 333, 128, True, 80.0, None),    # past FIXED_REFERENCE_MAX_CAP: a running maximum
+    (2, 4, 2, 333, 333, 64, False, 51.9, None),    # just below it: the widest range of p
 ]
 
 
@@ -356,6 +381,21 @@ def test_window_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, window):
     torch.testing.assert_close(o.float(), o_t.float(), atol=2e-2, rtol=2e-2)
     again = attention_fwd(q, k, v, True, None, window, gluon=True)
     assert torch.equal(o, again[0]) and torch.equal(lse, again[1])
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("softcap", [50.0, 5.0, 80.0])
+def test_softcap_saturated_scores(causal, softcap):
+    # Scores pinned at both ends of the cap: rows whose every score is near +c, rows near -c
+    # (p at the ends of the fixed reference's range, 2^30 and 2^-120 for Gemma's cap), and
+    # ordinary rows between, against the reference and the Triton path.
+    q, k, v = _qkv(2, 4, 2, 300, 300, 128)
+    k = k.abs() + 0.5
+    sign = torch.tensor([1.0, -1.0, 0.0], device="cuda").repeat(100)[:, None]
+    q = torch.where(sign == 0, q, 30.0 * sign).to(q.dtype)
+    _check_softcap(q, k, v, causal, softcap)
 
 
 @pytest.mark.gpu

@@ -210,6 +210,17 @@ def test_softcap_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal, soft
 
 @pytest.mark.gpu
 @needs_hopper
+def test_softcap_saturated_scores():
+    # The backward from the lse of a forward measured from the fixed reference (Gemma's cap, in
+    # bfloat16), with rows whose every score sits near +c or -c.
+    q, k, v = _qkv(2, 4, 2, 300, 300, 128)
+    k = k.abs() + 0.5
+    sign = torch.tensor([1.0, -1.0, 0.0], device="cuda").repeat(100)[:, None]
+    _check_softcap(torch.where(sign == 0, q, 30.0 * sign).to(q.dtype), k, v, True, 50.0)
+
+
+@pytest.mark.gpu
+@needs_hopper
 def test_softcap_float16():
     _check_softcap(*_qkv(2, 4, 2, 300, 300, 128, torch.float16), True, 5.0, scale=1.0)
 

@@ -6,7 +6,10 @@ hk = h // (H // Hkv), causal top-left aligned (query i sees keys j <= i, as SDPA
 lse[b, h, i] = log sum_j exp(s_ij) in natural-log units, float32, which both backwards read.
 With a softcap c (Gemma 2; SOFTCAP = c, a constexpr, 0 for none) the scores are c tanh(s_ij / c),
 in the softmax and in lse alike; tanh is the GPU's `tanh.approx.f32`, as in the Triton kernels
-(`tritonkit.ops.attention.scores` has the formula and its accuracy).
+(`tritonkit.ops.attention.scores` has the formula and its accuracy). In bfloat16, for caps up
+to FIXED_REFERENCE_MAX_CAP, the softcap kernel measures p from a fixed reference instead of a
+running row maximum (`fixed_reference`): the softcap's scores are bounded, and the score loop,
+which the softcap makes issue-bound, loses the row maximum and the rescaling.
 
 A tile is 128 query rows of one (batch, head), 192 at head dim 64 for full attention and long
 causal rows (`consumer_count`). The grid is persistent, one program per SM taking tile after tile:
@@ -46,7 +49,7 @@ import torch
 from ..._counters import zeroed_counters
 from ..._launch import LaunchTemplate, target_capability
 from ..._layout import cdiv
-from ...ops.attention.scores import kernel_qk_scale
+from ...ops.attention.scores import LOG2E, kernel_qk_scale
 from ..host import GL_DTYPES, PRODUCER_REGS, ROWS_PER_WARPGROUP, consumer_regs, descriptor, num_sms, tma_refusal
 from .kernel import _attn_fwd_kernel
 
@@ -81,6 +84,29 @@ def tile_config(head_dim: int) -> tuple[int, int]:
     24 KB + 2 x 32 KB."""
     return {64: (128, 2), 128: (128, 2), 256: (64, 2)}[head_dim]
 
+
+
+# The largest cap whose scores the softmax measures from a fixed reference (`fixed_reference`):
+# C = c log2 e <= 75 keeps p within [2^-120, 2^30].
+FIXED_REFERENCE_MAX_CAP = 75 / LOG2E
+
+
+def fixed_reference(softcap: float, dtype: torch.dtype) -> float:
+    """The base-2 reference R the softmax measures every p = 2^(score - R) from, in place of a
+    running row maximum, or 0.0 for a running maximum. With a softcap c every base-2 score lies
+    in [-C, C], C = c log2 e, so p lies in [2^(-C-R), 2^(C-R)]; R = min(C, 120 - C) keeps that
+    within [2^-120, 2^30] for C <= 75 (c <= 51.98, Gemma 2's 50 included): every p normal,
+    none flushed (a running maximum flushes p below 2^-126 of the row's largest), and no row
+    maximum, correction factor or rescaling of the output a block. In bfloat16 only: P is
+    rounded to the tile's dtype for the P V product, and float16's range (2^-24 to 2^16) would
+    flush or overflow such p. The prices: a row's largest p is rounded too (from a running
+    maximum it is exactly 1), so a row dominated by one key carries bfloat16's rounding of its
+    weight, 2^-9 relative, as large as the rounding of the output itself; and with p up to
+    2^30 the float32 sums overflow when |v| Nk > 2^98, against 2^128 with a running maximum."""
+    if not softcap or dtype != torch.bfloat16 or softcap > FIXED_REFERENCE_MAX_CAP:
+        return 0.0
+    c = softcap * LOG2E
+    return min(c, 120.0 - c)
 
 
 def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -146,7 +172,8 @@ class ForwardLaunch:
         tail = (Nq, k.shape[2], H, H // k.shape[1], kernel_qk_scale(scale, softcap), n_m, n_tiles)
         constexprs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap),
                           WINDOW_LEFT=int(window_left), DYNAMIC=self.dynamic, STAGES=stages, CONSUMERS=consumers,
-                          CONSUMER_REGS=consumer_regs(consumers), PRODUCER_REGS=PRODUCER_REGS)
+                          CONSUMER_REGS=consumer_regs(consumers), PRODUCER_REGS=PRODUCER_REGS,
+                          FIXED_MAX=fixed_reference(softcap, q.dtype))
         self.template = LaunchTemplate("attention_fwd_gluon", _attn_fwd_kernel, (min(n_tiles, num_sms(q.device)),),
                                        tail, constexprs, num_warps=4, num_stages=None)
 

@@ -113,7 +113,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
 
 @gluon.jit
 def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+                  FIXED_MAX: gl.constexpr):
     # Online softmax of one key block in base 2 (qk_scale = scale * log2 e):
     #   m' = max(m, max_j s_j * qk_scale),  p_j = 2^(s_j * qk_scale - m'),
     #   alpha = 2^(m - m'),  l' = alpha * l + sum_j p_j.
@@ -121,6 +122,9 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, 
     # s * qk_scale - m' is one fused multiply-add per score. With a softcap (qk_scale = scale / c)
     # the base-2 score is tanh(qk qk_scale) c log2 e: the row maximum is taken on tanh (c > 0
     # keeps the order) and scaled once the same way.
+    # With FIXED_MAX (a softcap's bound reference, `fixed_reference`), m stays FIXED_MAX: every
+    # base-2 score lies in [-C, C], C = c log2 e, so p = 2^(score - FIXED_MAX) is normal and
+    # bounded without a running maximum; alpha is 1 and nothing is rescaled.
     BLOCK_M: gl.constexpr = qk.shape[0]
     BLOCK_N: gl.constexpr = qk.shape[1]
     s_layout: gl.constexpr = qk.type.layout
@@ -141,22 +145,28 @@ def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, 
             if WINDOW_LEFT >= 0:
                 keep = keep & (gl.expand_dims(cols, 0) >= gl.expand_dims(rows - WINDOW_LEFT, 1))
         qk = gl.where(keep, qk, float("-inf"))
-    if MAX_SCALED:
-        m_new = gl.maximum(m_i, gl.max(qk, axis=1) * row_scale)
+    if FIXED_MAX > 0:
+        p = gl.exp2(qk * row_scale - FIXED_MAX)
+        m_new = m_i
+        alpha = m_i                                       # unused: nothing to rescale
+        l_new = l_i + gl.sum(p, axis=1)
     else:
-        m_new = gl.maximum(m_i, gl.max(qk, axis=1))
-    # A window's first blocks may hold none of a row's keys yet (its window starts further
-    # on): its max is still -inf, and 2^(-inf - -inf) would be NaN; measured from 0 instead,
-    # its p and alpha are 0. Every row sees a key by its last block (the dispatch's condition).
-    m_base = m_new
-    if MASKED and WINDOW_LEFT >= 0:
-        m_base = gl.where(m_new == float("-inf"), 0.0, m_new)
-    if MAX_SCALED:
-        p = gl.exp2(qk * row_scale - gl.expand_dims(m_base, 1))
-    else:
-        p = gl.exp2(qk - gl.expand_dims(m_base, 1))
-    alpha = gl.exp2(m_i - m_base)
-    l_new = l_i * alpha + gl.sum(p, axis=1)
+        if MAX_SCALED:
+            m_new = gl.maximum(m_i, gl.max(qk, axis=1) * row_scale)
+        else:
+            m_new = gl.maximum(m_i, gl.max(qk, axis=1))
+        # A window's first blocks may hold none of a row's keys yet (its window starts further
+        # on): its max is still -inf, and 2^(-inf - -inf) would be NaN; measured from 0 instead,
+        # its p and alpha are 0. Every row sees a key by its last block (the dispatch's condition).
+        m_base = m_new
+        if MASKED and WINDOW_LEFT >= 0:
+            m_base = gl.where(m_new == float("-inf"), 0.0, m_new)
+        if MAX_SCALED:
+            p = gl.exp2(qk * row_scale - gl.expand_dims(m_base, 1))
+        else:
+            p = gl.exp2(qk - gl.expand_dims(m_base, 1))
+        alpha = gl.exp2(m_i - m_base)
+        l_new = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_new
 
 
@@ -174,7 +184,8 @@ def _wait_turn(my_turn, c, WG: gl.constexpr):
 @gluon.jit
 def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
                     my_turn, next_turn, WG: gl.constexpr, row0, Nk, qk_scale, MASKED: gl.constexpr,
-                    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+                    FIXED_MAX: gl.constexpr):
     # Key block j of a tile, not its first (c: this block counted over the program's tiles):
     # S(j) and P(j-1) V(j-1) in flight together, softmax(j) under the latter.
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -196,20 +207,22 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
     qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk, ))
     mbarrier.arrive(k_empty.index(s), count=1)
     p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS,
-                                       SOFTCAP, WINDOW_LEFT)
+                                       SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     pb_next = gl.convert_layout(p.to(q.dtype), p_layout)
     # pb is the register operand of the product in flight: a dependency of the wait that
     # retires it, so its registers are not reused before the tensor cores have read them.
     acc, pb = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pb))
     mbarrier.arrive(v_empty.index(sp), count=1)
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    if FIXED_MAX == 0:
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     return acc, pb_next, m_i, l_i
 
 
 @gluon.jit
 def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready,
                    v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, H, Nq, Nk, qk_scale,
-                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+                   FIXED_MAX: gl.constexpr):
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -233,29 +246,29 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
     mbarrier.arrive(next_turn, count=1)
     qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
     mbarrier.arrive(k_empty.index(s0), count=1)
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    m_i = gl.full([BLOCK_M], FIXED_MAX if FIXED_MAX > 0 else float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     if first_whole:
         p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, False, CAUSAL, SCALE_POS,
-                                           SOFTCAP, WINDOW_LEFT)
+                                           SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     else:
         p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, True, CAUSAL, SCALE_POS,
-                                           SOFTCAP, WINDOW_LEFT)
+                                           SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     pb = gl.convert_layout(p.to(q.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, edge):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     for j in range(gl.maximum(edge, 1), band):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
-                                            False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+                                            False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     for j in range(gl.maximum(band, 1), count):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
 
     # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
     # every S product has retired) and a TMA store that drops rows past Nq.
@@ -278,7 +291,8 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
 @gluon.jit
 def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready,
                   k_empty, v_empty, turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
-                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr):
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+                  FIXED_MAX: gl.constexpr):
     # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
     BLOCK_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
@@ -286,7 +300,7 @@ def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
                    v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, H, Nq, Nk, qk_scale,
-                   CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+                   CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
     mbarrier.arrive(q_empty.index(WG), count=1)
     return c + n_kv - lo
@@ -302,7 +316,8 @@ def _posted_tile(tile_ids, WG: gl.constexpr):
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
               turn, tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
-              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr,
+              FIXED_MAX: gl.constexpr):
     CONSUMERS: gl.constexpr = q_smem.shape[0]
     q = q_smem.index(WG)
     c = 0
@@ -312,7 +327,8 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         t = _posted_tile(tile_ids, WG)
         while t < n_tiles:
             c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
-                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                              FIXED_MAX)
             ti += 1
             mbarrier.wait(q_ready.index(WG), ti & 1)
             t = _posted_tile(tile_ids, WG)
@@ -320,7 +336,8 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             mbarrier.wait(q_ready.index(WG), ti & 1)
             c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
-                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT)
+                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                              FIXED_MAX)
             ti += 1
 
 
@@ -338,7 +355,7 @@ def _attn_fwd_kernel(
     # CONSUMERS: 64-row consumer warpgroups, 2 or 3, with CONSUMER_REGS registers each)
     CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
     DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    PRODUCER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr, FIXED_MAX: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -376,13 +393,13 @@ def _attn_fwd_kernel(
         gl.warp_specialize([
             (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                          DYNAMIC)),
+                          DYNAMIC, FIXED_MAX)),
             (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                          DYNAMIC)),
+                          DYNAMIC, FIXED_MAX)),
             (_consumer, (2, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                          DYNAMIC)),
+                          DYNAMIC, FIXED_MAX)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
                          v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
@@ -391,10 +408,10 @@ def _attn_fwd_kernel(
         gl.warp_specialize([
             (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                          DYNAMIC)),
+                          DYNAMIC, FIXED_MAX)),
             (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn, tile_ids,
                           o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                          DYNAMIC)),
+                          DYNAMIC, FIXED_MAX)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
                          v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
