@@ -14,7 +14,7 @@ pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > /dev/null 2>
 for t in . _wt/norms; do
   n=$([ "$t" = . ] && echo main || echo branch)
   (cd $t && PYTHONPATH=src timeout 60 python3 benchmarks/host_profile.py --no-profile norms > $R/host-$n.txt 2>&1
-   PYTHONPATH=src timeout 60 python3 /dev/stdin < benchmarks/results/2026-12-02-h200-s14-norms_kernels.py > $R/kernels-$n.txt 2>&1
+   PYTHONPATH=src timeout 60 python3 benchmarks/results/2026-12-02-h200-s14-norms_kernels.py > $R/kernels-$n.txt 2>&1
    PYTHONPATH=src:/tmp/site timeout 100 python3 -m tritonkit bench rms_norm layer_norm --filter "8192x4096" \
      --no-progress > $R/bench-$n.txt 2>&1)
 done
