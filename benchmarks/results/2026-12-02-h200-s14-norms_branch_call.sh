@@ -5,6 +5,9 @@
 # cases against their peers (Liger carried as .whl/). Export the branch first (untracked, not
 # ignored, so the device tool copies it):
 #   mkdir -p _wt/norms && git archive norms-launch-templates | tar -x -C _wt/norms
+# or, where the branch is gone, main with the branch's diff kept beside this script:
+#   mkdir -p _wt/norms && git archive main | tar -x -C _wt/norms
+#   (cd _wt/norms && git apply ../../benchmarks/results/2026-12-02-s14-norms-launch-templates.patch)
 # Run from main with carry [".whl"]: bash benchmarks/results/2026-12-02-h200-s14-norms_branch_call.sh  (~5 min)
 export TRITONKIT_AUTOTUNE=0
 R=${OUT:-/tmp/out}; mkdir -p $R
