@@ -40,6 +40,8 @@ WINDOW_SPILL_BOUND = {64: 0, 128: 16, 256: 0}
 @pytest.mark.parametrize("D", [64, 128, 256])
 def test_window_structure_for_sm90(D):
     _check_structure(_compiled(D, True, window_left=100), D, WINDOW_SPILL_BOUND[D])
+    # With Gemma's cap too, from the fixed reference: no running maximum to keep finite, no spills.
+    _check_structure(_compiled(D, True, softcap=50.0, window_left=100), D)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -381,6 +383,29 @@ def test_window_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, window):
     torch.testing.assert_close(o.float(), o_t.float(), atol=2e-2, rtol=2e-2)
     again = attention_fwd(q, k, v, True, None, window, gluon=True)
     assert torch.equal(o, again[0]) and torch.equal(lse, again[1])
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("B, H, Hkv, Nq, Nk, window", [
+    (2, 4, 2, 333, 333, 100),     # rows whose window starts past the first key block
+    (1, 2, 1, 700, 700, 0),       # the diagonal only
+    (4, 16, 8, 777, 777, 200),    # persistent programs taking several tiles
+])
+def test_window_with_softcap(B, H, Hkv, Nq, Nk, D, window):
+    # Gemma 2's sliding layers: a causal left window and Gemma's cap together, in bfloat16, so
+    # from the fixed reference: rows that have seen no key yet add exactly zero (p = 2^-inf).
+    q, k, v = _qkv(B, H, Hkv, Nq, Nk, D)
+    o, lse = attention_fwd(q, k, v, True, None, window, softcap=50.0, gluon=True)
+    kw = dict(window=(window, -1), softcap=50.0, return_lse=True)
+    ref, ref_lse = attention_reference(q, k, v, True, None, **kw)
+    same, same_lse = attention_reference(q, k, v, True, None, upcast=False, **kw)
+    assert_close_to_reference(o, ref, same)
+    assert_close_to_reference(lse, ref_lse, same_lse.float(), what="lse")
+    o_t, lse_t = attention_fwd(q, k, v, True, None, window, softcap=50.0, gluon=False)
+    torch.testing.assert_close(lse, lse_t, atol=2e-3, rtol=0)
+    torch.testing.assert_close(o.float(), o_t.float(), atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.gpu

@@ -12,6 +12,10 @@
 export TRITONKIT_AUTOTUNE=0
 R=${OUT:-/tmp/out}; mkdir -p $R
 pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > /dev/null 2>&1
+# main's GPU cases added after the fourteenth set's calls: a causal window with a softcap on the
+# Gluon forward (bfloat16, so from the fixed reference)
+PYTHONPATH=src timeout 90 python3 -m pytest -m gpu -q -n 8 tests/test_gluon_attention.py -k window_with_softcap \
+   > $R/main-window-softcap-tests.txt 2>&1; echo "rc $?" >> $R/main-window-softcap-tests.txt
 (cd _wt/norms && PYTHONPATH=src timeout 120 python3 -m pytest -m gpu -q -x -n 8 tests/test_norms.py \
    tests/test_norm_plans.py tests/test_autograd_roads.py > $R/branch-tests.txt 2>&1; echo "rc $?" >> $R/branch-tests.txt)
 for t in . _wt/norms; do
@@ -21,4 +25,4 @@ for t in . _wt/norms; do
    PYTHONPATH=src:/tmp/site timeout 100 python3 -m tritonkit bench rms_norm layer_norm --filter "8192x4096" \
      --no-progress > $R/bench-$n.txt 2>&1)
 done
-tail -n 2 $R/branch-tests.txt; tail -n 12 $R/host-*.txt; grep "back to back" $R/kernels-*.txt; tail -n 12 $R/bench-*.txt
+tail -n 2 $R/main-window-softcap-tests.txt $R/branch-tests.txt; tail -n 12 $R/host-*.txt; grep "back to back" $R/kernels-*.txt; tail -n 12 $R/bench-*.txt
