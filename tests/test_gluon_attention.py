@@ -372,17 +372,24 @@ def test_window_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, window):
     # A causal mask's left window on the Gluon forward (the dispatch's choice where every row
     # sees a key) against the float64 reference, the Triton forward, and bitwise run to run.
     q, k, v = _qkv(B, H, Hkv, Nq, Nk, D)
-    o, lse = attention_fwd(q, k, v, True, None, window, gluon=True)
-    kw = dict(window=(window, -1), return_lse=True)
+    o, lse = _check_window(q, k, v, window)
+    again = attention_fwd(q, k, v, True, None, window, gluon=True)
+    assert torch.equal(o, again[0]) and torch.equal(lse, again[1])
+
+
+def _check_window(q, k, v, window, softcap=0.0):
+    """The Gluon forward with a causal left window (and a softcap) against the float64
+    reference (torch's error in the same dtype, the yardstick) and the Triton forward."""
+    o, lse = attention_fwd(q, k, v, True, None, window, softcap=softcap, gluon=True)
+    kw = dict(window=(window, -1), softcap=softcap or None, return_lse=True)
     ref, ref_lse = attention_reference(q, k, v, True, None, **kw)
     same, same_lse = attention_reference(q, k, v, True, None, upcast=False, **kw)
     assert_close_to_reference(o, ref, same)
     assert_close_to_reference(lse, ref_lse, same_lse.float(), what="lse")
-    o_t, lse_t = attention_fwd(q, k, v, True, None, window, gluon=False)
+    o_t, lse_t = attention_fwd(q, k, v, True, None, window, softcap=softcap, gluon=False)
     torch.testing.assert_close(lse, lse_t, atol=2e-3, rtol=0)
     torch.testing.assert_close(o.float(), o_t.float(), atol=2e-2, rtol=2e-2)
-    again = attention_fwd(q, k, v, True, None, window, gluon=True)
-    assert torch.equal(o, again[0]) and torch.equal(lse, again[1])
+    return o, lse
 
 
 @pytest.mark.gpu
@@ -396,16 +403,7 @@ def test_window_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, window):
 def test_window_with_softcap(B, H, Hkv, Nq, Nk, D, window):
     # Gemma 2's sliding layers: a causal left window and Gemma's cap together, in bfloat16, so
     # from the fixed reference: rows that have seen no key yet add exactly zero (p = 2^-inf).
-    q, k, v = _qkv(B, H, Hkv, Nq, Nk, D)
-    o, lse = attention_fwd(q, k, v, True, None, window, softcap=50.0, gluon=True)
-    kw = dict(window=(window, -1), softcap=50.0, return_lse=True)
-    ref, ref_lse = attention_reference(q, k, v, True, None, **kw)
-    same, same_lse = attention_reference(q, k, v, True, None, upcast=False, **kw)
-    assert_close_to_reference(o, ref, same)
-    assert_close_to_reference(lse, ref_lse, same_lse.float(), what="lse")
-    o_t, lse_t = attention_fwd(q, k, v, True, None, window, softcap=50.0, gluon=False)
-    torch.testing.assert_close(lse, lse_t, atol=2e-3, rtol=0)
-    torch.testing.assert_close(o.float(), o_t.float(), atol=2e-2, rtol=2e-2)
+    _check_window(*_qkv(B, H, Hkv, Nq, Nk, D), window, softcap=50.0)
 
 
 @pytest.mark.gpu
@@ -416,11 +414,16 @@ def test_softcap_saturated_scores(causal, softcap):
     # Scores pinned at both ends of the cap: rows whose every score is near +c, rows near -c
     # (p at the ends of the fixed reference's range, 2^30 and 2^-120 for Gemma's cap), and
     # ordinary rows between, against the reference and the Triton path.
+    _check_softcap(*saturated_qkv(), causal, softcap)
+
+
+def saturated_qkv():
+    """q, k, v (2, 4/2 heads, 300, 128, bfloat16) whose rows of scores saturate a cap: every
+    third row all near +c (q = 30, k > 0.5), the next all near -c, the third ordinary."""
     q, k, v = _qkv(2, 4, 2, 300, 300, 128)
     k = k.abs() + 0.5
     sign = torch.tensor([1.0, -1.0, 0.0], device="cuda").repeat(100)[:, None]
-    q = torch.where(sign == 0, q, 30.0 * sign).to(q.dtype)
-    _check_softcap(q, k, v, causal, softcap)
+    return torch.where(sign == 0, q, 30.0 * sign).to(q.dtype), k, v
 
 
 @pytest.mark.gpu

@@ -19,7 +19,7 @@ from tritonkit.ops.attention import attention_bwd, attention_fwd, attention_refe
 from _tolerance import assert_close_to_reference, eps_for
 from test_attention import sdpa
 from test_attention_backward import grads, reference_grads
-from test_gluon_attention import SOFTCAP_CASES, _qkv, needs_hopper
+from test_gluon_attention import SOFTCAP_CASES, _qkv, needs_hopper, saturated_qkv
 
 # ptxas spills a few loop-invariant values of the dK/dV kernel at D=128 (the dK and dV
 # accumulators take 128 of the 240 registers): reloaded from L1 each query block (ptxas,
@@ -213,10 +213,7 @@ def test_softcap_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal, soft
 def test_softcap_saturated_scores():
     # The backward from the lse of a forward measured from the fixed reference (Gemma's cap, in
     # bfloat16), with rows whose every score sits near +c or -c.
-    q, k, v = _qkv(2, 4, 2, 300, 300, 128)
-    k = k.abs() + 0.5
-    sign = torch.tensor([1.0, -1.0, 0.0], device="cuda").repeat(100)[:, None]
-    _check_softcap(torch.where(sign == 0, q, 30.0 * sign).to(q.dtype), k, v, True, 50.0)
+    _check_softcap(*saturated_qkv(), True, 50.0)
 
 
 @pytest.mark.gpu
