@@ -384,7 +384,11 @@ def _check_window(q, k, v, window, softcap=0.0):
     kw = dict(window=(window, -1), softcap=softcap or None, return_lse=True)
     ref, ref_lse = attention_reference(q, k, v, True, None, **kw)
     same, same_lse = attention_reference(q, k, v, True, None, upcast=False, **kw)
-    assert_close_to_reference(o, ref, same)
+    # The fixed reference rounds a row's largest p to bfloat16 too (fixed_reference's documented
+    # price): 2^-9 relative where one key holds a row's weight, as on the diagonal (window 0),
+    # where torch's own output is exact and so no yardstick.
+    eps = 2.0 ** -9 if gluon_fwd.fixed_reference(softcap, q.dtype) else None
+    assert_close_to_reference(o, ref, same, eps=eps)
     assert_close_to_reference(lse, ref_lse, same_lse.float(), what="lse")
     o_t, lse_t = attention_fwd(q, k, v, True, None, window, softcap=softcap, gluon=False)
     torch.testing.assert_close(lse, lse_t, atol=2e-3, rtol=0)
