@@ -89,10 +89,10 @@ def test_repeated_calls_reuse_the_template(norm, used, device):
     assert len(_plans._TEMPLATES) == len(variants)
 
 
-def _bwd(norm, dy, dh, h, weight, stats):
+def _bwd(norm, dy, dh, h, weight, stats, bias=None):
     if norm == "rms":
         return rms_norm_bwd(dy, dh, h, weight, stats[-1], 0.0)
-    return layer_norm_bwd(dy, dh, h, weight, None, *stats)
+    return layer_norm_bwd(dy, dh, h, weight, bias, *stats)
 
 
 @pytest.mark.parametrize("norm", ["rms", "layer"])
@@ -108,11 +108,15 @@ def test_backward_layouts_take_their_own_templates(norm, used, device):
         "dh given": (_x(device), _x(device), h, w),
         "no weight": (_x(device), None, h, None),
     }
+    if norm == "layer":  # dB takes the bias's dtype
+        variants["bias"] = (_x(device), None, h, w, stats, w)
+        variants["bfloat16 bias"] = (_x(device), None, h, w, stats, w.bfloat16())
+    variants = {what: args if len(args) > 4 else (*args, stats) for what, args in variants.items()}
     for args in variants.values():
-        _bwd(norm, *args, stats)
+        _bwd(norm, *args)
     assert len({id(t) for t in used}) == len(variants)
     for args in variants.values():
-        _bwd(norm, *args, stats)
+        _bwd(norm, *args)
     assert used[len(variants):] == used[:len(variants)]
 
 

@@ -420,11 +420,11 @@ def fwd_plan(n_rows: int, n_cols: int, is_rms: bool, has_weight: bool, has_bias:
             num_warps)
 
 
-def _fwd_template(is_rms: bool, tail: tuple, head: tuple) -> LaunchTemplate:
-    """The forward's template for a key's first call (head: x, residual, weight, bias, y, h,
-    mean, rstd; tail: n_rows and n_cols first)."""
-    grid, constexprs, num_warps = fwd_plan(tail[0], tail[1], is_rms, head[2] is not None, head[3] is not None,
-                                           head[5] is not None)
+def _fwd_template(is_rms: bool, tail: tuple, inputs: tuple) -> LaunchTemplate:
+    """The forward's template for a key's first call (inputs: x, residual, weight, bias;
+    tail: n_rows and n_cols first)."""
+    grid, constexprs, num_warps = fwd_plan(tail[0], tail[1], is_rms, inputs[2] is not None, inputs[3] is not None,
+                                           inputs[1] is not None)
     return LaunchTemplate("rms_norm_fwd" if is_rms else "layer_norm_fwd", _norm_fwd_kernel, grid, tail,
                           constexprs, num_warps, 1)
 
@@ -527,11 +527,13 @@ def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
         return y, h, mean, rstd
     (x, residual), size1, (x_strides, r_strides) = rows_of(shape, x, residual if h is not None else x)
     # A strided 1-D weight or bias is copied: (hidden,) elements, next to (rows, hidden).
-    head = (x, residual if h is not None else None, weight.contiguous() if weight is not None else None,
-            bias.contiguous() if bias is not None else None, y, h, mean, rstd)
+    inputs = (x, residual if h is not None else None, weight.contiguous() if weight is not None else None,
+              bias.contiguous() if bias is not None else None)
     tail = (n_rows, n_cols, size1, *x_strides, *r_strides, eps, weight_offset)
-    key = (is_rms, x.device, tail, math.copysign(1.0, weight_offset), head_layout(head))
-    template(key, _fwd_template, is_rms, tail, head)(*head)
+    # y, h, mean and rstd are fresh, aligned, and of the dtypes and presence that x, the
+    # residual and is_rms decide: the inputs' layouts key them.
+    key = (is_rms, x.device, tail, math.copysign(1.0, weight_offset), head_layout(inputs))
+    template(key, _fwd_template, is_rms, tail, inputs)(*inputs, y, h, mean, rstd)
     return y, h, mean, rstd
 
 
@@ -559,10 +561,13 @@ def norm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight:
                                                           bias is not None, has_dh)
     # A row a program, then a row a group: every element written before it is read.
     partials = torch.empty((n_sums, part_rows, n_cols), dtype=torch.float32, device=h.device) if n_sums else None
-    head = (dy, dh if has_dh else None, h, weight.contiguous() if weight is not None else None, mean, rstd,
-            dx, dw, db, partials, zeroed_counters(h.device) if n_sums else None)
+    inputs = (dy, dh if has_dh else None, h, weight.contiguous() if weight is not None else None, mean, rstd)
     tail = (n_rows, n_cols, size1, *strides[0], *strides[1], *strides[2], weight_offset)
-    key = (is_rms, h.device, programs, tail, math.copysign(1.0, weight_offset), head_layout(head))
+    # dx, dW, dB and the partial sums are fresh and aligned, the counters too (zeroed once);
+    # their dtypes and presence follow h's, weight's and bias's.
+    key = (is_rms, h.device, programs, tail, math.copysign(1.0, weight_offset),
+           bias.dtype if bias is not None else None, head_layout(inputs))
     template(key, LaunchTemplate, "rms_norm_bwd" if is_rms else "layer_norm_bwd", _norm_bwd_kernel, (programs,),
-             tail, constexprs, num_warps, 1)(*head)
+             tail, constexprs, num_warps, 1)(*inputs, dx, dw, db, partials,
+                                             zeroed_counters(h.device) if n_sums else None)
     return dx, dw, db
