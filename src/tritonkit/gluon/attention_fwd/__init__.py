@@ -95,9 +95,9 @@ def fixed_reference(softcap: float, dtype: torch.dtype) -> float:
     """The base-2 reference R the softmax measures every p = 2^(score - R) from, in place of a
     running row maximum, or 0.0 for a running maximum. With a softcap c every base-2 score lies
     in [-C, C], C = c log2 e, so p lies in [2^(-C-R), 2^(C-R)]; R = min(C, 120 - C) keeps that
-    within [2^-120, 2^30] for C <= 75 (c <= 51.98, Gemma 2's 50 included): every p normal,
-    none flushed (a running maximum flushes p below 2^-126 of the row's largest), and no row
-    maximum, correction factor or rescaling of the output a block. In bfloat16 only: P is
+    within [2^-120, 2^30] for C <= 75 (c up to 75 / log2 e, about 51.99; Gemma 2's 50
+    included): every p normal, none flushed (a running maximum flushes p below 2^-126 of the
+    row's largest), and no row maximum, correction factor or rescaling of the output a block. In bfloat16 only: P is
     rounded to the tile's dtype for the P V product, and float16's range (2^-24 to 2^16) would
     flush or overflow such p. The prices: a row's largest p is rounded too (from a running
     maximum it is exactly 1), so a row dominated by one key carries bfloat16's rounding of its
