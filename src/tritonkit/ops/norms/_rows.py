@@ -43,8 +43,9 @@ import triton.language as tl
 
 from ..._checks import check_same_device, check_tensor, dtype_name
 from ..._counters import MAX_COUNTERS, zeroed_counters
-from ..._launch import Launch
+from ..._launch import LaunchTemplate
 from ..._layout import cdiv, collapse_dims, next_power_of_2
+from ._plans import head_layout, template
 
 MAX_FUSED_COLS = {"fwd": 16384, "bwd": 8192}  # longest row held whole by one program
 CHUNK_COLS = 4096          # columns a program handles at a time in longer rows
@@ -419,6 +420,15 @@ def fwd_plan(n_rows: int, n_cols: int, is_rms: bool, has_weight: bool, has_bias:
             num_warps)
 
 
+def _fwd_template(is_rms: bool, tail: tuple, inputs: tuple) -> LaunchTemplate:
+    """The forward's template for a key's first call (inputs: x, residual, weight, bias;
+    tail: n_rows and n_cols first)."""
+    grid, constexprs, num_warps = fwd_plan(tail[0], tail[1], is_rms, inputs[2] is not None, inputs[3] is not None,
+                                           inputs[1] is not None)
+    return LaunchTemplate("rms_norm_fwd" if is_rms else "layer_norm_fwd", _norm_fwd_kernel, grid, tail,
+                          constexprs, num_warps, 1)
+
+
 @functools.lru_cache(maxsize=1024)
 def bwd_plan(device: torch.device, n_rows: int, n_cols: int, is_rms: bool, has_weight: bool, has_bias: bool,
              has_dh: bool) -> tuple[int, int, dict, int]:
@@ -516,14 +526,14 @@ def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
     if n_rows == 0 or n_cols == 0:
         return y, h, mean, rstd
     (x, residual), size1, (x_strides, r_strides) = rows_of(shape, x, residual if h is not None else x)
-    grid, constexprs, num_warps = fwd_plan(n_rows, n_cols, is_rms, weight is not None, bias is not None,
-                                           h is not None)
     # A strided 1-D weight or bias is copied: (hidden,) elements, next to (rows, hidden).
-    Launch("rms_norm_fwd" if is_rms else "layer_norm_fwd", _norm_fwd_kernel, grid,
-           (x, residual if h is not None else None, weight.contiguous() if weight is not None else None,
-            bias.contiguous() if bias is not None else None, y, h, mean, rstd,
-            n_rows, n_cols, size1, *x_strides, *r_strides, eps, weight_offset),
-           constexprs, num_warps=num_warps, num_stages=1)()
+    inputs = (x, residual if h is not None else None, weight.contiguous() if weight is not None else None,
+              bias.contiguous() if bias is not None else None)
+    tail = (n_rows, n_cols, size1, *x_strides, *r_strides, eps, weight_offset)
+    # y, h, mean and rstd are fresh, aligned, and of the dtypes and presence that x, the
+    # residual and is_rms decide: the inputs' layouts key them.
+    key = (is_rms, x.device, tail, math.copysign(1.0, weight_offset), head_layout(inputs))
+    template(key, _fwd_template, is_rms, tail, inputs)(*inputs, y, h, mean, rstd)
     return y, h, mean, rstd
 
 
@@ -551,9 +561,13 @@ def norm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight:
                                                           bias is not None, has_dh)
     # A row a program, then a row a group: every element written before it is read.
     partials = torch.empty((n_sums, part_rows, n_cols), dtype=torch.float32, device=h.device) if n_sums else None
-    Launch("rms_norm_bwd" if is_rms else "layer_norm_bwd", _norm_bwd_kernel, (programs,),
-           (dy, dh if has_dh else None, h, weight.contiguous() if weight is not None else None, mean, rstd,
-            dx, dw, db, partials, zeroed_counters(h.device) if n_sums else None, n_rows, n_cols, size1,
-            *strides[0], *strides[1], *strides[2], weight_offset),
-           constexprs, num_warps=num_warps, num_stages=1)()
+    inputs = (dy, dh if has_dh else None, h, weight.contiguous() if weight is not None else None, mean, rstd)
+    tail = (n_rows, n_cols, size1, *strides[0], *strides[1], *strides[2], weight_offset)
+    # dx, dW, dB and the partial sums are fresh and aligned, the counters too (zeroed once);
+    # their dtypes and presence follow h's, weight's and bias's.
+    key = (is_rms, h.device, programs, tail, math.copysign(1.0, weight_offset),
+           bias.dtype if bias is not None else None, head_layout(inputs))
+    template(key, LaunchTemplate, "rms_norm_bwd" if is_rms else "layer_norm_bwd", _norm_bwd_kernel, (programs,),
+             tail, constexprs, num_warps, 1)(*inputs, dx, dw, db, partials,
+                                             zeroed_counters(h.device) if n_sums else None)
     return dx, dw, db
