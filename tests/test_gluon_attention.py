@@ -32,6 +32,11 @@ def _compiled(D: int, causal: bool, Nq: int = 333, Nk: int = 517, softcap: float
     return kernel
 
 
+def _named(args) -> dict:
+    """The launch's positional arguments by the kernel's parameter names."""
+    return dict(zip(gluon_fwd._attn_fwd_kernel.arg_names, args))
+
+
 # A causal mask's left window: its masked blocks also keep rows that have seen no key yet
 # finite, which costs the D=128 kernel a few bytes of spills (12 stored, 8 loaded, ptxas sm_90).
 WINDOW_SPILL_BOUND = {64: 0, 128: 16, 256: 0}
@@ -93,7 +98,7 @@ def test_softcap_structure_for_sm90(D):
     # Its qk_scale is the tanh's input factor scale / c (the cap folded in, as the Triton path's).
     q = torch.empty(1, 2, 64, D, dtype=torch.bfloat16)
     _, args, kwargs = gluon_fwd.launch_args(q, q, q, q, torch.empty(1, 2, 64), True, 0.125, 50.0)
-    assert kwargs["SOFTCAP"] == 50.0 and args[10] == 0.125 / 50.0
+    assert kwargs["SOFTCAP"] == 50.0 and _named(args)["qk_scale"] == 0.125 / 50.0
     # In bfloat16 the softmax measures p from a fixed reference (no running row maximum: no
     # max.f32 in the consumers' score loop).
     assert kwargs["FIXED_MAX"] == gluon_fwd.fixed_reference(50.0, torch.bfloat16) > 0
@@ -247,8 +252,9 @@ def test_dynamic_schedule_leaves_its_counters_at_zero(window):
     q, k, v = _qkv(4, 16, 8, 777, 777, 128)
     o, lse = torch.empty_like(q), torch.empty(4, 16, 777, device="cuda")
     grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, True, 128 ** -0.5, 0.0, window)
-    sched = args[5]
-    assert kwargs["DYNAMIC"] and sched.dtype == torch.int32 and grid[0] < args[-1]
+    named = _named(args)
+    sched, n_tiles = named["SCHED"], -(-777 // 128) * 16 * 4
+    assert kwargs["DYNAMIC"] and sched.dtype == torch.int32 and named["n_tiles"] == n_tiles and grid[0] < n_tiles
     kwargs = dict(kwargs)
     num_warps = kwargs.pop("num_warps")
     gluon_fwd._attn_fwd_kernel[grid](*args, **kwargs, num_warps=num_warps)

@@ -43,6 +43,34 @@ def _tile(t, n_m, H, Nk, CAUSAL: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.c
 
 
 @gluon.jit
+def _varlen_tile(t, n_m, H, Na, Nb, CU_A, CU_B, SEQS, ROWS: gl.constexpr):
+    # Packed sequences: tile t of ROWS rows -> (h, m0, a0, na, b0, nb): rows [m0, m0 + ROWS)
+    # (local to the sequence) of head h, the sequence's first row a0 and length na along the
+    # tiled operand, b0 and nb along the other. As the Triton kernels' `mask._program_tile`:
+    # sequence s owns tiles [cu_a[s] // ROWS + s, ...) of each head, n_m = cdiv(Na, ROWS) + SEQS
+    # of them, found by a binary search; tiles past a sequence's rows get m0 >= na. Heads vary
+    # fastest and the last tiles go first (causal: a sequence's longest rows). Bounds are
+    # clamped to [0, Na] and [0, Nb], so bad cu_seqlens cannot send a tile out of bounds.
+    h = t % H
+    pid = n_m - 1 - t // H
+    lo = 0
+    hi = SEQS
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        before = gl.load(CU_A + mid) // ROWS + mid <= pid
+        lo = gl.where(before, mid, lo)
+        hi = gl.where(before, hi, mid)
+    a_first = gl.load(CU_A + lo)
+    a0 = gl.minimum(gl.maximum(a_first, 0), Na)
+    na = gl.maximum(gl.minimum(gl.load(CU_A + lo + 1), Na) - a0, 0)
+    b0 = gl.minimum(gl.maximum(gl.load(CU_B + lo), 0), Nb)
+    nb = gl.maximum(gl.minimum(gl.load(CU_B + lo + 1), Nb) - b0, 0)
+    m0 = (pid - (a_first // ROWS + lo)) * ROWS
+    m0 = gl.where(m0 < 0, na, m0)           # only with cu_seqlens[0] > 0
+    return h, m0, a0, na, b0, nb
+
+
+@gluon.jit
 def _window_start(m0, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
     # Rows [m0, m0 + ROWS) with a left window: the first key block any of them sees, and the
     # first that all of them see whole (keys j >= i - WINDOW_LEFT). Without a window both are

@@ -152,51 +152,67 @@ class ForwardLaunch:
     alignment, device): grid, scalar arguments and constexprs worked out once, the compiled
     kernel bound after the first call (`_launch.LaunchTemplate`), so that a call makes only its
     descriptors (and takes its stream's schedule counters). softcap: the cap c, 0 for none;
-    window_left: causal only, keys j >= i - window_left (-1: none)."""
+    window_left: causal only, keys j >= i - window_left (-1: none). Packed sequences: seqs, their
+    number, on (1, H, total, D) views, with o_stride the strides of the o each call writes (a
+    sequence's last rows go through pointers: a TMA store would reach into the next one's)."""
 
     __slots__ = ("template", "block_n", "dynamic")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, softcap: float = 0.0,
-                 window_left: int = -1):
+                 window_left: int = -1, seqs: int | None = None, o_stride: tuple | None = None):
         B, H, Nq, D = q.shape
-        consumers = consumer_count(D, bool(causal), Nq, softcap, window_left)
+        varlen = seqs is not None
+        # A packed batch's rows are its sequences' (the mean length stands for a row's walk).
+        row_keys = Nq // max(seqs, 1) if varlen else Nq
+        consumers = consumer_count(D, bool(causal), row_keys, softcap, window_left)
         self.block_n, stages = tile_config(D)
-        n_m = cdiv(Nq, consumers * ROWS_PER_WARPGROUP)
+        rows = consumers * ROWS_PER_WARPGROUP
+        n_m = cdiv(Nq, rows) + (seqs if varlen else 0)
         n_tiles = n_m * H * B
         # One program per SM (one fits: `host`'s register budgets sum to 64,512), each taking
         # tile after tile, so a program's next K/V blocks load under its last tile's epilogue.
-        # Full attention: round-robin, its tiles being of one length. Causal: tiles of unequal
-        # length, handed out longest first to whichever program asks first (DYNAMIC;
-        # notes/gluon_attention.md has the schedules measured), through two of `_counters`'
-        # int32 counters, which start at zero and which the kernel leaves at zero.
-        self.dynamic = bool(causal)
-        tail = (Nq, k.shape[2], H, H // k.shape[1], kernel_qk_scale(scale, softcap), n_m, n_tiles)
+        # Full attention: round-robin, its tiles being of one length. Causal or packed: tiles of
+        # unequal length, handed out longest first (packed: a sequence's, heads together) to
+        # whichever program asks first (DYNAMIC; notes/gluon_attention.md has the schedules
+        # measured), through two of `_counters`' int32 counters, which start at zero and which
+        # the kernel leaves at zero.
+        self.dynamic = bool(causal) or varlen
+        stride_oh, stride_on = (o_stride[1], o_stride[2]) if varlen else (0, 0)
+        tail = (Nq, k.shape[2], H, H // k.shape[1], kernel_qk_scale(scale, softcap), n_m, n_tiles,
+                seqs if varlen else 0, stride_oh, stride_on)
         constexprs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap),
                           WINDOW_LEFT=int(window_left), DYNAMIC=self.dynamic, STAGES=stages, CONSUMERS=consumers,
                           CONSUMER_REGS=consumer_regs(consumers), PRODUCER_REGS=PRODUCER_REGS,
-                          FIXED_MAX=fixed_reference(softcap, q.dtype))
+                          FIXED_MAX=fixed_reference(softcap, q.dtype), VARLEN=varlen)
         self.template = LaunchTemplate("attention_fwd_gluon", _attn_fwd_kernel, (min(n_tiles, num_sms(q.device)),),
                                        tail, constexprs, num_warps=4, num_stages=None)
 
-    def head(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> tuple:
-        """The call's own leading arguments: descriptors of q, k, v, o; lse; the counters."""
+    def head(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+             cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None) -> tuple:
+        """The call's own leading arguments: descriptors of q, k, v, o; lse; the counters; and
+        for packed sequences cu_seqlens and o itself."""
         sched = zeroed_counters(q.device) if self.dynamic else lse
         return (descriptor(q, ROWS_PER_WARPGROUP), descriptor(k, self.block_n), descriptor(v, self.block_n),
-                descriptor(o, ROWS_PER_WARPGROUP), lse, sched)
+                descriptor(o, ROWS_PER_WARPGROUP), lse, sched, cu_q, cu_k, None if cu_q is None else o)
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> None:
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                 cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None) -> None:
         """Writes o (like q, as the Triton launcher allocates it) and lse (B, H, Nq) float32,
         natural log, exactly as `tritonkit.ops.attention.attention_fwd` defines them, for
-        inputs of the plan's layout. Made by the attention dispatch
+        inputs of the plan's layout; packed sequences as `attention_varlen_fwd` (on its
+        (1, H, total, D) views, lse (1, H, Tq)). Made by the attention dispatch
         (`tritonkit.ops.attention.paths`) only where `supported(q, k, v, causal, scale)` is
         true (and with a window, where every row sees a key); inputs are not validated again."""
-        self.template(*self.head(q, k, v, o, lse))
+        self.template(*self.head(q, k, v, o, lse, cu_q, cu_k))
 
 
 def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                causal: bool, scale: float, softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
+                causal: bool, scale: float, softcap: float = 0.0, window_left: int = -1,
+                cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args with num_warps) of one forward launch, as
-    `ForwardLaunch` makes it: what `tritonkit.gluon.compile` compiles for sm_90 without a GPU."""
-    plan = ForwardLaunch(q, k, causal, scale, softcap, window_left)
-    launch = plan.template.as_launch(plan.head(q, k, v, o, lse))
+    `ForwardLaunch` makes it: what `tritonkit.gluon.compile` compiles for sm_90 without a GPU.
+    Packed sequences: q, k, v, o the (1, H, total, D) views, cu_q and cu_k their offsets."""
+    seqs = None if cu_q is None else cu_q.numel() - 1
+    plan = ForwardLaunch(q, k, causal, scale, softcap, window_left, seqs, None if cu_q is None else o.stride())
+    launch = plan.template.as_launch(plan.head(q, k, v, o, lse, cu_q, cu_k))
     return launch.grid, launch.args, {**launch.constexprs, "num_warps": launch.num_warps}

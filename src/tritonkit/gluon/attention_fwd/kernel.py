@@ -8,20 +8,46 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from ..common import _softcap_tanh, _tile, _tma_view, _walk, _wgmma_layout, _window_start
+from ..common import _softcap_tanh, _tile, _tma_view, _varlen_tile, _walk, _wgmma_layout, _window_start
 
 
 
 @gluon.jit
-def _load_kv(desc, bufs, ready, empty, c, b, hk, j):
-    # Block j of a tile into ring slot c % STAGES (c counts blocks over the program's tiles).
-    # A fresh mbarrier is in phase 0, so waiting for parity 1 passes: the first lap is free.
+def _load_kv(desc, bufs, ready, empty, c, b, hk, row):
+    # The key block from row `row` of (b, hk) into ring slot c % STAGES (c counts blocks over the
+    # program's tiles). A fresh mbarrier is in phase 0, so waiting for parity 1 passes: the
+    # first lap is free.
     STAGES: gl.constexpr = bufs.shape[0]
-    BLOCK_N: gl.constexpr = bufs.shape[1]
     s = c % STAGES
     mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
     mbarrier.expect(ready.index(s), desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(desc, [b, hk, j * BLOCK_N, 0], ready.index(s), _tma_view(bufs.index(s), desc))
+    tma.async_copy_global_to_shared(desc, [b, hk, row, 0], ready.index(s), _tma_view(bufs.index(s), desc))
+
+
+@gluon.jit
+def _fwd_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
+              VARLEN: gl.constexpr):
+    # Tile t -> (b, h, m0, n_kv, n_full, q0, nq, k0, nk): rows [m0, m0 + ROWS) of a sequence of
+    # nq queries and nk keys whose first rows are q0 and k0 of (b, h); key blocks [0, n_full)
+    # every row of the tile sees whole, [n_full, n_kv) masked. Dense: the batch's (q0 = k0 = 0).
+    # Packed: `_varlen_tile`'s sequence, m0 >= nq for a tile past its rows; a block only
+    # rows of the next sequence would see is not walked.
+    if VARLEN:
+        h, m0, q0, nq, k0, nk = _varlen_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, ROWS)
+        if CAUSAL:
+            n_kv = gl.cdiv(gl.minimum(nk, gl.minimum(m0 + ROWS, nq)), BLOCK_N)
+            n_full = gl.minimum(m0 + 1, nk) // BLOCK_N
+        else:
+            n_kv = gl.cdiv(nk, BLOCK_N)
+            n_full = nk // BLOCK_N
+        b = 0
+    else:
+        b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, ROWS, BLOCK_N)
+        q0 = 0
+        nq = Nq
+        k0 = 0
+        nk = Nk
+    return b, h, m0, n_kv, n_full, q0, nq, k0, nk
 
 
 @gluon.jit
@@ -48,40 +74,62 @@ def _post_tile(tile_ids, w, t):
 
 @gluon.jit
 def _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
-                  k_empty, v_empty, tile_ids, n_m, H, GROUP, Nk, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-                  DYNAMIC: gl.constexpr):
-    # Tile t's loads (c: K/V blocks loaded before it, ti: tiles before it); returns c after it.
+                  k_empty, v_empty, tile_ids, n_m, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
+                  WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, VARLEN: gl.constexpr):
+    # Tile t's loads (c: K/V blocks loaded before it, ti: tiles before it); returns (c, ti)
+    # after it. A packed batch's tiles past their sequence's rows are skipped: no consumer
+    # hears of them.
+    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    CONSUMERS: gl.constexpr = tile_ids.shape[0]
+    BLOCK_M: gl.constexpr = q_smem.shape[1]
+    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _fwd_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
+                                                       CONSUMERS * BLOCK_M, BLOCK_N, VARLEN)
+    lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
+    if VARLEN:
+        if m0 < nq:
+            c = _load_tile(t, c, ti, b, h // GROUP, h, q0 + m0, k0, lo, n_kv - lo, q_desc, k_desc, v_desc, q_smem,
+                           k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, tile_ids, DYNAMIC,
+                           )
+            ti += 1
+    else:
+        c = _load_tile(t, c, ti, b, h // GROUP, h, m0, k0, lo, n_kv - lo, q_desc, k_desc, v_desc, q_smem, k_bufs,
+                       v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, tile_ids, DYNAMIC)
+        ti += 1
+    return c, ti
+
+
+@gluon.jit
+def _load_tile(t, c, ti, b, hk, h, q_row, k0, lo, count, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready,
+               q_empty, k_ready, v_ready, k_empty, v_empty, tile_ids, DYNAMIC: gl.constexpr):
+    # Tile t: its Q tiles from row q_row of (b, h), its key blocks lo .. lo + count of the
+    # keys from row k0 of (b, hk); returns c after them.
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
-    CONSUMERS: gl.constexpr = q_smem.shape[0]
+    CONSUMERS: gl.constexpr = tile_ids.shape[0]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
-    b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N)
-    lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
-    count = n_kv - lo
-    hk = h // GROUP
     # The tile's first K/V blocks go before its Q, whose buffer holds the previous tile's
     # O until that store is done: they load while the consumers finish that tile.
     n_pre = gl.minimum(count, STAGES)
     for j in range(n_pre):
-        _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, lo + j)
-        _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, lo + j)
+        _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
+        _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
     for w in gl.static_range(CONSUMERS):
         mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
         if DYNAMIC:
             _post_tile(tile_ids, w, t)
         mbarrier.expect(q_ready.index(w), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * BLOCK_M, 0], q_ready.index(w),
+        tma.async_copy_global_to_shared(q_desc, [b, h, q_row + w * BLOCK_M, 0], q_ready.index(w),
                                         _tma_view(q_smem.index(w), q_desc))
     for j in range(n_pre, count):
-        _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, lo + j)
-        _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, lo + j)
+        _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
+        _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
     return c + count
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-              v_empty, tile_ids, sched, n_tiles, n_m, H, GROUP, Nk, CAUSAL: gl.constexpr,
-              WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr):
+              v_empty, tile_ids, sched, n_tiles, n_m, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
+              WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, VARLEN: gl.constexpr):
     c = 0
     ti = 0
     if DYNAMIC:
@@ -89,11 +137,11 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
         # and the programs that finish early take the short ones (greedy longest-first).
         t = _warp_increment(sched)
         while t < n_tiles:
-            c = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
-                              v_ready, k_empty, v_empty, tile_ids, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)
-            ti += 1
+            c, ti = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
+                                  v_ready, k_empty, v_empty, tile_ids, n_m, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
+                                  WINDOW_LEFT, DYNAMIC, VARLEN)
             t = _warp_increment(sched)
-        CONSUMERS: gl.constexpr = q_smem.shape[0]
+        CONSUMERS: gl.constexpr = tile_ids.shape[0]
         for w in gl.static_range(CONSUMERS):    # no tile left: each consumer gets t >= n_tiles and stops
             mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
             _post_tile(tile_ids, w, t)
@@ -106,9 +154,9 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
         gl.atomic_xchg(sched + lane, gl.zeros([32], gl.int32, lanes), mask=(lane < 2) & last)
     else:
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-            c = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
-                              v_ready, k_empty, v_empty, tile_ids, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)
-            ti += 1
+            c, ti = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
+                                  v_ready, k_empty, v_empty, tile_ids, n_m, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
+                                  WINDOW_LEFT, DYNAMIC, VARLEN)
 
 
 @gluon.jit
@@ -219,10 +267,12 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
 
 
 @gluon.jit
-def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready,
-                   v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, H, Nq, Nk, qk_scale,
-                   CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-                   FIXED_MAX: gl.constexpr):
+def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_full, q0, nq, nk, q, k_bufs, v_bufs,
+                   k_ready, v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, O, stride_oh, stride_on, H, Nq,
+                   qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
+                   WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr):
+    # Rows [m0, m0 + ROWS) of a sequence of nq queries and nk keys (q0: its first row in the
+    # (b, h) rows of o and LSE; rows local to the sequence); this warpgroup's 64 of them.
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -249,29 +299,31 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
     m_i = gl.full([BLOCK_M], FIXED_MAX if FIXED_MAX > 0 else float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     if first_whole:
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, False, CAUSAL, SCALE_POS,
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, nk, qk_scale, False, CAUSAL, SCALE_POS,
                                            SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     else:
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, Nk, qk_scale, True, CAUSAL, SCALE_POS,
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, nk, qk_scale, True, CAUSAL, SCALE_POS,
                                            SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     pb = gl.convert_layout(p.to(q.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, edge):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
-                                            k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
+                                            k_empty, v_empty, my_turn, next_turn, WG, row0, nk, qk_scale,
                                             True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     for j in range(gl.maximum(edge, 1), band):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
-                                            k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
+                                            k_empty, v_empty, my_turn, next_turn, WG, row0, nk, qk_scale,
                                             False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     for j in range(gl.maximum(band, 1), count):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
-                                            k_empty, v_empty, my_turn, next_turn, WG, row0, Nk, qk_scale,
+                                            k_empty, v_empty, my_turn, next_turn, WG, row0, nk, qk_scale,
                                             True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
 
     # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
-    # every S product has retired) and a TMA store that drops rows past Nq.
+    # every S product has retired) and a TMA store that drops rows past Nq; in a packed batch
+    # a warpgroup's rows that reach past their sequence (into the next one's rows) are stored
+    # through masked pointers instead.
     c_last = c + count - 1
     s_last = c_last % STAGES
     mbarrier.wait(v_ready.index(s_last), (c_last // STAGES) & 1)
@@ -279,30 +331,78 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
     acc, pb = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pb))
     mbarrier.arrive(v_empty.index(s_last), count=1)
     acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
-    q.store(acc.to(q.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], _tma_view(q, o_desc))
+    if VARLEN:
+        if row0 + BLOCK_M <= nq:
+            _store_o(q, o_desc, acc, b, h, q0 + row0)
+        else:
+            _store_rows(O, acc.to(q.dtype), h * stride_oh, q0 + row0, nq - row0, stride_on)
+    else:
+        _store_o(q, o_desc, acc, b, h, row0)
 
     rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     lse = (m_i + gl.log2(l_i)) * 0.6931471805599453          # natural-log units
-    gl.store(LSE + (b.to(gl.int64) * H + h) * Nq + rows, lse, mask=rows < Nq)
+    gl.store(LSE + (b * H + h).to(gl.int64) * Nq + q0 + rows, lse, mask=rows < nq)
 
 
 @gluon.jit
-def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready,
-                  k_empty, v_empty, turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
-                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-                  FIXED_MAX: gl.constexpr):
+def _store_o(q, o_desc, acc, b, h, row):
+    # O through Q's buffer (free once every S product has retired) and a TMA store to rows
+    # [row, row + 64) of (b, h), which drops rows past the tensor's end.
+    q.store(acc.to(q.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [b, h, row, 0], _tma_view(q, o_desc))
+
+
+@gluon.jit
+def _store_rows(O, vals, head_offset, row, n_rows, stride_on):
+    # vals' first n_rows rows (any layout) to rows [row, row + n_rows) of O at head_offset.
+    layout: gl.constexpr = vals.type.layout
+    rows = gl.arange(0, vals.shape[0], layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, vals.shape[1], layout=gl.SliceLayout(0, layout))
+    ptrs = O + head_offset + gl.expand_dims((row + rows).to(gl.int64) * stride_on, 1) + gl.expand_dims(cols, 0)
+    gl.store(ptrs, vals, mask=gl.expand_dims(rows < n_rows, 1))
+
+
+@gluon.jit
+def _empty_rows(WG: gl.constexpr, q, LSE, O, stride_oh, stride_on, h, m0, q0, nq, Nq):
+    # A packed sequence with no keys: its rows see none, so o = 0 and lse = -inf (this
+    # warpgroup's 64 rows of the tile from m0).
+    BLOCK_M: gl.constexpr = q.shape[0]
+    HEAD_DIM: gl.constexpr = q.shape[1]
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    row0 = m0 + WG * BLOCK_M
+    _store_rows(O, gl.zeros([BLOCK_M, HEAD_DIM], q.dtype, layout), h * stride_oh, q0 + row0, nq - row0, stride_on)
+    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    gl.store(LSE + h.to(gl.int64) * Nq + q0 + rows, gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, layout)),
+             mask=rows < nq)
+
+
+@gluon.jit
+def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, k_bufs, v_bufs, k_ready, v_ready,
+                  k_empty, v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
+                  qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
+                  WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr):
     # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
     BLOCK_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
-    b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N)
+    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _fwd_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
+                                                       CONSUMERS * BLOCK_M, BLOCK_N, VARLEN)
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
-    _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q, k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                   v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, H, Nq, Nk, qk_scale,
-                   CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
-    tma.store_wait(pendings=0)              # O has left Q's buffer: the next Q may land
-    mbarrier.arrive(q_empty.index(WG), count=1)
+    if VARLEN:
+        if n_kv > lo:
+            _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q0, nq, nk, q, k_bufs, v_bufs,
+                           k_ready, v_ready, k_empty, v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS),
+                           o_desc, LSE, O, stride_oh, stride_on, H, Nq, qk_scale, CAUSAL, SCALE_POS, SOFTCAP,
+                           WINDOW_LEFT, FIXED_MAX, VARLEN)
+        else:
+            _empty_rows(WG, q, LSE, O, stride_oh, stride_on, h, m0, q0, nq, Nq)
+    else:
+        _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q0, nq, nk, q, k_bufs, v_bufs, k_ready,
+                       v_ready, k_empty, v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, O,
+                       stride_oh, stride_on, H, Nq, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
+                       VARLEN)
+    tma.store_wait(pendings=0)              # O has left Q's buffer: a next Q may land
+    mbarrier.arrive(q_free, count=1)
     return c + n_kv - lo
 
 
@@ -315,10 +415,11 @@ def _posted_tile(tile_ids, WG: gl.constexpr):
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
-              turn, tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL: gl.constexpr,
-              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr,
-              FIXED_MAX: gl.constexpr):
-    CONSUMERS: gl.constexpr = q_smem.shape[0]
+              turn, tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
+              qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
+              WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, FIXED_MAX: gl.constexpr,
+              VARLEN: gl.constexpr):
+    CONSUMERS: gl.constexpr = turn.shape[0]
     q = q_smem.index(WG)
     c = 0
     ti = 0
@@ -326,18 +427,18 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         mbarrier.wait(q_ready.index(WG), 0)
         t = _posted_tile(tile_ids, WG)
         while t < n_tiles:
-            c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
-                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                              FIXED_MAX)
+            c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), k_bufs, v_bufs, k_ready,
+                              v_ready, k_empty, v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, H, Nq, Nk,
+                              CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX, VARLEN)
             ti += 1
             mbarrier.wait(q_ready.index(WG), ti & 1)
             t = _posted_tile(tile_ids, WG)
     else:
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             mbarrier.wait(q_ready.index(WG), ti & 1)
-            c = _consume_tile(WG, CONSUMERS, t, c, q, k_bufs, v_bufs, q_empty, k_ready, v_ready, k_empty, v_empty,
-                              turn, o_desc, LSE, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                              FIXED_MAX)
+            c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), k_bufs, v_bufs, k_ready,
+                              v_ready, k_empty, v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, H, Nq, Nk,
+                              CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX, VARLEN)
             ti += 1
 
 
@@ -345,18 +446,23 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
 def _attn_fwd_kernel(
     # tensor descriptors of the whole (B, H, N, D) q, k, v, o; LSE: (B, H, Nq) float32;
     # SCHED: DYNAMIC's two int32 counters (tiles handed out, programs done), zero at launch and
-    # left at zero (unused otherwise)
-    q_desc, k_desc, v_desc, o_desc, LSE, SCHED,
+    # left at zero (unused otherwise); packed sequences (VARLEN, B = 1, N the totals): CU_Q,
+    # CU_K their int32 cumulative lengths (SEQS + 1 each), O the output's pointer for the rows of
+    # a tile that reach past their sequence (None, None and o's data otherwise)
+    q_desc, k_desc, v_desc, o_desc, LSE, SCHED, CU_Q, CU_K, O,
     # shapes and scale (GROUP = query heads per kv head; qk_scale = scale * log2 e, or with a
     # softcap c scale / c); tiles: n_m row blocks of CONSUMERS x 64 per head, n_tiles = n_m * H * B,
-    # taken round-robin by the programs, or with DYNAMIC each by the first program to ask
-    Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles,
+    # taken round-robin by the programs, or with DYNAMIC each by the first program to ask;
+    # packed: n_m = cdiv(Nq, CONSUMERS x 64) + SEQS a head (`_varlen_tile`), n_tiles = n_m * H;
+    # o's head and row strides
+    Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles, SEQS, stride_oh, stride_on,
     # meta (SOFTCAP: the cap c, 0 for none; WINDOW_LEFT: a causal mask's left window, -1 for none;
     # CONSUMERS: 64-row consumer warpgroups, 2 or 3, with CONSUMER_REGS registers each;
-    # FIXED_MAX: the softcap's fixed base-2 reference for p, 0 for a running row maximum)
+    # FIXED_MAX: the softcap's fixed base-2 reference for p, 0 for a running row maximum;
+    # VARLEN: packed sequences)
     CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
     DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    PRODUCER_REGS: gl.constexpr, FIXED_MAX: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -393,26 +499,28 @@ def _attn_fwd_kernel(
     if CONSUMERS == 3:
         gl.warp_specialize([
             (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP,
-                          WINDOW_LEFT, DYNAMIC, FIXED_MAX)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
+                          qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
             (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP,
-                          WINDOW_LEFT, DYNAMIC, FIXED_MAX)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
+                          qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
             (_consumer, (2, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP,
-                          WINDOW_LEFT, DYNAMIC, FIXED_MAX)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
+                          qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                         v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
+                         v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
+                         WINDOW_LEFT, DYNAMIC, VARLEN)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.static_assert(CONSUMERS == 2)
         gl.warp_specialize([
             (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP,
-                          WINDOW_LEFT, DYNAMIC, FIXED_MAX)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
+                          qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
             (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, n_tiles, n_m, H, Nq, Nk, qk_scale, CAUSAL, SCALE_POS, SOFTCAP,
-                          WINDOW_LEFT, DYNAMIC, FIXED_MAX)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
+                          qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                         v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nk, CAUSAL, WINDOW_LEFT, DYNAMIC)),
+                         v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
+                         WINDOW_LEFT, DYNAMIC, VARLEN)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

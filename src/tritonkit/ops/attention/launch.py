@@ -60,13 +60,13 @@ def attention_fwd_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
 def attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                          cu_seqlens_k: torch.Tensor, causal: bool = False, scale: float | None = None,
                          window_left: int = -1, window_right: int = -1, softcap: float = 0.0, *,
-                         config: TileConfig | None = None,
-                         tma: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                         config: TileConfig | None = None, tma: bool | None = None,
+                         gluon: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Launcher of the forward pass over packed sequences: q (Tq, H, D), k and v (Tk, Hkv, D),
     sequence s holding rows cu_seqlens_q[s]:cu_seqlens_q[s + 1] of q and the same of k. Returns
     (o, lse): o (Tq, H, D) in q's dtype, lse (H, Tq) float32. Other arguments as `attention_fwd`."""
     return planned(varlen_forward_key, build_varlen_forward, q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale,
-                   window_left, window_right, softcap, config, tma).run(q, k, v, cu_seqlens_q, cu_seqlens_k)
+                   window_left, window_right, softcap, config, tma, gluon).run(q, k, v, cu_seqlens_q, cu_seqlens_k)
 
 
 # ---------------------------------------------------------------------------------------

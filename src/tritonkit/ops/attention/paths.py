@@ -1,8 +1,8 @@
 """Which kernels run an attention pass: the Gluon kernels written for Hopper
 (`tritonkit.gluon`, FlashAttention-3's warp-specialized structure), or the Triton kernels of
 this package, which run everywhere else: other GPUs, the interpreter, layouts a tensor
-descriptor cannot read, packed sequences, explicit tiles, and windows other than a causal
-mask's left one. Both take a softcap.
+descriptor cannot read, explicit tiles, windows other than a causal mask's left one, packed
+sequences with a window, and the backward of packed sequences. Both take a softcap.
 
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
 the H200 (BENCHMARKS.md): the forward at head dims 128 and 256, and at 64 where it runs its
@@ -36,15 +36,19 @@ GLUON_BACKWARD_HEAD_DIMS = tuple(GLUON_BACKWARD_MIN_WORK)
 
 
 def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None,
-           causal_window: tuple[int, int] | None = None) -> str | None:
+           causal_window: tuple[int, int] | None = None, packed: bool = False) -> str | None:
     """Why the call is not one the Gluon kernels take (not packed, no tile forced, descriptors
     allowed, no window; a softcap they take), or None. causal_window: (Nq, Nk) for a pass that
-    takes a causal mask's left window where every row sees a key (Nq <= Nk + window_left)."""
+    takes a causal mask's left window where every row sees a key (Nq <= Nk + window_left).
+    packed: a pass that takes packed sequences, without a window (whether each sequence's rows
+    all see a key is not known on the host)."""
     _, window_left, window_right, _ = flags
     window = window_left >= 0 or window_right >= 0
-    if window and causal_window is not None and window_right < 0:
+    if window and causal_window is not None and window_right < 0 and varlen is None:
         window = causal_window[0] > causal_window[1] + window_left   # rows left with no key
-    for refused, why in ((varlen is not None, "packed sequences (varlen)"), (config is not None, "an explicit tile"),
+    for refused, why in ((varlen is not None and not packed, "packed sequences (varlen)"),
+                         (varlen is not None and window, "packed sequences with a sliding window"),
+                         (config is not None, "an explicit tile"),
                          (tma is False, "tma=False (the pointer path)"),
                          (window, "a sliding window" if causal_window is None else
                           "a sliding window other than a causal mask's left one that leaves every row a key")):
@@ -67,17 +71,21 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
                        f"{_dims(GLUON_FORWARD_HEAD_DIMS + GLUON_FORWARD_WIDE_TILE_HEAD_DIMS)}, where it "
                        "measured faster")
     from ...gluon import attention_fwd as kernels
+    rows = q.shape[-2] if varlen is None else q.shape[-2] // max(varlen[0], 1)
     if (gluon is None and D in GLUON_FORWARD_WIDE_TILE_HEAD_DIMS
-            and kernels.consumer_count(D, causal, q.shape[-2], softcap, window_left) < 3):
+            and kernels.consumer_count(D, causal, rows, softcap, window_left) < 3):
         return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen there only for its "
                        "three-warpgroup tile (full attention, or causal from "
                        f"{kernels.THREE_CONSUMERS_CAUSAL_ROWS} query rows; no softcap or window), where "
                        "it measured faster")
-    refused = (_plain(flags, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if flags[0] else None)
+    refused = (_plain(flags, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if flags[0] else None,
+                      packed=True)
                or kernels.refusal(q, k, v, flags[0], scale))
     if refused:
         return _refused("forward", refused, gluon)
     window = f"left window {flags[1]}, " if flags[1] >= 0 else ""
+    if varlen is not None:
+        window = f"{varlen[0]} packed sequences, "
     return _chosen("forward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {window}head dim "
                    f"{q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v readable by TMA")
 

@@ -104,9 +104,9 @@ def forward_key(q, k, v, causal, scale, window_left, window_right, softcap, conf
 
 
 def varlen_forward_key(q, k, v, cu_q, cu_k, causal, scale, window_left, window_right, softcap, config,
-                       tma) -> tuple:
+                       tma, gluon) -> tuple:
     return ("varlen_fwd", _layout(q), _layout(k), _layout(v), _layout(cu_q), _layout(cu_k),
-            _flags_key(causal, scale, window_left, window_right, softcap, config, tma), _setting())
+            _flags_key(causal, scale, window_left, window_right, softcap, config, tma, gluon), _setting())
 
 
 def backward_key(do, q, k, v, o, lse, causal, scale, window_left, window_right, softcap, dlse, dkdv_config,
@@ -187,7 +187,7 @@ class _ForwardLaunch:
     def __call__(self, q, k, v, o, lse, cu_q=None, cu_k=None) -> None:
         record_choice(self.choice)
         if self.gluon is not None:
-            self.gluon(q, k, v, o, lse)
+            self.gluon(q, k, v, o, lse, cu_q, cu_k)
             return
         if self.descriptors is not None:
             of_q, of_k, of_v = self.descriptors
@@ -207,7 +207,8 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, flags: tuple, varlen
     choice = gluon_forward(q, k, v, scale, flags, varlen, config, tma, gluon)
     if choice.path == "gluon":
         from ...gluon.attention_fwd import ForwardLaunch
-        return _ForwardLaunch(choice, gluon=ForwardLaunch(q, k, causal, scale, softcap, window_left))
+        return _ForwardLaunch(choice, gluon=ForwardLaunch(q, k, causal, scale, softcap, window_left,
+                                                          None if varlen is None else varlen[0], o_stride))
     block_d = _block_d(D)
     use_tma = _use_tma(tma, q, k, v)
     row_keys = _keys_a_row_sees(Nq, Nk, flags, varlen)
@@ -302,7 +303,7 @@ class VarlenForwardPlan:
 
 
 def build_varlen_forward(q, k, v, cu_q, cu_k, causal, scale, window_left, window_right, softcap, config,
-                         tma) -> VarlenForwardPlan:
+                         tma, gluon) -> VarlenForwardPlan:
     Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_q, cu_k)
     flags = _mask_flags(causal, window_left, window_right, softcap, Tq, Tk)
     scale = _resolve_scale(scale, D)
@@ -310,7 +311,7 @@ def build_varlen_forward(q, k, v, cu_q, cu_k, causal, scale, window_left, window
     copies = tuple(_needs_copy(t) for t in views)
     q4, k4, v4 = (_head_dim_innermost(t) for t in views)
     o_stride = _packed(torch.empty((Tq, H, D), device="meta")).stride()
-    launch = None if Tk == 0 else _forward_launch(q4, k4, v4, o_stride, scale, flags, (S,), config, tma, None)
+    launch = None if Tk == 0 else _forward_launch(q4, k4, v4, o_stride, scale, flags, (S,), config, tma, gluon)
     return VarlenForwardPlan((Tq, H, D), (H, Tq), (Tq, Tk), copies, Tk == 0, launch)
 
 
