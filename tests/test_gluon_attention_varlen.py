@@ -47,12 +47,17 @@ def test_varlen_structure_for_sm90(D, causal):
 
 def test_varlen_dispatch_for_sm90():
     # The inspector's target: the choice made on an H100/H200, without a GPU.
-    T, H, D = 1000, 4, 128
+    T, H, D = 4000, 4, 128
     q, k = _views(T, H, D), _views(T, 2, D)
     with record_launches(execute=False, capability=90):
         chosen = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (5,), None, None, None)
         windowed = paths.gluon_forward(q, k, k, D ** -0.5, (True, 100, -1, 0.0), (5,), None, None, None)
+        short = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (20,), None, None, None)
+        forced = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (20,), None, None, True)
     assert chosen.path == "gluon" and "5 packed sequences" in chosen.reason
+    # Sequences of 200 rows on average: the Triton forward unless asked for the Gluon one.
+    assert short.path == "triton" and "200 query rows on average" in short.reason
+    assert forced.path == "gluon"
     assert windowed.path == "triton" and "packed sequences with a sliding window" in windowed.reason
     with pytest.raises(ValueError, match="packed sequences with a sliding window"), \
             record_launches(execute=False, capability=90):

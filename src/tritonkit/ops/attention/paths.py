@@ -26,6 +26,10 @@ from ..._launch import PathChoice
 GLUON_FORWARD_HEAD_DIMS = (128, 256)
 # Only where the forward runs three consumer warpgroups (`gluon.attention_fwd.consumer_count`).
 GLUON_FORWARD_WIDE_TILE_HEAD_DIMS = (64,)
+# Packed sequences: the Gluon forward is chosen from this mean length (query rows a sequence).
+# Measured faster at means of 961 and 1024 rows (1.10-1.11x, D=128 causal), slower at 246 (0.90x),
+# where a sequence is two or three 128-row tiles and the Triton kernel's smaller tiles waste less.
+GLUON_VARLEN_FORWARD_MIN_MEAN_ROWS = 512
 # Head dim -> the multiply-adds of Q K^T from which the Gluon backward is chosen. At D=64, below
 # 2^34, its kernels and the Triton ones take the same GPU time (measured at 2^33, B=8 H=16 N=1024;
 # the Gluon ones faster from 2^35) and a call is bound by host time, where the Triton launches'
@@ -72,6 +76,10 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
                        "measured faster")
     from ...gluon import attention_fwd as kernels
     rows = q.shape[-2] if varlen is None else q.shape[-2] // max(varlen[0], 1)
+    if gluon is None and varlen is not None and rows < GLUON_VARLEN_FORWARD_MIN_MEAN_ROWS:
+        return _chosen("forward", False, f"{varlen[0]} packed sequences of {rows} query rows on average: the "
+                       f"Gluon forward is chosen from {GLUON_VARLEN_FORWARD_MIN_MEAN_ROWS}, where it measured "
+                       "faster")
     if (gluon is None and D in GLUON_FORWARD_WIDE_TILE_HEAD_DIMS
             and kernels.consumer_count(D, causal, rows, softcap, window_left) < 3):
         return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen there only for its "
