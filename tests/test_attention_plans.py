@@ -187,7 +187,7 @@ def test_cu_seqlens_values_are_checked_on_every_call(device):
     assert len(plans._PLANS) == kept
     flags = (other, other, True, None, -1, -1, 0.0)
     _equal(planned, plans.build_varlen_forward(q, k, v, *flags, None, None, None).run(q, k, v, other, other))
-    _equal(grads, plans.build_varlen_backward(up, q, k, v, *planned, *flags, None, None, None, None, None).run(
+    _equal(grads, plans.build_varlen_backward(up, q, k, v, *planned, *flags, None, None, None, None, None, None).run(
         up, q, k, v, *planned, None, other, other))
 
 

@@ -1,12 +1,13 @@
 """Pieces the Gluon attention kernels (`attention_fwd`, `attention_bwd`) share: the wgmma
 accumulator layout, the view of a shared buffer as a descriptor's box, the query tile a
-program index stands for and the key blocks its rows walk (causal, with a left window), and
-the softcap's tanh."""
+program index stands for (dense or in packed sequences) and the key blocks its rows walk
+(causal, with a left window), the masked store of a tile's rows, and the softcap's tanh."""
 
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma
 
 
 @gluon.constexpr_function
@@ -43,16 +44,20 @@ def _tile(t, n_m, H, Nk, CAUSAL: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.c
 
 
 @gluon.jit
-def _varlen_tile(t, n_m, H, Na, Nb, CU_A, CU_B, SEQS, ROWS: gl.constexpr):
+def _varlen_tile(t, n_m, H, Na, Nb, CU_A, CU_B, SEQS, ROWS: gl.constexpr, ASCENDING: gl.constexpr):
     # Packed sequences: tile t of ROWS rows -> (h, m0, a0, na, b0, nb): rows [m0, m0 + ROWS)
     # (local to the sequence) of head h, the sequence's first row a0 and length na along the
     # tiled operand, b0 and nb along the other. As the Triton kernels' `mask._program_tile`:
     # sequence s owns tiles [cu_a[s] // ROWS + s, ...) of each head, n_m = cdiv(Na, ROWS) + SEQS
     # of them, found by a binary search; tiles past a sequence's rows get m0 >= na. Heads vary
-    # fastest and the last tiles go first (causal: a sequence's longest rows). Bounds are
-    # clamped to [0, Na] and [0, Nb], so bad cu_seqlens cannot send a tile out of bounds.
+    # fastest; the last tiles go first (causal query tiles: a sequence's longest rows), or with
+    # ASCENDING the first (causal key blocks: those the most queries see). Bounds are clamped to
+    # [0, Na] and [0, Nb], so bad cu_seqlens cannot send a tile out of bounds.
     h = t % H
-    pid = n_m - 1 - t // H
+    if ASCENDING:
+        pid = t // H
+    else:
+        pid = n_m - 1 - t // H
     lo = 0
     hi = SEQS
     while hi - lo > 1:
@@ -68,6 +73,61 @@ def _varlen_tile(t, n_m, H, Na, Nb, CU_A, CU_B, SEQS, ROWS: gl.constexpr):
     m0 = (pid - (a_first // ROWS + lo)) * ROWS
     m0 = gl.where(m0 < 0, na, m0)           # only with cu_seqlens[0] > 0
     return h, m0, a0, na, b0, nb
+
+
+@gluon.jit
+def _query_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr, ROWS: gl.constexpr,
+                BLOCK_N: gl.constexpr, VARLEN: gl.constexpr):
+    # Tile t -> (b, h, m0, n_kv, n_full, q0, nq, k0, nk): rows [m0, m0 + ROWS) of a sequence of
+    # nq queries and nk keys whose first rows are q0 and k0 of (b, h); key blocks [0, n_full)
+    # every row of the tile sees whole, [n_full, n_kv) masked. Dense: the batch's (q0 = k0 = 0).
+    # Packed: `_varlen_tile`'s sequence, m0 >= nq for a tile past its rows; a block only
+    # rows of the next sequence would see is not walked.
+    if VARLEN:
+        h, m0, q0, nq, k0, nk = _varlen_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, ROWS, False)
+        if CAUSAL:
+            n_kv = gl.cdiv(gl.minimum(nk, gl.minimum(m0 + ROWS, nq)), BLOCK_N)
+            n_full = gl.minimum(m0 + 1, nk) // BLOCK_N
+        else:
+            n_kv = gl.cdiv(nk, BLOCK_N)
+            n_full = nk // BLOCK_N
+        b = 0
+    else:
+        b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, ROWS, BLOCK_N)
+        q0 = 0
+        nq = Nq
+        k0 = 0
+        nk = Nk
+    return b, h, m0, n_kv, n_full, q0, nq, k0, nk
+
+
+@gluon.jit
+def _store_tile(buf, desc, vals, b, h, row):
+    # vals through the shared buffer buf (free once every product that read it has retired)
+    # and a TMA store to rows [row, row + rows of buf) of (b, h), which drops rows past the
+    # tensor's end; the caller waits for it (tma.store_wait) before buf is written again.
+    buf.store(vals.to(buf.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(desc, [b, h, row, 0], _tma_view(buf, desc))
+
+
+@gluon.jit
+def _store_rows(O, vals, head_offset, row, n_rows, stride_on):
+    # vals' first n_rows rows (any layout) to rows [row, row + n_rows) of O at head_offset.
+    layout: gl.constexpr = vals.type.layout
+    rows = gl.arange(0, vals.shape[0], layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, vals.shape[1], layout=gl.SliceLayout(0, layout))
+    ptrs = O + head_offset + gl.expand_dims((row + rows).to(gl.int64) * stride_on, 1) + gl.expand_dims(cols, 0)
+    gl.store(ptrs, vals, mask=gl.expand_dims(rows < n_rows, 1))
+
+
+@gluon.jit
+def _zero_rows(O, head_offset, row, n_rows, stride_on, ROWS: gl.constexpr, COLS: gl.constexpr,
+               dtype: gl.constexpr):
+    # Zeros to rows [row, row + min(n_rows, ROWS)) of O at head_offset (COLS columns): the
+    # rows of a packed sequence without keys, which see none.
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    _store_rows(O, gl.zeros([ROWS, COLS], dtype, layout), head_offset, row, n_rows, stride_on)
 
 
 @gluon.jit

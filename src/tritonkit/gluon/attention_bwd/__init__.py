@@ -104,10 +104,10 @@ def kv_in_registers(head_dim: int) -> int:
     return 2 if head_dim == 64 else 0
 
 
-def _meta(causal: bool, softcap: float, window_left: int, stages: int) -> dict:
+def _meta(causal: bool, softcap: float, window_left: int, stages: int, varlen: bool) -> dict:
     """The constexprs both passes take."""
     return dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
-                CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS)
+                CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, VARLEN=varlen)
 
 
 class _Pass:
@@ -133,35 +133,42 @@ class BackwardLaunches:
     __slots__ = ("dkdv", "dq")
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, softcap: float = 0.0,
-                 window_left: int = -1):
+                 window_left: int = -1, seqs: int | None = None, dq_stride: tuple | None = None,
+                 dk_stride: tuple | None = None):
         B, H, Nq, D = q.shape
         Hkv, Nk = k.shape[1], k.shape[2]
+        varlen = seqs is not None
         block_m, dkdv_stages, block_n, dq_stages = tile_config(D)
         qk_scale = kernel_qk_scale(scale, softcap)
         split = split_head_dim(D)
-        n_kb = cdiv(Nk, ROWS_PER_WARPGROUP if split else KEYS_PER_PROGRAM)
+        # Packed sequences (seqs of them, on (1, heads, total, D) views): a sequence's last
+        # block goes through pointers of these strides (dk's also dv's), and each sequence
+        # may start a block of its own (`common._varlen_tile`).
+        n_kb = cdiv(Nk, ROWS_PER_WARPGROUP if split else KEYS_PER_PROGRAM) + (seqs if varlen else 0)
         self.dkdv = _Pass("attention_bwd_dkdv_gluon", _dkdv_kernel, (n_kb * Hkv * B,),
-                          (Nq, H, Hkv, H // Hkv, qk_scale, scale, n_kb),
-                          dict(_meta(causal, softcap, window_left, dkdv_stages), KV_REGS=kv_in_registers(D),
+                          (Nq, Nk, H, Hkv, H // Hkv, qk_scale, scale, n_kb, *_packed_tail(seqs, dk_stride)),
+                          dict(_meta(causal, softcap, window_left, dkdv_stages, varlen), KV_REGS=kv_in_registers(D),
                                SPLIT_D=split),
                           block_m, ROWS_PER_WARPGROUP, D // 2 if split else None)
         if D not in HEAD_DIMS:          # a dK/dV kernel alone (DKDV_HEAD_DIMS)
             self.dq = None
             return
-        n_m = cdiv(Nq, QUERIES_PER_PROGRAM)
+        n_m = cdiv(Nq, QUERIES_PER_PROGRAM) + (seqs if varlen else 0)
         # keyed by whether lse has an upstream gradient to take from delta (HAS_DLSE)
         self.dq = {has_dlse: _Pass("attention_bwd_dq_gluon", _dq_kernel, (n_m * H * B,),
-                                   (Nq, Nk, H, H // Hkv, qk_scale, scale, n_m),
-                                   dict(_meta(causal, softcap, window_left, dq_stages), HAS_DLSE=has_dlse),
+                                   (Nq, Nk, H, H // Hkv, qk_scale, scale, n_m, *_packed_tail(seqs, dq_stride)),
+                                   dict(_meta(causal, softcap, window_left, dq_stages, varlen), HAS_DLSE=has_dlse),
                                    ROWS_PER_WARPGROUP, block_n)
                    for has_dlse in (False, True)}
 
     def dkdv_head(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
-                  delta: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> tuple:
-        """The dK/dV pass's own leading arguments for a call: its descriptors, lse, delta."""
+                  delta: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cu_q: torch.Tensor | None = None,
+                  cu_k: torch.Tensor | None = None) -> tuple:
+        """The dK/dV pass's own leading arguments for a call: its descriptors, lse, delta, and
+        for packed sequences cu_seqlens and dk, dv themselves (None, None, dk, dv otherwise)."""
         a = self.dkdv
         boxes = ((q, a.q_rows), (do, a.q_rows), (k, a.kv_rows), (v, a.kv_rows), (dk, a.kv_rows), (dv, a.kv_rows))
-        return (*(descriptor(t, rows, a.cols) for t, rows in boxes), lse, delta)
+        return (*(descriptor(t, rows, a.cols) for t, rows in boxes), lse, delta, cu_q, cu_k, dk, dv)
 
     def run_dkdv(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
                  delta: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> None:
@@ -171,31 +178,41 @@ class BackwardLaunches:
 
     def heads(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
               lse: torch.Tensor, delta: torch.Tensor, dlse: torch.Tensor | None, dq: torch.Tensor,
-              dk: torch.Tensor, dv: torch.Tensor) -> tuple[tuple, tuple]:
+              dk: torch.Tensor, dv: torch.Tensor, cu_q: torch.Tensor | None = None,
+              cu_k: torch.Tensor | None = None) -> tuple[tuple, tuple]:
         """Each pass's own leading arguments for a call, dQ's first: its descriptors, then lse,
-        delta (written by dQ, read by dK/dV) and (dQ) dlse, delta where there is none (unread)."""
+        delta (written by dQ, read by dK/dV) and (dQ) dlse, delta where there is none (unread),
+        then cu_seqlens and the gradients' pointers (`dkdv_head`)."""
         a, b = self.dkdv, self.dq[False]
-        dkdv = self.dkdv_head(do, q, k, v, lse, delta, dk, dv)
+        dkdv = self.dkdv_head(do, q, k, v, lse, delta, dk, dv, cu_q, cu_k)
         if (b.q_rows, b.kv_rows, b.cols) == (a.q_rows, a.kv_rows, a.cols):
             q_dq, do_dq, k_dq, v_dq = dkdv[:4]      # the same boxes (D = 64 and 128): the same descriptors
         else:
             q_dq, do_dq, k_dq, v_dq = (descriptor(q, b.q_rows), descriptor(do, b.q_rows), descriptor(k, b.kv_rows),
                                        descriptor(v, b.kv_rows))
         return ((q_dq, do_dq, descriptor(o, b.q_rows), k_dq, v_dq, descriptor(dq, b.q_rows), lse, delta,
-                 delta if dlse is None else dlse), dkdv)
+                 delta if dlse is None else dlse, cu_q, cu_k, dq), dkdv)
 
     def __call__(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  lse: torch.Tensor, dlse: torch.Tensor | None, dq: torch.Tensor, dk: torch.Tensor,
-                 dv: torch.Tensor) -> None:
+                 dv: torch.Tensor, cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None) -> None:
         """The dQ pass, then the dK/dV pass, on Hopper, writing dq, dk, dv (allocated like q,
         k, v by the Triton launcher), deterministic, from the forward's o and lse and lse's
-        upstream gradient dlse (None: none), lse and dlse (B, H, Nq) float32 contiguous. Made
-        by the attention dispatch (`tritonkit.ops.attention.paths`) only where
+        upstream gradient dlse (None: none), lse and dlse (B, H, Nq) float32 contiguous; packed
+        sequences as `attention_varlen_bwd` (on its (1, heads, total, D) views, with cu_q,
+        cu_k). Made by the attention dispatch (`tritonkit.ops.attention.paths`) only where
         `supported(...)` is true; inputs are not validated again here."""
         delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
-        dq_, dkdv = self.heads(do, q, k, v, o, lse, delta, dlse, dq, dk, dv)
+        dq_, dkdv = self.heads(do, q, k, v, o, lse, delta, dlse, dq, dk, dv, cu_q, cu_k)
         self.dq[dlse is not None].template(*dq_)
         self.dkdv.template(*dkdv)
+
+
+def _packed_tail(seqs: int | None, grad_stride: tuple | None) -> tuple:
+    """A pass's trailing SEQS, head and row strides of its gradient: zeros when dense."""
+    if seqs is None:
+        return 0, 0, 0
+    return seqs, grad_stride[1], grad_stride[2]
 
 
 def _launch_args(which: _Pass, head: tuple) -> tuple[tuple, tuple, dict]:
@@ -205,22 +222,27 @@ def _launch_args(which: _Pass, head: tuple) -> tuple[tuple, tuple, dict]:
 
 def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dk: torch.Tensor,
                      dv: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, causal: bool,
-                     scale: float, softcap: float = 0.0, window_left: int = -1) -> tuple[tuple, tuple, dict]:
+                     scale: float, softcap: float = 0.0, window_left: int = -1, cu_q: torch.Tensor | None = None,
+                     cu_k: torch.Tensor | None = None) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args with num_warps) of the dK/dV launch, as
-    `BackwardLaunches` makes it: what `compile_sm90` takes. delta as the dQ pass leaves it."""
-    plan = BackwardLaunches(q, k, causal, scale, softcap, window_left)
-    return _launch_args(plan.dkdv, plan.dkdv_head(do, q, k, v, lse, delta, dk, dv))
+    `BackwardLaunches` makes it: what `compile_sm90` takes. delta as the dQ pass leaves it.
+    Packed sequences: the (1, heads, total, D) views, cu_q and cu_k their offsets."""
+    seqs = None if cu_q is None else cu_q.numel() - 1
+    plan = BackwardLaunches(q, k, causal, scale, softcap, window_left, seqs, q.stride(), dk.stride())
+    return _launch_args(plan.dkdv, plan.dkdv_head(do, q, k, v, lse, delta, dk, dv, cu_q, cu_k))
 
 
 def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                    dq: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, dlse: torch.Tensor | None,
-                   causal: bool, scale: float, softcap: float = 0.0,
-                   window_left: int = -1) -> tuple[tuple, tuple, dict]:
+                   causal: bool, scale: float, softcap: float = 0.0, window_left: int = -1,
+                   cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args with num_warps) of the dQ launch, as
     `BackwardLaunches` makes it: what `compile_sm90` takes. It writes delta (from do and o,
-    less dlse where given) for the dK/dV pass."""
-    plan = BackwardLaunches(q, k, causal, scale, softcap, window_left)
-    return _launch_args(plan.dq[dlse is not None], plan.heads(do, q, k, v, o, lse, delta, dlse, dq, k, v)[0])
+    less dlse where given) for the dK/dV pass. Packed sequences as `dkdv_launch_args`."""
+    seqs = None if cu_q is None else cu_q.numel() - 1
+    plan = BackwardLaunches(q, k, causal, scale, softcap, window_left, seqs, dq.stride(), k.stride())
+    return _launch_args(plan.dq[dlse is not None],
+                        plan.heads(do, q, k, v, o, lse, delta, dlse, dq, k, v, cu_q, cu_k)[0])
 
 
 def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,

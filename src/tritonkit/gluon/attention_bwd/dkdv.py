@@ -17,19 +17,32 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from ..common import _softcap_tanh, _tma_view, _wgmma_layout
+from ..common import _softcap_tanh, _store_rows, _store_tile, _tma_view, _varlen_tile, _wgmma_layout
 
 
 @gluon.jit
-def _key_tile(t, n_kb, Hkv, Nq, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr):
-    # Program t -> (b, hk, first key n0, query blocks [lo, end) that see its keys, of which
-    # [lo, band) straddle the causal diagonal and [mid, end) the left window's edge (masked),
-    # [band, mid) see all of them). Key blocks of one head are consecutive programs (they
-    # share Q and dO in L2), the longest (first) key blocks first.
-    hb = t // n_kb
-    n0 = (t % n_kb) * BLOCK_N
-    end = gl.cdiv(Nq, BLOCK_M)
+def _key_tile(t, n_kb, Hkv, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, VARLEN: gl.constexpr):
+    # Program t -> (b, hk, first key n0, q0, nq, k0, nk, query blocks [lo, end) that see its
+    # keys, of which [lo, band) straddle the causal diagonal and [mid, end) the left window's
+    # edge (masked), [band, mid) see all of them): keys and query rows local to a sequence of
+    # nq queries and nk keys whose first rows are q0 and k0 of (b, heads). Dense: the batch's
+    # (q0 = k0 = 0); key blocks of one head are consecutive programs (they share Q and dO in
+    # L2), the longest (first) key blocks first. Packed: `_varlen_tile`'s sequence, heads
+    # fastest, a sequence's first key blocks first; n0 >= nk for a block past its keys.
+    if VARLEN:
+        hk, n0, k0, nk, q0, nq = _varlen_tile(t, n_kb, Hkv, Nk, Nq, CU_K, CU_Q, SEQS, BLOCK_N, True)
+        b = 0
+    else:
+        hb = t // n_kb
+        b = hb // Hkv
+        hk = hb % Hkv
+        n0 = (t % n_kb) * BLOCK_N
+        q0 = 0
+        nq = Nq
+        k0 = 0
+        nk = Nk
+    end = gl.cdiv(nq, BLOCK_M)
     if CAUSAL:
         lo = n0 // BLOCK_M            # query rows before n0 see none of these keys
         band = gl.minimum(gl.cdiv(n0 + BLOCK_N, BLOCK_M), end)
@@ -43,24 +56,23 @@ def _key_tile(t, n_kb, Hkv, Nq, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr,
         mid = gl.maximum(gl.minimum((n0 + WINDOW_LEFT + 1) // BLOCK_M, end), band)
     else:
         mid = end
-    return hb // Hkv, hb % Hkv, n0, lo, band, mid, end
+    return b, hk, n0, q0, nq, k0, nk, lo, band, mid, end
 
 
 @gluon.jit
-def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready,
-                   ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, CAUSAL: gl.constexpr,
-                   WINDOW_LEFT: gl.constexpr, SPLIT_D: gl.constexpr):
+def _dkdv_loads(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready,
+                ready, empty, LSE, DELTA, b, hk, n0, q0, nq, k0, lo, end, H, GROUP, Nq, SPLIT_D: gl.constexpr):
+    # The program's K and V (keys from n0 of the sequence from row k0 of (b, hk)), then for
+    # each query head of the group its query blocks [lo, end) (rows from q0) through the ring.
     PIECES: gl.constexpr = 2 if SPLIT_D else 1      # column boxes of each Q and dO block
     STAGES: gl.constexpr = q_bufs.shape[0] // PIECES
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     KEYS: gl.constexpr = k_smem.shape[1]
     COLS: gl.constexpr = k_smem.shape[2]
-    b, hk, n0, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, WINDOW_LEFT, BLOCK_M,
-                                              KEYS if SPLIT_D else 2 * KEYS)
     mbarrier.expect(kv_ready, 4 * k_desc.block_type.nbytes)
     for w in gl.static_range(2):
         # two key halves of the 128 keys; with SPLIT_D two column halves of the 64 keys
-        row = n0 if SPLIT_D else n0 + w * KEYS
+        row = k0 + n0 if SPLIT_D else k0 + n0 + w * KEYS
         col = w * COLS if SPLIT_D else 0
         tma.async_copy_global_to_shared(k_desc, [b, hk, row, col], kv_ready, _tma_view(k_smem.index(w), k_desc))
         tma.async_copy_global_to_shared(v_desc, [b, hk, row, col], kv_ready, _tma_view(v_smem.index(w), v_desc))
@@ -74,24 +86,44 @@ def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_b
     c = 0
     for g in range(GROUP):
         h = hk * GROUP + g
-        row_base = (b.to(gl.int64) * H + h) * Nq
+        row_base = (b * H + h).to(gl.int64) * Nq + q0
         for i in range(lo, end):
             s = c % STAGES
             rows = i * BLOCK_M + offs
-            # Query rows past Nq load as zeros, with lse = delta = 0: they add nothing.
-            lse2 = gl.load(LSE + row_base + rows, mask=rows < Nq, other=0.0) * 1.4426950408889634
-            delta = gl.load(DELTA + row_base + rows, mask=rows < Nq, other=0.0)
+            # Query rows past the sequence's end get lse = +inf, so P = 0 and they add nothing,
+            # whatever rows of Q and dO the block holds there (zeros past the tensor's end, the
+            # next sequence's rows in a packed batch).
+            lse2 = gl.load(LSE + row_base + rows, mask=rows < nq, other=float("inf")) * 1.4426950408889634
+            delta = gl.load(DELTA + row_base + rows, mask=rows < nq, other=0.0)
             # A fresh mbarrier is in phase 0: waiting for parity 1 passes, the first lap is free.
             mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
             lse_bufs.index(s).store(lse2)
             delta_bufs.index(s).store(delta)
             mbarrier.expect(ready.index(s), 2 * PIECES * q_desc.block_type.nbytes)
             for p in gl.static_range(PIECES):
-                tma.async_copy_global_to_shared(q_desc, [b, h, i * BLOCK_M, p * COLS], ready.index(s),
+                tma.async_copy_global_to_shared(q_desc, [b, h, q0 + i * BLOCK_M, p * COLS], ready.index(s),
                                                 _tma_view(q_bufs.index(s * PIECES + p), q_desc))
-                tma.async_copy_global_to_shared(do_desc, [b, h, i * BLOCK_M, p * COLS], ready.index(s),
+                tma.async_copy_global_to_shared(do_desc, [b, h, q0 + i * BLOCK_M, p * COLS], ready.index(s),
                                                 _tma_view(do_bufs.index(s * PIECES + p), do_desc))
             c += 1
+
+
+@gluon.jit
+def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready,
+                   ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
+                   WINDOW_LEFT: gl.constexpr, SPLIT_D: gl.constexpr, VARLEN: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    KEYS: gl.constexpr = k_smem.shape[1]
+    b, hk, n0, q0, nq, k0, nk, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, Nk, CU_Q, CU_K, SEQS,
+                                                              CAUSAL, WINDOW_LEFT, BLOCK_M,
+                                                              KEYS if SPLIT_D else 2 * KEYS, VARLEN)
+    if VARLEN:
+        if n0 < nk:                 # a block past its sequence's keys loads nothing
+            _dkdv_loads(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
+                        kv_ready, ready, empty, LSE, DELTA, b, hk, n0, q0, nq, k0, lo, end, H, GROUP, Nq, SPLIT_D)
+    else:
+        _dkdv_loads(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready,
+                    ready, empty, LSE, DELTA, b, hk, n0, q0, nq, k0, lo, end, H, GROUP, Nq, SPLIT_D)
 
 
 @gluon.jit
@@ -243,18 +275,18 @@ def _step(c, m0, dk, dv, k_op, v_op, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, 
 
 
 @gluon.jit
-def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars,
-                   kv_ready, ready, empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale,
-                   CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr,
-                   SPLIT_D: gl.constexpr):
+def _dkdv_keys(WG: gl.constexpr, b, hk, n0, k0, nk, lo, band, mid, end, k_smem, v_smem, q_bufs, do_bufs, lse_bufs,
+               delta_bufs, ops_smem, pf_smem, xbars, kv_ready, ready, empty, dk_desc, dv_desc, DK, DV, stride_kh,
+               stride_kn, GROUP, qk_scale, sm_scale, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+               KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr, VARLEN: gl.constexpr):
+    # This warpgroup's keys of the program's block (from n0 of a sequence of nk keys whose first
+    # is row k0 of (b, hk)) over query blocks [lo, end) of every query head of the group.
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     COLS: gl.constexpr = q_bufs.shape[2]       # the head dim, or with SPLIT_D its half
     KEYS: gl.constexpr = k_smem.shape[1]
     NW: gl.constexpr = gl.num_warps()
     acc_layout: gl.constexpr = _wgmma_layout(NW, COLS)
     dtype: gl.constexpr = q_bufs.dtype
-    b, hk, n0, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, CAUSAL, WINDOW_LEFT, BLOCK_M,
-                                              KEYS if SPLIT_D else 2 * KEYS)
     key0 = n0 if SPLIT_D else n0 + WG * KEYS
     k_half = k_smem.index(WG)
     v_half = v_smem.index(WG)
@@ -294,30 +326,68 @@ def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, 
     dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
     # dK, dV through this warpgroup's own halves of K and V (no product of this warpgroup
     # reads them any more; with SPLIT_D the other's read both halves, so each waits for the
-    # other to be done) and TMA stores, which drop rows past Nk.
+    # other to be done) and TMA stores, which drop rows past the tensor's end.
     if SPLIT_D:
         done = xbars.index(3)
         mbarrier.arrive(done, count=1)
         mbarrier.wait(done, 0)
-    k_half.store((dk * sm_scale).to(dtype))
-    v_half.store(dv.to(dtype))
-    fence_async_shared()
-    col = WG * COLS if SPLIT_D else 0
-    tma.async_copy_shared_to_global(dk_desc, [b, hk, key0, col], _tma_view(k_half, dk_desc))
-    tma.async_copy_shared_to_global(dv_desc, [b, hk, key0, col], _tma_view(v_half, dv_desc))
+    # In a packed batch, a warpgroup whose keys reach past their sequence (into the next one's)
+    # stores its rows through masked pointers instead.
+    if VARLEN:
+        if key0 + KEYS <= nk:
+            _store_tile(k_half, dk_desc, dk * sm_scale, b, hk, k0 + key0)
+            _store_tile(v_half, dv_desc, dv, b, hk, k0 + key0)
+        else:
+            _store_rows(DK, (dk * sm_scale).to(dtype), hk * stride_kh, k0 + key0, nk - key0, stride_kn)
+            _store_rows(DV, dv.to(dtype), hk * stride_kh, k0 + key0, nk - key0, stride_kn)
+    else:
+        k_half.store((dk * sm_scale).to(dtype))
+        v_half.store(dv.to(dtype))
+        fence_async_shared()
+        col = WG * COLS if SPLIT_D else 0
+        tma.async_copy_shared_to_global(dk_desc, [b, hk, key0, col], _tma_view(k_half, dk_desc))
+        tma.async_copy_shared_to_global(dv_desc, [b, hk, key0, col], _tma_view(v_half, dv_desc))
     tma.store_wait(pendings=0)
+
+
+
+
+@gluon.jit
+def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars,
+                   kv_ready, ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, Hkv, GROUP, Nq, Nk,
+                   CU_Q, CU_K, SEQS, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
+                   WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr, VARLEN: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    KEYS: gl.constexpr = k_smem.shape[1]
+    b, hk, n0, q0, nq, k0, nk, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, Nk, CU_Q, CU_K, SEQS,
+                                                              CAUSAL, WINDOW_LEFT, BLOCK_M,
+                                                              KEYS if SPLIT_D else 2 * KEYS, VARLEN)
+    if VARLEN:
+        if n0 < nk:
+            _dkdv_keys(WG, b, hk, n0, k0, nk, lo, band, mid, end, k_smem, v_smem, q_bufs, do_bufs, lse_bufs,
+                       delta_bufs, ops_smem, pf_smem, xbars, kv_ready, ready, empty, dk_desc, dv_desc, DK, DV,
+                       stride_kh, stride_kn, GROUP, qk_scale, sm_scale, SOFTCAP, WINDOW_LEFT, KV_REGS, SPLIT_D,
+                       VARLEN)
+    else:
+        _dkdv_keys(WG, b, hk, n0, k0, nk, lo, band, mid, end, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
+                   ops_smem, pf_smem, xbars, kv_ready, ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn,
+                   GROUP, qk_scale, sm_scale, SOFTCAP, WINDOW_LEFT, KV_REGS, SPLIT_D, VARLEN)
 
 
 @gluon.jit
 def _dkdv_kernel(
     # descriptors of the whole (B, H, Nq, D) q, do and (B, Hkv, Nk, D) k, v, dk, dv; LSE, DELTA:
-    # (B, H, Nq) float32
-    q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA,
+    # (B, H, Nq) float32; packed sequences (VARLEN, B = 1, N the totals): CU_Q, CU_K their int32
+    # cumulative lengths (SEQS + 1 each), DK, DV the pointers for the keys of a block that reach
+    # past their sequence (None, None, dk, dv otherwise)
+    q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA, CU_Q, CU_K, DK, DV,
     # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
-    # scale); n_kb: key blocks of 128 per kv head
-    Nq, H, Hkv, GROUP, qk_scale, sm_scale, n_kb,
+    # scale); n_kb: key blocks of 128 per kv head (packed: cdiv(Nk, 128) + SEQS,
+    # `_varlen_tile`); dk's and dv's head and row strides
+    Nq, Nk, H, Hkv, GROUP, qk_scale, sm_scale, n_kb, SEQS, stride_kh, stride_kn,
     CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, STAGES: gl.constexpr,
     KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    VARLEN: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     COLS: gl.constexpr = q_desc.block_type.shape[3]     # the head dim, or with SPLIT_D its half
@@ -325,6 +395,8 @@ def _dkdv_kernel(
     PIECES: gl.constexpr = 2 if SPLIT_D else 1
     dtype: gl.constexpr = q_desc.dtype
     gl.static_assert(gl.num_warps() == 4)
+    # packed sequences take no window here, nor the head dim 256 split
+    gl.static_assert(not VARLEN or (WINDOW_LEFT < 0 and not SPLIT_D))
     q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, COLS], dtype)
     k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, COLS], dtype)
     # K and V: two halves (of the keys, or with SPLIT_D of the columns); Q and dO: STAGES
@@ -364,11 +436,14 @@ def _dkdv_kernel(
         xbars = ready
     gl.warp_specialize([
         (_dkdv_consumer, (0, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
-                           ready, empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP,
-                           WINDOW_LEFT, KV_REGS, SPLIT_D)),
+                           ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, Hkv, GROUP, Nq, Nk,
+                           CU_Q, CU_K, SEQS, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS, SPLIT_D,
+                           VARLEN)),
         (_dkdv_consumer, (1, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
-                           ready, empty, dk_desc, dv_desc, n_kb, Hkv, GROUP, Nq, qk_scale, sm_scale, CAUSAL, SOFTCAP,
-                           WINDOW_LEFT, KV_REGS, SPLIT_D)),
+                           ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, Hkv, GROUP, Nq, Nk,
+                           CU_Q, CU_K, SEQS, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS, SPLIT_D,
+                           VARLEN)),
         (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
-                          kv_ready, ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, CAUSAL, WINDOW_LEFT, SPLIT_D)),
+                          kv_ready, ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
+                          WINDOW_LEFT, SPLIT_D, VARLEN)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

@@ -8,7 +8,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from ..common import _softcap_tanh, _tile, _tma_view, _varlen_tile, _walk, _wgmma_layout, _window_start
+from ..common import (
+    _query_tile, _softcap_tanh, _store_rows, _store_tile, _tma_view, _walk, _wgmma_layout, _window_start,
+    _zero_rows)
 
 
 
@@ -22,32 +24,6 @@ def _load_kv(desc, bufs, ready, empty, c, b, hk, row):
     mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
     mbarrier.expect(ready.index(s), desc.block_type.nbytes)
     tma.async_copy_global_to_shared(desc, [b, hk, row, 0], ready.index(s), _tma_view(bufs.index(s), desc))
-
-
-@gluon.jit
-def _fwd_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
-              VARLEN: gl.constexpr):
-    # Tile t -> (b, h, m0, n_kv, n_full, q0, nq, k0, nk): rows [m0, m0 + ROWS) of a sequence of
-    # nq queries and nk keys whose first rows are q0 and k0 of (b, h); key blocks [0, n_full)
-    # every row of the tile sees whole, [n_full, n_kv) masked. Dense: the batch's (q0 = k0 = 0).
-    # Packed: `_varlen_tile`'s sequence, m0 >= nq for a tile past its rows; a block only
-    # rows of the next sequence would see is not walked.
-    if VARLEN:
-        h, m0, q0, nq, k0, nk = _varlen_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, ROWS)
-        if CAUSAL:
-            n_kv = gl.cdiv(gl.minimum(nk, gl.minimum(m0 + ROWS, nq)), BLOCK_N)
-            n_full = gl.minimum(m0 + 1, nk) // BLOCK_N
-        else:
-            n_kv = gl.cdiv(nk, BLOCK_N)
-            n_full = nk // BLOCK_N
-        b = 0
-    else:
-        b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, ROWS, BLOCK_N)
-        q0 = 0
-        nq = Nq
-        k0 = 0
-        nk = Nk
-    return b, h, m0, n_kv, n_full, q0, nq, k0, nk
 
 
 @gluon.jit
@@ -82,7 +58,7 @@ def _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_re
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     CONSUMERS: gl.constexpr = tile_ids.shape[0]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
-    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _fwd_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
+    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
                                                        CONSUMERS * BLOCK_M, BLOCK_N, VARLEN)
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     if VARLEN:
@@ -333,34 +309,15 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
     acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
     if VARLEN:
         if row0 + BLOCK_M <= nq:
-            _store_o(q, o_desc, acc, b, h, q0 + row0)
+            _store_tile(q, o_desc, acc, b, h, q0 + row0)
         else:
             _store_rows(O, acc.to(q.dtype), h * stride_oh, q0 + row0, nq - row0, stride_on)
     else:
-        _store_o(q, o_desc, acc, b, h, row0)
+        _store_tile(q, o_desc, acc, b, h, row0)
 
     rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     lse = (m_i + gl.log2(l_i)) * 0.6931471805599453          # natural-log units
     gl.store(LSE + (b * H + h).to(gl.int64) * Nq + q0 + rows, lse, mask=rows < nq)
-
-
-@gluon.jit
-def _store_o(q, o_desc, acc, b, h, row):
-    # O through Q's buffer (free once every S product has retired) and a TMA store to rows
-    # [row, row + 64) of (b, h), which drops rows past the tensor's end.
-    q.store(acc.to(q.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [b, h, row, 0], _tma_view(q, o_desc))
-
-
-@gluon.jit
-def _store_rows(O, vals, head_offset, row, n_rows, stride_on):
-    # vals' first n_rows rows (any layout) to rows [row, row + n_rows) of O at head_offset.
-    layout: gl.constexpr = vals.type.layout
-    rows = gl.arange(0, vals.shape[0], layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, vals.shape[1], layout=gl.SliceLayout(0, layout))
-    ptrs = O + head_offset + gl.expand_dims((row + rows).to(gl.int64) * stride_on, 1) + gl.expand_dims(cols, 0)
-    gl.store(ptrs, vals, mask=gl.expand_dims(rows < n_rows, 1))
 
 
 @gluon.jit
@@ -369,11 +326,11 @@ def _empty_rows(WG: gl.constexpr, q, LSE, O, stride_oh, stride_on, h, m0, q0, nq
     # warpgroup's 64 rows of the tile from m0).
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
     row0 = m0 + WG * BLOCK_M
-    _store_rows(O, gl.zeros([BLOCK_M, HEAD_DIM], q.dtype, layout), h * stride_oh, q0 + row0, nq - row0, stride_on)
-    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
-    gl.store(LSE + h.to(gl.int64) * Nq + q0 + rows, gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, layout)),
+    _zero_rows(O, h * stride_oh, q0 + row0, nq - row0, stride_on, BLOCK_M, HEAD_DIM, q.dtype)
+    rows_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    rows = row0 + gl.arange(0, BLOCK_M, layout=rows_layout)
+    gl.store(LSE + h.to(gl.int64) * Nq + q0 + rows, gl.full([BLOCK_M], float("-inf"), gl.float32, rows_layout),
              mask=rows < nq)
 
 
@@ -385,7 +342,7 @@ def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, k_
     # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
     BLOCK_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
-    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _fwd_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
+    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
                                                        CONSUMERS * BLOCK_M, BLOCK_N, VARLEN)
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     if VARLEN:

@@ -104,9 +104,10 @@ def attention_varlen_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
                          window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                          dlse: torch.Tensor | None = None, *, dkdv_config: TileConfig | None = None,
                          dq_config: TileConfig | None = None, tma: bool | None = None,
-                         concurrent_dq: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                         concurrent_dq: bool | None = None,
+                         gluon: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launcher of the backward pass over packed sequences (see `attention_varlen_fwd`):
     (dq, dk, dv) shaped as q, k, v. Other arguments as `attention_bwd`; lse and dlse (H, Tq)."""
     return planned(varlen_backward_key, build_varlen_backward, do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
                    causal, scale, window_left, window_right, softcap, dlse, dkdv_config, dq_config, tma,
-                   concurrent_dq).run(do, q, k, v, o, lse, dlse, cu_seqlens_q, cu_seqlens_k)
+                   concurrent_dq, gluon).run(do, q, k, v, o, lse, dlse, cu_seqlens_q, cu_seqlens_k)

@@ -2,7 +2,8 @@
 (`tritonkit.gluon`, FlashAttention-3's warp-specialized structure), or the Triton kernels of
 this package, which run everywhere else: other GPUs, the interpreter, layouts a tensor
 descriptor cannot read, explicit tiles, windows other than a causal mask's left one, packed
-sequences with a window, and the backward of packed sequences. Both take a softcap.
+sequences with a window, and the backward of packed sequences at head dim 256. Both take a
+softcap.
 
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
 the H200 (BENCHMARKS.md): the forward at head dims 128 and 256, and at 64 where it runs its
@@ -40,18 +41,17 @@ GLUON_BACKWARD_HEAD_DIMS = tuple(GLUON_BACKWARD_MIN_WORK)
 
 
 def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None,
-           causal_window: tuple[int, int] | None = None, packed: bool = False) -> str | None:
-    """Why the call is not one the Gluon kernels take (not packed, no tile forced, descriptors
-    allowed, no window; a softcap they take), or None. causal_window: (Nq, Nk) for a pass that
-    takes a causal mask's left window where every row sees a key (Nq <= Nk + window_left).
-    packed: a pass that takes packed sequences, without a window (whether each sequence's rows
-    all see a key is not known on the host)."""
+           causal_window: tuple[int, int] | None = None) -> str | None:
+    """Why the call is not one the Gluon kernels take (no tile forced, descriptors allowed, no
+    window, packed sequences without one; a softcap they take), or None. causal_window: (Nq, Nk)
+    for a pass that takes a causal mask's left window where every row sees a key (Nq <= Nk +
+    window_left); with packed sequences whether each one's rows all see a key is not known on
+    the host, so they take no window."""
     _, window_left, window_right, _ = flags
     window = window_left >= 0 or window_right >= 0
     if window and causal_window is not None and window_right < 0 and varlen is None:
         window = causal_window[0] > causal_window[1] + window_left   # rows left with no key
-    for refused, why in ((varlen is not None and not packed, "packed sequences (varlen)"),
-                         (varlen is not None and window, "packed sequences with a sliding window"),
+    for refused, why in ((varlen is not None and window, "packed sequences with a sliding window"),
                          (config is not None, "an explicit tile"),
                          (tma is False, "tma=False (the pointer path)"),
                          (window, "a sliding window" if causal_window is None else
@@ -86,8 +86,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
                        "three-warpgroup tile (full attention, or causal from "
                        f"{kernels.THREE_CONSUMERS_CAUSAL_ROWS} query rows; no softcap or window), where "
                        "it measured faster")
-    refused = (_plain(flags, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if flags[0] else None,
-                      packed=True)
+    refused = (_plain(flags, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if flags[0] else None)
                or kernels.refusal(q, k, v, flags[0], scale))
     if refused:
         return _refused("forward", refused, gluon)
@@ -116,10 +115,15 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     from ...gluon import attention_bwd as kernels
     refused = (_plain(flags, varlen, dkdv_config if dq_config is None else dq_config, tma,
                       causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
+               or (varlen is not None and q.shape[-1] not in kernels.HEAD_DIMS
+                   and f"packed sequences at head dim {q.shape[-1]} (the Gluon backward takes them at "
+                       f"{_dims(kernels.HEAD_DIMS)})")
                or kernels.refusal(do, q, k, v, o, lse, causal, scale))
     if refused:
         return _refused("backward", refused, gluon)
     window = f"left window {flags[1]}, " if flags[1] >= 0 else ""
+    if varlen is not None:
+        window = f"{varlen[0]} packed sequences, "
     dq_pass = "" if q.shape[-1] in kernels.HEAD_DIMS else "; the dQ pass in Triton (no Gluon dQ kernel there)"
     return _chosen("backward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {'causal, ' if causal else ''}"
                    f"{window}head dim {q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v, do readable by TMA"
@@ -131,7 +135,8 @@ def _refused(which: str, refused: str, gluon: bool | None) -> PathChoice:
     if gluon:
         raise ValueError(f"gluon=True, but the Gluon {which} cannot take this call: {refused} (it needs a Hopper "
                          "GPU (sm_90), float16/bfloat16 tensors that tensor descriptors can read, a head dim it "
-                         "supports, and no window, packed sequences or explicit tiles)")
+                         "supports, no explicit tiles, and no window other than a causal mask's left one "
+                         "(none with packed sequences))")
     return _chosen(which, False, refused)
 
 

@@ -118,11 +118,11 @@ def backward_key(do, q, k, v, o, lse, causal, scale, window_left, window_right, 
 
 
 def varlen_backward_key(do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window_left, window_right, softcap,
-                        dlse, dkdv_config, dq_config, tma, concurrent_dq) -> tuple:
+                        dlse, dkdv_config, dq_config, tma, concurrent_dq, gluon) -> tuple:
     return ("varlen_bwd", _layout(do), _layout(q), _layout(k), _layout(v), _layout(o), _layout(lse),
             _layout(cu_q), _layout(cu_k), None if dlse is None else _layout(dlse),
             _flags_key(causal, scale, window_left, window_right, softcap, dkdv_config, dq_config, tma,
-                       concurrent_dq), _setting())
+                       concurrent_dq, gluon), _setting())
 
 
 def _empty(shape: tuple, stride: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -340,7 +340,7 @@ class _BackwardLaunches:
         """lse and dlse contiguous (the plans' runs copy them where they are not)."""
         if self.gluon is not None:
             record_choice(self.choice)
-            self.gluon(do, q, k, v, o, lse, dlse, dq, dk, dv)
+            self.gluon(do, q, k, v, o, lse, dlse, dq, dk, dv, cu_q, cu_k)
             return
         delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
         self.preprocess(o, do, delta, dlse)
@@ -384,7 +384,7 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     gluon_plan = None
     if choice.path == "gluon":
         from ...gluon.attention_bwd import BackwardLaunches
-        gluon_plan = BackwardLaunches(q, k, causal, scale, softcap, window_left)
+        gluon_plan = BackwardLaunches(q, k, causal, scale, softcap, window_left, seqs, dq_stride, dk_stride)
         if gluon_plan.dq is not None:     # its dQ pass forms delta: no preprocess
             return _BackwardLaunches(None, choice, gluon=gluon_plan)
     pre_block = 32 if _interpreting() else 64
@@ -510,7 +510,7 @@ class VarlenBackwardPlan:
 
 
 def build_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window_left, window_right, softcap,
-                          dlse, dkdv_config, dq_config, tma, concurrent_dq) -> VarlenBackwardPlan:
+                          dlse, dkdv_config, dq_config, tma, concurrent_dq, gluon) -> VarlenBackwardPlan:
     Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_q, cu_k)
     _check_saved(do, o, lse, dlse, q, (H, Tq))
     flags = _mask_flags(causal, window_left, window_right, softcap, Tq, Tk)
@@ -521,6 +521,6 @@ def build_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window
     launches = None
     if Tk > 0 and Tq > 0:
         grads = [_packed(torch.empty(shape, device="meta")).stride() for shape in ((Tq, H, D), (Tk, Hkv, D), (Tk, Hkv, D))]
-        launches = _backward_launches(do4, q4, k4, v4, o4, lse.unsqueeze(0), *grads, scale, flags, (S,), dkdv_config, dq_config, tma,
-                                      concurrent_dq, None)
+        launches = _backward_launches(do4, q4, k4, v4, o4, lse.unsqueeze(0), *grads, scale, flags, (S,), dkdv_config,
+                                      dq_config, tma, concurrent_dq, gluon)
     return VarlenBackwardPlan((Tq, Tk), copies, Tk == 0, launches)
