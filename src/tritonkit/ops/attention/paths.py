@@ -28,8 +28,10 @@ GLUON_FORWARD_HEAD_DIMS = (128, 256)
 # Only where the forward runs three consumer warpgroups (`gluon.attention_fwd.consumer_count`).
 GLUON_FORWARD_WIDE_TILE_HEAD_DIMS = (64,)
 # Packed sequences: the Gluon forward is chosen from this mean length (query rows a sequence).
-# Measured faster at means of 961 and 1024 rows (1.10-1.11x, D=128 causal), slower at 246 (0.90x),
-# where a sequence is two or three 128-row tiles and the Triton kernel's smaller tiles waste less.
+# At D=128, causal, it measured 0.90x / 0.92x / 0.98x of the Triton forward at means of 246 /
+# 330 / 439 rows and 1.05x / 1.10x at 676 / 961: short sequences are one to three 128-row tiles,
+# and the Triton kernel's smaller tiles waste less of them. (The Gluon backward measured faster
+# at every mean tried, 246 up.)
 GLUON_VARLEN_FORWARD_MIN_MEAN_ROWS = 512
 # Head dim -> the multiply-adds of Q K^T from which the Gluon backward is chosen. At D=64, below
 # 2^34, its kernels and the Triton ones take the same GPU time (measured at 2^33, B=8 H=16 N=1024;
