@@ -520,7 +520,8 @@ def build_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window
     do4, q4, k4, v4, o4 = (_head_dim_innermost(t) for t in views)
     launches = None
     if Tk > 0 and Tq > 0:
-        grads = [_packed(torch.empty(shape, device="meta")).stride() for shape in ((Tq, H, D), (Tk, Hkv, D), (Tk, Hkv, D))]
+        grads = [_packed(torch.empty(shape, device="meta")).stride()
+                 for shape in ((Tq, H, D), (Tk, Hkv, D), (Tk, Hkv, D))]
         launches = _backward_launches(do4, q4, k4, v4, o4, lse.unsqueeze(0), *grads, scale, flags, (S,), dkdv_config,
                                       dq_config, tma, concurrent_dq, gluon)
     return VarlenBackwardPlan((Tq, Tk), copies, Tk == 0, launches)
