@@ -2,7 +2,8 @@
 kernel's structure compiled for sm_90 on the CPU, the dispatch's choice, and on a Hopper GPU
 its outputs against float64 references of each sequence on its own (torch's error in the
 same dtype the yardstick) and against the Triton kernel; lengths that end mid-tile, empty
-sequences, sequences without keys, Nq != Nk, GQA, softcap, float16, determinism."""
+sequences, sequences without keys, Nq != Nk, GQA, softcap, causal left windows, float16,
+determinism."""
 
 import pytest
 import torch
@@ -50,10 +51,10 @@ def test_varlen_dispatch_for_sm90():
     T, H, D = 4000, 4, 128
     q, k = _views(T, H, D), _views(T, 2, D)
     with record_launches(execute=False, capability=90):
-        chosen = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (5,), None, None, None)
-        windowed = paths.gluon_forward(q, k, k, D ** -0.5, (True, 100, -1, 0.0), (5,), None, None, None)
-        short = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (20,), None, None, None)
-        forced = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (20,), None, None, True)
+        chosen = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (5, False), None, None, None)
+        windowed = paths.gluon_forward(q, k, k, D ** -0.5, (True, 100, -1, 0.0), (5, False), None, None, None)
+        short = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (20, False), None, None, None)
+        forced = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (20, False), None, None, True)
     assert chosen.path == "gluon" and "5 packed sequences" in chosen.reason
     # Sequences of 200 rows on average: the Triton forward unless asked for the Gluon one.
     assert short.path == "triton" and "200 query rows on average" in short.reason
@@ -61,7 +62,14 @@ def test_varlen_dispatch_for_sm90():
     assert windowed.path == "triton" and "packed sequences with a sliding window" in windowed.reason
     with pytest.raises(ValueError, match="packed sequences with a sliding window"), \
             record_launches(execute=False, capability=90):
-        paths.gluon_forward(q, k, k, D ** -0.5, (True, 100, -1, 0.0), (5,), None, None, True)
+        paths.gluon_forward(q, k, k, D ** -0.5, (True, 100, -1, 0.0), (5, False), None, None, True)
+    # One cu_seqlens for queries and keys (varlen's second field): every row sees itself, so a
+    # causal mask's left window runs on the Gluon kernel; another window does not.
+    with record_launches(execute=False, capability=90):
+        one_cu = paths.gluon_forward(q, k, k, D ** -0.5, (True, 100, -1, 0.0), (5, True), None, None, None)
+        right = paths.gluon_forward(q, k, k, D ** -0.5, (False, 100, 100, 0.0), (5, True), None, None, None)
+    assert one_cu.path == "gluon" and "5 packed sequences, left window 100" in one_cu.reason
+    assert right.path == "triton"
 
 
 # ---------------------------------------------------------------------------------------
@@ -91,9 +99,9 @@ def _packed(lens_q, lens_k, H, Hkv, D, dtype=torch.bfloat16):
     return q, k, v, cu(lens_q, "cuda"), cu(lens_k, "cuda")
 
 
-def _check(q, k, v, cq, ck, causal, softcap=0.0):
-    o, lse = attention_varlen_fwd(q, k, v, cq, ck, causal, softcap=softcap, gluon=True)
-    kw = dict(softcap=softcap or None, return_lse=True)
+def _check(q, k, v, cq, ck, causal, softcap=0.0, window_left=-1):
+    o, lse = attention_varlen_fwd(q, k, v, cq, ck, causal, window_left=window_left, softcap=softcap, gluon=True)
+    kw = dict(softcap=softcap or None, return_lse=True, window=(window_left, 0) if window_left >= 0 else None)
     ref, ref_lse = attention_varlen_reference(q, k, v, cq, ck, causal, **kw)
     same, same_lse = attention_varlen_reference(q, k, v, cq, ck, causal, upcast=False, **kw)
     # The fixed reference (bfloat16 with a cap) rounds a row's largest p too: 2^-9 relative
@@ -101,7 +109,8 @@ def _check(q, k, v, cq, ck, causal, softcap=0.0):
     eps = 2.0 ** -9 if gluon_fwd.fixed_reference(softcap, q.dtype) else None
     assert_close_to_reference(o, ref, same, eps=eps)
     assert_close_to_reference(lse, ref_lse, same_lse.float(), what="lse")
-    o_t, lse_t = attention_varlen_fwd(q, k, v, cq, ck, causal, softcap=softcap, gluon=False)
+    o_t, lse_t = attention_varlen_fwd(q, k, v, cq, ck, causal, window_left=window_left, softcap=softcap,
+                                      gluon=False)
     torch.testing.assert_close(lse, lse_t, atol=2e-3, rtol=0)
     torch.testing.assert_close(o.float(), o_t.float(), atol=2e-2, rtol=2e-2)
     return o, lse
@@ -149,3 +158,15 @@ def test_varlen_many_short_sequences():
     # sequence's rows) and the persistent programs' many tiles.
     lens = torch.randint(1, 300, (200,), generator=torch.Generator().manual_seed(0)).tolist()
     _check(*_packed(lens, None, 16, 4, 128), True)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("window_left", [0, 1, 100, 200, 2000])
+def test_varlen_causal_window(window_left, D):
+    # A causal mask's left window over one cu_seqlens for queries and keys (each row sees
+    # itself): windows of one key, shorter than a block, across blocks, and wider than any
+    # sequence.
+    q, k, v, cq, _ = _packed((300, 1, 130, 64, 129, 1000), None, 4, 2, D)
+    _check(q, k, v, cq, cq, True, window_left=window_left)

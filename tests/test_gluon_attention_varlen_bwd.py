@@ -70,7 +70,7 @@ def test_varlen_dispatch_for_sm90():
             q, k = _views(T, H, D), _views(T, 2, D)
             lse = torch.empty(1, H, T)
             choose = lambda flags, gluon, D=D, q=q, k=k, lse=lse: paths.gluon_backward(  # noqa: E731
-                q, q, k, k, q, lse, D ** -0.5, flags, (5,), None, None, None, gluon, 2**40)
+                q, q, k, k, q, lse, D ** -0.5, flags, (5, False), None, None, None, gluon, 2**40)
             chosen[D] = choose(flags, None)
             if D == 128:
                 windowed = choose(window, None)
@@ -82,20 +82,28 @@ def test_varlen_dispatch_for_sm90():
     assert chosen[128].path == "gluon" and "5 packed sequences" in chosen[128].reason
     assert windowed.path == "triton" and "packed sequences with a sliding window" in windowed.reason
     assert chosen[256].path == "triton" and "packed sequences at head dim 256" in chosen[256].reason
+    # One cu_seqlens for queries and keys: a causal mask's left window runs on the Gluon kernels.
+    q, k = _views(T, H, 128), _views(T, 2, 128)
+    with record_launches(execute=False, capability=90):
+        one_cu = paths.gluon_backward(q, q, k, k, q, torch.empty(1, H, T), 128 ** -0.5, window, (5, True), None,
+                                      None, None, None, 2**40)
+    assert one_cu.path == "gluon" and "5 packed sequences, left window 100" in one_cu.reason
 
 
 # ---------------------------------------------------------------------------------------
 # On a Hopper GPU
 # ---------------------------------------------------------------------------------------
 
-def _check(q, k, v, cq, ck, causal, softcap=0.0, with_dlse=False):
+def _check(q, k, v, cq, ck, causal, softcap=0.0, with_dlse=False, window_left=-1):
     """The Gluon backward's gradients (from the Gluon forward's o and lse) against the float64
     reference's, the Triton backward's, and its own second run."""
-    o, lse = attention_varlen_fwd(q, k, v, cq, ck, causal, softcap=softcap)
+    mask = dict(window_left=window_left, softcap=softcap)
+    o, lse = attention_varlen_fwd(q, k, v, cq, ck, causal, **mask)
     do = torch.randn_like(q)
     dlse = torch.randn_like(lse) if with_dlse else None
-    got = attention_varlen_bwd(do, q, k, v, o, lse, cq, ck, causal, softcap=softcap, dlse=dlse, gluon=True)
-    kw = dict(softcap=softcap or None, upcast=False, return_lse=True)
+    got = attention_varlen_bwd(do, q, k, v, o, lse, cq, ck, causal, dlse=dlse, gluon=True, **mask)
+    kw = dict(softcap=softcap or None, upcast=False, return_lse=True,
+              window=(window_left, 0) if window_left >= 0 else None)
     reference = lambda *t: attention_varlen_reference(*t, cq, ck, causal, **kw)  # noqa: E731
     up = torch.zeros_like(lse) if dlse is None else dlse
     wide = grads(reference, [t.double() for t in (q, k, v)], (do.double(), up.double()))
@@ -103,11 +111,10 @@ def _check(q, k, v, cq, ck, causal, softcap=0.0, with_dlse=False):
     for name, ours, ref, torch_grad, like in zip(("dq", "dk", "dv"), got, wide, same, (q, k, v)):
         assert ours.dtype == like.dtype and ours.shape == like.shape and not ours.isnan().any(), name
         assert_close_to_reference(ours, ref, torch_grad, eps=eps_for(q.dtype, gradient=True), what=name)
-    triton_grads = attention_varlen_bwd(do, q, k, v, o, lse, cq, ck, causal, softcap=softcap, dlse=dlse,
-                                        gluon=False)
+    triton_grads = attention_varlen_bwd(do, q, k, v, o, lse, cq, ck, causal, dlse=dlse, gluon=False, **mask)
     for name, ours, theirs in zip(("dq", "dk", "dv"), got, triton_grads):
         torch.testing.assert_close(ours.float(), theirs.float(), atol=3e-2, rtol=3e-2, msg=name)
-    again = attention_varlen_bwd(do, q, k, v, o, lse, cq, ck, causal, softcap=softcap, dlse=dlse, gluon=True)
+    again = attention_varlen_bwd(do, q, k, v, o, lse, cq, ck, causal, dlse=dlse, gluon=True, **mask)
     assert all(torch.equal(a, b) for a, b in zip(got, again))
     return got
 
@@ -151,3 +158,28 @@ def test_varlen_backward_lse_gradient_float16_mqa():
 def test_varlen_backward_many_short_sequences():
     lens = torch.randint(1, 300, (200,), generator=torch.Generator().manual_seed(0)).tolist()
     _check(*_packed(lens, None, 16, 4, 128), True)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("window_left", [0, 1, 100, 200, 2000])
+def test_varlen_backward_causal_window(window_left, D):
+    # A causal mask's left window over one cu_seqlens for queries and keys.
+    q, k, v, cq, _ = _packed((300, 1, 130, 64, 129, 1000), None, 4, 2, D)
+    _check(q, k, v, cq, cq, True, window_left=window_left)
+
+
+def test_varlen_window_structure_for_sm90():
+    # The window's bounds in the packed kernels: within the same spill bounds as without.
+    cu_q = cu((100, 200, 1, 400, 299), "cpu")
+    q, k = _views(1000, 4, 128), _views(1000, 2, 128)
+    lse = torch.empty(1, 4, 1000)
+    _, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, True, 128 ** -0.5, 0.0, 100,
+                                                 cu_q=cu_q, cu_k=cu_q)
+    dkdv = compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
+    _, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, True, 128 ** -0.5, 0.0, 100,
+                                               cu_q=cu_q, cu_k=cu_q)
+    dq = compile_sm90(gluon_bwd._dq_kernel, args, kwargs)
+    assert kwargs["VARLEN"] and kwargs["WINDOW_LEFT"] == 100
+    assert dkdv.spills()["spill_stores"] <= VARLEN_DKDV_SPILL_BOUND[128] and dq.spills()["spill_stores"] == 0

@@ -11,7 +11,7 @@ from ..ops.attention import attention_varlen, attention_varlen_bwd, attention_va
 from . import BenchCase, InspectRequest, OpEntry
 from ._accuracy import Comparison, relative_error
 from ._fuzz import HALVES, FuzzCase, FuzzInputs, describe
-from .attention import _timed, flash_recipe_grads, flex_peer, grads_or_zeros
+from .attention import _GLUON, _timed, flash_recipe_grads, flex_peer, grads_or_zeros
 
 
 def lognormal_lengths(count: int, mean: int, seed: int = 0, sigma: float = 0.6) -> list[int]:
@@ -45,14 +45,14 @@ def _inspect_inputs(request: InspectRequest, device: torch.device):
 
 def _inspect_fwd(request: InspectRequest, device: torch.device) -> None:
     q, k, v, cu = _inspect_inputs(request, device)
-    attention_varlen_fwd(q, k, v, cu, cu, request.causal, tma=request.tma)
+    attention_varlen_fwd(q, k, v, cu, cu, request.causal, tma=request.tma, gluon=_GLUON[request.path])
 
 
 def _inspect_bwd(request: InspectRequest, device: torch.device) -> None:
     q, k, v, cu = _inspect_inputs(request, device)
     o, do = torch.empty_like(q), torch.empty_like(q)
     lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=device)
-    attention_varlen_bwd(do, q, k, v, o, lse, cu, cu, request.causal, tma=request.tma)
+    attention_varlen_bwd(do, q, k, v, o, lse, cu, cu, request.causal, tma=request.tma, gluon=_GLUON[request.path])
 
 
 def _document_causal(doc: torch.Tensor):
@@ -186,6 +186,7 @@ ENTRY = OpEntry(
     bench_cases=_bench_cases,
     peers=("FlexAttention",),
     op="attention_varlen",
+    paths=("gluon", "triton"),
     sample=_sample,
     reference=_reference,
     fuzz=(FuzzCase("forward", 30, _fuzz_forward), FuzzCase("backward", 20, _fuzz_backward)),

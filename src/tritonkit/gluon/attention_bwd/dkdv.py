@@ -395,8 +395,7 @@ def _dkdv_kernel(
     PIECES: gl.constexpr = 2 if SPLIT_D else 1
     dtype: gl.constexpr = q_desc.dtype
     gl.static_assert(gl.num_warps() == 4)
-    # packed sequences take no window here, nor the head dim 256 split
-    gl.static_assert(not VARLEN or (WINDOW_LEFT < 0 and not SPLIT_D))
+    gl.static_assert(not VARLEN or not SPLIT_D)     # packed sequences take no head dim 256 split
     q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, COLS], dtype)
     k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, COLS], dtype)
     # K and V: two halves (of the keys, or with SPLIT_D of the columns); Q and dO: STAGES

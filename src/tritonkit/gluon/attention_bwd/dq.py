@@ -259,7 +259,6 @@ def _dq_kernel(
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     dtype: gl.constexpr = q_desc.dtype
     gl.static_assert(gl.num_warps() == 4)
-    gl.static_assert(not VARLEN or WINDOW_LEFT < 0)     # packed sequences take no window here
     q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
     k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
     q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], q_2d)

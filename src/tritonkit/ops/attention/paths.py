@@ -2,8 +2,8 @@
 (`tritonkit.gluon`, FlashAttention-3's warp-specialized structure), or the Triton kernels of
 this package, which run everywhere else: other GPUs, the interpreter, layouts a tensor
 descriptor cannot read, explicit tiles, windows other than a causal mask's left one, packed
-sequences with a window, and the backward of packed sequences at head dim 256. Both take a
-softcap.
+sequences with a window unless queries and keys share their cu_seqlens, and the backward of
+packed sequences at head dim 256. Both take a softcap.
 
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
 the H200 (BENCHMARKS.md): the forward at head dims 128 and 256, and at 64 where it runs its
@@ -45,15 +45,19 @@ GLUON_BACKWARD_HEAD_DIMS = tuple(GLUON_BACKWARD_MIN_WORK)
 def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None,
            causal_window: tuple[int, int] | None = None) -> str | None:
     """Why the call is not one the Gluon kernels take (no tile forced, descriptors allowed, no
-    window, packed sequences without one; a softcap they take), or None. causal_window: (Nq, Nk)
-    for a pass that takes a causal mask's left window where every row sees a key (Nq <= Nk +
-    window_left); with packed sequences whether each one's rows all see a key is not known on
-    the host, so they take no window."""
+    window; a softcap they take), or None. causal_window: (Nq, Nk) for a causal pass, which takes
+    a causal mask's left window where every row sees a key: dense, Nq <= Nk + window_left; packed
+    (`varlen` = (sequences, one cu_seqlens)), where each sequence's lengths are not known on the
+    host, only where queries and keys share one cu_seqlens (each row then sees itself)."""
     _, window_left, window_right, _ = flags
     window = window_left >= 0 or window_right >= 0
-    if window and causal_window is not None and window_right < 0 and varlen is None:
-        window = causal_window[0] > causal_window[1] + window_left   # rows left with no key
-    for refused, why in ((varlen is not None and window, "packed sequences with a sliding window"),
+    if window and causal_window is not None and window_right < 0:
+        if varlen is None:
+            window = causal_window[0] > causal_window[1] + window_left   # rows left with no key
+        else:
+            window = not varlen[1]
+    for refused, why in ((varlen is not None and window, "packed sequences with a sliding window other than a "
+                          "causal mask's left one over one cu_seqlens for queries and keys"),
                          (config is not None, "an explicit tile"),
                          (tma is False, "tma=False (the pointer path)"),
                          (window, "a sliding window" if causal_window is None else
@@ -92,9 +96,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
                or kernels.refusal(q, k, v, flags[0], scale))
     if refused:
         return _refused("forward", refused, gluon)
-    window = f"left window {flags[1]}, " if flags[1] >= 0 else ""
-    if varlen is not None:
-        window = f"{varlen[0]} packed sequences, "
+    window = _packed_window(flags, varlen)
     return _chosen("forward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {window}head dim "
                    f"{q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v readable by TMA")
 
@@ -123,9 +125,7 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
                or kernels.refusal(do, q, k, v, o, lse, causal, scale))
     if refused:
         return _refused("backward", refused, gluon)
-    window = f"left window {flags[1]}, " if flags[1] >= 0 else ""
-    if varlen is not None:
-        window = f"{varlen[0]} packed sequences, "
+    window = _packed_window(flags, varlen)
     dq_pass = "" if q.shape[-1] in kernels.HEAD_DIMS else "; the dQ pass in Triton (no Gluon dQ kernel there)"
     return _chosen("backward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {'causal, ' if causal else ''}"
                    f"{window}head dim {q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v, do readable by TMA"
@@ -138,7 +138,7 @@ def _refused(which: str, refused: str, gluon: bool | None) -> PathChoice:
         raise ValueError(f"gluon=True, but the Gluon {which} cannot take this call: {refused} (it needs a Hopper "
                          "GPU (sm_90), float16/bfloat16 tensors that tensor descriptors can read, a head dim it "
                          "supports, no explicit tiles, and no window other than a causal mask's left one "
-                         "(none with packed sequences))")
+                         "(with packed sequences, over one cu_seqlens for queries and keys))")
     return _chosen(which, False, refused)
 
 
@@ -146,6 +146,12 @@ def _chosen(which: str, gluon: bool, reason: str) -> PathChoice:
     """The choice. A launch plan keeps it and tells the inspector's recordings of it on every
     call (`_launch.record_choice`), also the calls that find the plan made."""
     return PathChoice(f"attention {which}", "gluon" if gluon else "triton", reason)
+
+
+def _packed_window(flags: tuple, varlen: tuple | None) -> str:
+    """The reason's words for packed sequences and a causal mask's left window."""
+    return ((f"{varlen[0]} packed sequences, " if varlen is not None else "")
+            + (f"left window {flags[1]}, " if flags[1] >= 0 else ""))
 
 
 def _dims(dims: tuple[int, ...]) -> str:

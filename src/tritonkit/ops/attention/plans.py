@@ -15,7 +15,8 @@ go straight to the compiled launcher once they have one. The op's eager backward
 plan through its forward's (`ForwardPlan.backward`): its q, k, v, flags, o and lse are what
 that plan was keyed by or made, so only do's and dlse's layouts and the setting are keyed
 again. Values are never planned: data pointers are the call's own, and packed sequences'
-cu_seqlens are checked on every call where they are checked at all (CPU tensors).
+cu_seqlens are checked on every call where they are checked at all (CPU tensors); whether the
+queries' and the keys' are one tensor is keyed (the Gluon kernels take a window only then).
 
 A plan's outputs are fresh allocations, which torch's allocators align to 64 bytes or more:
 with the inputs' alignment in the key, every tensor a template launches with has the
@@ -103,9 +104,20 @@ def forward_key(q, k, v, causal, scale, window_left, window_right, softcap, conf
             _flags_key(causal, scale, window_left, window_right, softcap, config, tma, gluon), _setting())
 
 
+def _one_cu_seqlens(cu_q, cu_k) -> bool:
+    """Whether queries and keys share one cu_seqlens tensor (the same memory): packed
+    self-attention, where every sequence has as many keys as queries, so that with a causal
+    mask and a left window every row sees a key (itself)."""
+    return isinstance(cu_q, torch.Tensor) and isinstance(cu_k, torch.Tensor) and (
+        cu_q is cu_k or (cu_q.device == cu_k.device and cu_q.data_ptr() == cu_k.data_ptr()
+                         and cu_q.shape == cu_k.shape and cu_q.stride() == cu_k.stride()
+                         and cu_q.dtype == cu_k.dtype))
+
+
 def varlen_forward_key(q, k, v, cu_q, cu_k, causal, scale, window_left, window_right, softcap, config,
                        tma, gluon) -> tuple:
     return ("varlen_fwd", _layout(q), _layout(k), _layout(v), _layout(cu_q), _layout(cu_k),
+            _one_cu_seqlens(cu_q, cu_k),
             _flags_key(causal, scale, window_left, window_right, softcap, config, tma, gluon), _setting())
 
 
@@ -120,7 +132,7 @@ def backward_key(do, q, k, v, o, lse, causal, scale, window_left, window_right, 
 def varlen_backward_key(do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window_left, window_right, softcap,
                         dlse, dkdv_config, dq_config, tma, concurrent_dq, gluon) -> tuple:
     return ("varlen_bwd", _layout(do), _layout(q), _layout(k), _layout(v), _layout(o), _layout(lse),
-            _layout(cu_q), _layout(cu_k), None if dlse is None else _layout(dlse),
+            _layout(cu_q), _layout(cu_k), _one_cu_seqlens(cu_q, cu_k), None if dlse is None else _layout(dlse),
             _flags_key(causal, scale, window_left, window_right, softcap, dkdv_config, dq_config, tma,
                        concurrent_dq, gluon), _setting())
 
@@ -197,8 +209,9 @@ class _ForwardLaunch:
 
 def _forward_launch(q, k, v, o_stride: tuple, scale: float, flags: tuple, varlen: tuple | None, config, tma,
                     gluon) -> _ForwardLaunch | None:
-    """The forward of (B, H, N, D) q, k, v (packed: B = 1 and `varlen` = (number of
-    sequences,)) writing o of these strides and lse (B, H, Nq); None where nothing is launched."""
+    """The forward of (B, H, N, D) q, k, v (packed: B = 1 and `varlen` = (number of sequences,
+    whether queries and keys share one cu_seqlens: `_one_cu_seqlens`)) writing o of these
+    strides and lse (B, H, Nq); None where nothing is launched."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     if B == 0 or Nq == 0:
@@ -311,7 +324,8 @@ def build_varlen_forward(q, k, v, cu_q, cu_k, causal, scale, window_left, window
     copies = tuple(_needs_copy(t) for t in views)
     q4, k4, v4 = (_head_dim_innermost(t) for t in views)
     o_stride = _packed(torch.empty((Tq, H, D), device="meta")).stride()
-    launch = None if Tk == 0 else _forward_launch(q4, k4, v4, o_stride, scale, flags, (S,), config, tma, gluon)
+    varlen = (S, _one_cu_seqlens(cu_q, cu_k))
+    launch = None if Tk == 0 else _forward_launch(q4, k4, v4, o_stride, scale, flags, varlen, config, tma, gluon)
     return VarlenForwardPlan((Tq, H, D), (H, Tq), (Tq, Tk), copies, Tk == 0, launch)
 
 
@@ -522,6 +536,7 @@ def build_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window
     if Tk > 0 and Tq > 0:
         grads = [_packed(torch.empty(shape, device="meta")).stride()
                  for shape in ((Tq, H, D), (Tk, Hkv, D), (Tk, Hkv, D))]
-        launches = _backward_launches(do4, q4, k4, v4, o4, lse.unsqueeze(0), *grads, scale, flags, (S,), dkdv_config,
-                                      dq_config, tma, concurrent_dq, gluon)
+        varlen = (S, _one_cu_seqlens(cu_q, cu_k))
+        launches = _backward_launches(do4, q4, k4, v4, o4, lse.unsqueeze(0), *grads, scale, flags, varlen,
+                                      dkdv_config, dq_config, tma, concurrent_dq, gluon)
     return VarlenBackwardPlan((Tq, Tk), copies, Tk == 0, launches)
