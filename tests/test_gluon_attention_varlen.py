@@ -52,7 +52,7 @@ def test_varlen_dispatch_for_sm90():
     q, k = _views(T, H, D), _views(T, 2, D)
     with record_launches(execute=False, capability=90):
         chosen = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (5, False), None, None, None)
-        windowed = paths.gluon_forward(q, k, k, D ** -0.5, (True, 100, -1, 0.0), (5, False), None, None, None)
+        windowed = paths.gluon_forward(q, k, k, D ** -0.5, (True, 1000, -1, 0.0), (5, False), None, None, None)
         short = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (20, False), None, None, None)
         forced = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (20, False), None, None, True)
     assert chosen.path == "gluon" and "5 packed sequences" in chosen.reason
@@ -62,14 +62,18 @@ def test_varlen_dispatch_for_sm90():
     assert windowed.path == "triton" and "packed sequences with a sliding window" in windowed.reason
     with pytest.raises(ValueError, match="packed sequences with a sliding window"), \
             record_launches(execute=False, capability=90):
-        paths.gluon_forward(q, k, k, D ** -0.5, (True, 100, -1, 0.0), (5, False), None, None, True)
+        paths.gluon_forward(q, k, k, D ** -0.5, (True, 1000, -1, 0.0), (5, False), None, None, True)
     # One cu_seqlens for queries and keys (varlen's second field): every row sees itself, so a
     # causal mask's left window runs on the Gluon kernel; another window does not.
     with record_launches(execute=False, capability=90):
-        one_cu = paths.gluon_forward(q, k, k, D ** -0.5, (True, 100, -1, 0.0), (5, True), None, None, None)
-        right = paths.gluon_forward(q, k, k, D ** -0.5, (False, 100, 100, 0.0), (5, True), None, None, None)
-    assert one_cu.path == "gluon" and "5 packed sequences, left window 100" in one_cu.reason
-    assert right.path == "triton"
+        one_cu = paths.gluon_forward(q, k, k, D ** -0.5, (True, 1000, -1, 0.0), (5, True), None, None, None)
+        right = paths.gluon_forward(q, k, k, D ** -0.5, (False, 1000, 1000, 0.0), (5, True), None, None, None)
+    assert one_cu.path == "gluon" and "5 packed sequences, left window 1000" in one_cu.reason
+    assert right.path == "triton" and "packed sequences with a sliding window" in right.reason
+    # A 100-key window: a walk too short for the Gluon forward (the Triton one measured faster).
+    with record_launches(execute=False, capability=90):
+        narrow = paths.gluon_forward(q, k, k, D ** -0.5, (True, 100, -1, 0.0), (5, True), None, None, None)
+    assert narrow.path == "triton" and "about 101 keys a row" in narrow.reason
 
 
 # ---------------------------------------------------------------------------------------

@@ -23,16 +23,19 @@ from __future__ import annotations
 import torch
 
 from ..._launch import PathChoice
+from .configs import _row_keys
 
 GLUON_FORWARD_HEAD_DIMS = (128, 256)
 # Only where the forward runs three consumer warpgroups (`gluon.attention_fwd.consumer_count`).
 GLUON_FORWARD_WIDE_TILE_HEAD_DIMS = (64,)
-# Packed sequences: the Gluon forward is chosen from this mean length (query rows a sequence).
-# At D=128, causal, it measured 0.90x / 0.92x / 0.98x of the Triton forward at means of 246 /
-# 330 / 439 rows and 1.05x / 1.10x at 676 / 961: short sequences are one to three 128-row tiles,
-# and the Triton kernel's smaller tiles waste less of them. (The Gluon backward measured faster
-# at every mean tried, 246 up.)
-GLUON_VARLEN_FORWARD_MIN_MEAN_ROWS = 512
+# Packed sequences: the Gluon forward is chosen from this many keys a row sees on average
+# (`configs._row_keys` of the mean length: half of it under a causal mask, at most the window).
+# At D=128, causal, it measured 0.90x / 0.92x / 0.98x of the Triton forward at 123 / 165 / 219
+# such keys (means of 246 / 330 / 439 rows), 0.95x with a 256-key window (mean 961), and 1.02x
+# to 1.19x from 338 up: a short walk is a tile's prologue and epilogue with little between,
+# and the Triton kernel's smaller tiles waste less of it. (The Gluon backward measured faster at
+# every length and window tried.)
+GLUON_VARLEN_FORWARD_MIN_ROW_KEYS = 300
 # Head dim -> the multiply-adds of Q K^T from which the Gluon backward is chosen. At D=64, below
 # 2^34, its kernels and the Triton ones take the same GPU time (measured at 2^33, B=8 H=16 N=1024;
 # the Gluon ones faster from 2^35) and a call is bound by host time, where the Triton launches'
@@ -82,10 +85,11 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
                        "measured faster")
     from ...gluon import attention_fwd as kernels
     rows = q.shape[-2] if varlen is None else q.shape[-2] // max(varlen[0], 1)
-    if gluon is None and varlen is not None and rows < GLUON_VARLEN_FORWARD_MIN_MEAN_ROWS:
-        return _chosen("forward", False, f"{varlen[0]} packed sequences of {rows} query rows on average: the "
-                       f"Gluon forward is chosen from {GLUON_VARLEN_FORWARD_MIN_MEAN_ROWS}, where it measured "
-                       "faster")
+    row_keys = _row_keys(rows, rows, causal, window_left, flags[2])
+    if gluon is None and varlen is not None and row_keys < GLUON_VARLEN_FORWARD_MIN_ROW_KEYS:
+        return _chosen("forward", False, f"{varlen[0]} packed sequences of {rows} query rows on average, about "
+                       f"{row_keys} keys a row: the Gluon forward is chosen for packed sequences from "
+                       f"{GLUON_VARLEN_FORWARD_MIN_ROW_KEYS}, where it measured faster")
     if (gluon is None and D in GLUON_FORWARD_WIDE_TILE_HEAD_DIMS
             and kernels.consumer_count(D, causal, rows, softcap, window_left) < 3):
         return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen there only for its "
