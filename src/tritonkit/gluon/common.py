@@ -102,13 +102,14 @@ def _query_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr, ROWS:
 
 
 @gluon.jit
-def _store_tile(buf, desc, vals, b, h, row):
+def _store_tile(buf, desc, vals, b, h, row, col):
     # vals through the shared buffer buf (free once every product that read it has retired)
-    # and a TMA store to rows [row, row + rows of buf) of (b, h), which drops rows past the
-    # tensor's end; the caller waits for it (tma.store_wait) before buf is written again.
+    # and a TMA store to rows [row, row + rows of buf) of (b, h) from column col, which drops
+    # rows past the tensor's end; the caller waits for it (tma.store_wait) before buf is
+    # written again.
     buf.store(vals.to(buf.dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(desc, [b, h, row, 0], _tma_view(buf, desc))
+    tma.async_copy_shared_to_global(desc, [b, h, row, col], _tma_view(buf, desc))
 
 
 @gluon.jit

@@ -171,10 +171,11 @@ class BackwardLaunches:
         return (*(descriptor(t, rows, a.cols) for t, rows in boxes), lse, delta, cu_q, cu_k, dk, dv)
 
     def run_dkdv(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
-                 delta: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> None:
+                 delta: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cu_q: torch.Tensor | None = None,
+                 cu_k: torch.Tensor | None = None) -> None:
         """The dK/dV pass alone, from a delta formed elsewhere (head dim 256: the Triton
         preprocess's; `dq` is None there), writing dk and dv."""
-        self.dkdv.template(*self.dkdv_head(do, q, k, v, lse, delta, dk, dv))
+        self.dkdv.template(*self.dkdv_head(do, q, k, v, lse, delta, dk, dv, cu_q, cu_k))
 
     def heads(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
               lse: torch.Tensor, delta: torch.Tensor, dlse: torch.Tensor | None, dq: torch.Tensor,

@@ -333,20 +333,17 @@ def _dkdv_keys(WG: gl.constexpr, b, hk, n0, k0, nk, lo, band, mid, end, k_smem, 
         mbarrier.wait(done, 0)
     # In a packed batch, a warpgroup whose keys reach past their sequence (into the next one's)
     # stores its rows through masked pointers instead.
+    col = WG * COLS if SPLIT_D else 0
     if VARLEN:
         if key0 + KEYS <= nk:
-            _store_tile(k_half, dk_desc, dk * sm_scale, b, hk, k0 + key0)
-            _store_tile(v_half, dv_desc, dv, b, hk, k0 + key0)
+            _store_tile(k_half, dk_desc, dk * sm_scale, b, hk, k0 + key0, col)
+            _store_tile(v_half, dv_desc, dv, b, hk, k0 + key0, col)
         else:
-            _store_rows(DK, (dk * sm_scale).to(dtype), hk * stride_kh, k0 + key0, nk - key0, stride_kn)
-            _store_rows(DV, dv.to(dtype), hk * stride_kh, k0 + key0, nk - key0, stride_kn)
+            _store_rows(DK, (dk * sm_scale).to(dtype), hk * stride_kh + col, k0 + key0, nk - key0, stride_kn)
+            _store_rows(DV, dv.to(dtype), hk * stride_kh + col, k0 + key0, nk - key0, stride_kn)
     else:
-        k_half.store((dk * sm_scale).to(dtype))
-        v_half.store(dv.to(dtype))
-        fence_async_shared()
-        col = WG * COLS if SPLIT_D else 0
-        tma.async_copy_shared_to_global(dk_desc, [b, hk, key0, col], _tma_view(k_half, dk_desc))
-        tma.async_copy_shared_to_global(dv_desc, [b, hk, key0, col], _tma_view(v_half, dv_desc))
+        _store_tile(k_half, dk_desc, dk * sm_scale, b, hk, key0, col)
+        _store_tile(v_half, dv_desc, dv, b, hk, key0, col)
     tma.store_wait(pendings=0)
 
 
@@ -395,7 +392,6 @@ def _dkdv_kernel(
     PIECES: gl.constexpr = 2 if SPLIT_D else 1
     dtype: gl.constexpr = q_desc.dtype
     gl.static_assert(gl.num_warps() == 4)
-    gl.static_assert(not VARLEN or not SPLIT_D)     # packed sequences take no head dim 256 split
     q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, COLS], dtype)
     k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, COLS], dtype)
     # K and V: two halves (of the keys, or with SPLIT_D of the columns); Q and dO: STAGES

@@ -206,11 +206,11 @@ def _dq_rows(WG: gl.constexpr, b, h, m0, n_kv, n_full, q0, nq, nk, q_smem, do_sm
     # past their sequence (into the next one's) go through masked pointers instead.
     if VARLEN:
         if row0 + BLOCK_M <= nq:
-            _store_tile(q, dq_desc, dq * sm_scale, b, h, q0 + row0)
+            _store_tile(q, dq_desc, dq * sm_scale, b, h, q0 + row0, 0)
         else:
             _store_rows(DQ, (dq * sm_scale).to(q.dtype), h * stride_qh, q0 + row0, nq - row0, stride_qn)
     else:
-        _store_tile(q, dq_desc, dq * sm_scale, b, h, row0)
+        _store_tile(q, dq_desc, dq * sm_scale, b, h, row0, 0)
     tma.store_wait(pendings=0)
 
 

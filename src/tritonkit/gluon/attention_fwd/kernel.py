@@ -309,11 +309,11 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
     acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
     if VARLEN:
         if row0 + BLOCK_M <= nq:
-            _store_tile(q, o_desc, acc, b, h, q0 + row0)
+            _store_tile(q, o_desc, acc, b, h, q0 + row0, 0)
         else:
             _store_rows(O, acc.to(q.dtype), h * stride_oh, q0 + row0, nq - row0, stride_on)
     else:
-        _store_tile(q, o_desc, acc, b, h, row0)
+        _store_tile(q, o_desc, acc, b, h, row0, 0)
 
     rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     lse = (m_i + gl.log2(l_i)) * 0.6931471805599453          # natural-log units

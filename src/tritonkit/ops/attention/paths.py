@@ -1,9 +1,9 @@
 """Which kernels run an attention pass: the Gluon kernels written for Hopper
 (`tritonkit.gluon`, FlashAttention-3's warp-specialized structure), or the Triton kernels of
 this package, which run everywhere else: other GPUs, the interpreter, layouts a tensor
-descriptor cannot read, explicit tiles, windows other than a causal mask's left one, packed
-sequences with a window unless queries and keys share their cu_seqlens, and the backward of
-packed sequences at head dim 256. Both take a softcap.
+descriptor cannot read, explicit tiles, windows other than a causal mask's left one, and
+packed sequences with a window unless queries and keys share their cu_seqlens. Both take a
+softcap.
 
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
 the H200 (BENCHMARKS.md): the forward at head dims 128 and 256, and at 64 where it runs its
@@ -123,9 +123,6 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     from ...gluon import attention_bwd as kernels
     refused = (_plain(flags, varlen, dkdv_config if dq_config is None else dq_config, tma,
                       causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
-               or (varlen is not None and q.shape[-1] not in kernels.HEAD_DIMS
-                   and f"packed sequences at head dim {q.shape[-1]} (the Gluon backward takes them at "
-                       f"{_dims(kernels.HEAD_DIMS)})")
                or kernels.refusal(do, q, k, v, o, lse, causal, scale))
     if refused:
         return _refused("backward", refused, gluon)

@@ -360,7 +360,7 @@ class _BackwardLaunches:
         self.preprocess(o, do, delta, dlse)
         record_choice(self.choice)
         if self.gluon_dkdv is not None:
-            self.gluon_dkdv.run_dkdv(do, q, k, v, lse, delta, dk, dv)
+            self.gluon_dkdv.run_dkdv(do, q, k, v, lse, delta, dk, dv, cu_q, cu_k)
         else:
             q_in, do_in = q, do
             if self.dkdv_descriptors is not None:
