@@ -91,6 +91,13 @@ def test_varlen_dispatch_for_sm90():
         one_cu = paths.gluon_backward(q, q, k, k, q, torch.empty(1, H, T), 128 ** -0.5, window, (5, True), None,
                                       None, None, None, 2**40)
     assert one_cu.path == "gluon" and "5 packed sequences, left window 100" in one_cu.reason
+    # Head dim 64 with few multiply-adds: packed calls take the Gluon kernels (measured as fast or
+    # faster), where dense ones of that size keep the Triton kernels.
+    q, k = _views(T, H, 64), _views(T, 2, 64)
+    with record_launches(execute=False, capability=90):
+        small = [paths.gluon_backward(q, q, k, k, q, torch.empty(1, H, T), 0.125, flags, varlen, None, None, None,
+                                      None, 2**30) for varlen in ((5, False), None)]
+    assert [choice.path for choice in small] == ["gluon", "triton"]
 
 
 # ---------------------------------------------------------------------------------------

@@ -347,8 +347,6 @@ def _dkdv_keys(WG: gl.constexpr, b, hk, n0, k0, nk, lo, band, mid, end, k_smem, 
     tma.store_wait(pendings=0)
 
 
-
-
 @gluon.jit
 def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars,
                    kv_ready, ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, Hkv, GROUP, Nq, Nk,

@@ -85,7 +85,6 @@ def tile_config(head_dim: int) -> tuple[int, int]:
     return {64: (128, 2), 128: (128, 2), 256: (64, 2)}[head_dim]
 
 
-
 # The largest cap whose scores the softmax measures from a fixed reference (`fixed_reference`):
 # C = c log2 e <= 75 keeps p within [2^-120, 2^30].
 FIXED_REFERENCE_MAX_CAP = 75 / LOG2E

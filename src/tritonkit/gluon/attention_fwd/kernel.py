@@ -13,7 +13,6 @@ from ..common import (
     _zero_rows)
 
 
-
 @gluon.jit
 def _load_kv(desc, bufs, ready, empty, c, b, hk, row):
     # The key block from row `row` of (b, hk) into ring slot c % STAGES (c counts blocks over the

@@ -40,7 +40,8 @@ GLUON_VARLEN_FORWARD_MIN_ROW_KEYS = 300
 # 2^34, its kernels and the Triton ones take the same GPU time (measured at 2^33, B=8 H=16 N=1024;
 # the Gluon ones faster from 2^35) and a call is bound by host time, where the Triton launches'
 # bound templates cost less. At D=256 (the Gluon dK/dV pass, the Triton dQ pass) it measured
-# faster at every size tried, 2^33 to 2^38.
+# faster at every size tried, 2^33 to 2^38. Dense calls only: packed sequences at D=64 measured
+# as fast or faster on the Gluon kernels from 2^29.5 up (whole calls, host time included).
 GLUON_BACKWARD_MIN_WORK = {64: 2**34, 128: 0, 256: 0}
 GLUON_BACKWARD_HEAD_DIMS = tuple(GLUON_BACKWARD_MIN_WORK)
 
@@ -116,7 +117,7 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     if gluon is None and q.shape[-1] not in GLUON_BACKWARD_HEAD_DIMS:
         return _chosen("backward", False, f"head dim {q.shape[-1]}: the Gluon backward is chosen at head dim "
                        f"{_dims(GLUON_BACKWARD_HEAD_DIMS)}, where it measured faster")
-    if gluon is None and work < GLUON_BACKWARD_MIN_WORK[q.shape[-1]]:
+    if gluon is None and varlen is None and work < GLUON_BACKWARD_MIN_WORK[q.shape[-1]]:
         return _chosen("backward", False, f"head dim {q.shape[-1]} with {work} multiply-adds of Q K^T, under "
                        f"{GLUON_BACKWARD_MIN_WORK[q.shape[-1]]}, below which the Gluon backward did not measure "
                        "faster")
