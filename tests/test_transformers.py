@@ -251,6 +251,22 @@ def test_attention_packed_rows():
     _check_attention(*_qkv(1, 16, 16), mask=_attention.Packed.from_segment_ids(seg))
 
 
+def test_packed_rows_pass_one_cu_seqlens(monkeypatch):
+    # Packed rows give attention_varlen one tensor for the queries' and the keys' lengths: on
+    # Hopper the Gluon kernels take a causal sliding window only then (docs/attention.md).
+    shared = []
+    varlen = tritonkit.attention_varlen
+
+    def spy(q, k, v, cu_q, cu_k, *args, **kwargs):
+        shared.append(cu_q is cu_k)
+        return varlen(q, k, v, cu_q, cu_k, *args, **kwargs)
+
+    monkeypatch.setattr(tritonkit, "attention_varlen", spy)
+    seg = torch.tensor([[0] * 5 + [1] * 8 + [2] * 3], device=DEVICE)
+    _check_attention(*_qkv(1, 16, 16), mask=_attention.Packed.from_segment_ids(seg), sliding_window=4)
+    assert shared == [True]
+
+
 def test_attention_softcap_and_4d_mask():
     q, k, v = _qkv(2, 16, 16)
     _check_attention(q, k, v, softcap=5.0)
