@@ -23,25 +23,26 @@ from test_gluon_attention_varlen import LENGTHS, _packed, _views, needs_hopper
 VARLEN_DKDV_SPILL_BOUND = {64: 16, 128: 128, 256: 64}
 
 
-def _compiled(kernel: str, D: int, causal: bool, softcap: float = 0.0):
+def _compiled(kernel: str, D: int, causal: bool, softcap: float = 0.0, window_left: int = -1):
     cu_q = cu((100, 200, 1, 400, 299), "cpu")
     q, k = _views(1000, 4, D), _views(1000, 2, D)
     lse = torch.empty(1, 4, 1000)
     if kernel == "dkdv":
         _, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, D ** -0.5, softcap,
-                                                     cu_q=cu_q, cu_k=cu_q)
+                                                     window_left, cu_q=cu_q, cu_k=cu_q)
         return compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs), kwargs
     _, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, causal, D ** -0.5, softcap,
-                                               cu_q=cu_q, cu_k=cu_q)
+                                               window_left, cu_q=cu_q, cu_k=cu_q)
     return compile_sm90(gluon_bwd._dq_kernel, args, kwargs), kwargs
 
 
-@pytest.mark.parametrize("kernel", ["dkdv", "dq"])
+# Head dim 256 has a Gluon dK/dV kernel only (the Triton dQ pass runs beside it).
+KERNEL_HEAD_DIMS = [("dkdv", 64), ("dkdv", 128), ("dkdv", 256), ("dq", 64), ("dq", 128)]
+
+
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("kernel, D", KERNEL_HEAD_DIMS)
 def test_varlen_structure_for_sm90(kernel, D, causal):
-    if kernel == "dq" and D == 256:
-        pytest.skip("no Gluon dQ kernel at head dim 256 (the Triton one runs)")
     compiled, kwargs = _compiled(kernel, D, causal)
     assert kwargs["VARLEN"]
     usage = compiled.spills()
@@ -183,14 +184,7 @@ def test_varlen_backward_causal_window(window_left, D):
 
 def test_varlen_window_structure_for_sm90():
     # The window's bounds in the packed kernels: within the same spill bounds as without.
-    cu_q = cu((100, 200, 1, 400, 299), "cpu")
-    q, k = _views(1000, 4, 128), _views(1000, 2, 128)
-    lse = torch.empty(1, 4, 1000)
-    _, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, True, 128 ** -0.5, 0.0, 100,
-                                                 cu_q=cu_q, cu_k=cu_q)
-    dkdv = compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
-    _, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, True, 128 ** -0.5, 0.0, 100,
-                                               cu_q=cu_q, cu_k=cu_q)
-    dq = compile_sm90(gluon_bwd._dq_kernel, args, kwargs)
+    dkdv, _ = _compiled("dkdv", 128, True, window_left=100)
+    dq, kwargs = _compiled("dq", 128, True, window_left=100)
     assert kwargs["VARLEN"] and kwargs["WINDOW_LEFT"] == 100
     assert dkdv.spills()["spill_stores"] <= VARLEN_DKDV_SPILL_BOUND[128] and dq.spills()["spill_stores"] == 0
