@@ -174,3 +174,19 @@ def test_varlen_causal_window(window_left, D):
     # sequence.
     q, k, v, cq, _ = _packed((300, 1, 130, 64, 129, 1000), None, 4, 2, D)
     _check(q, k, v, cq, cq, True, window_left=window_left)
+
+
+def test_varlen_views_at_odd_offsets_take_the_triton_kernels():
+    # q, k, v sliced out of one packed projection one element in: no tensor descriptor can read
+    # them in place, so on an H100/H200 both passes choose the Triton kernels (whose GPU cases
+    # with such views are in test_attention_varlen), never a TMA load of a misaligned base.
+    T, H, D = 4000, 4, 128
+    qkv = torch.empty(T, 2 * H * D + 1, dtype=torch.bfloat16)[:, 1:].view(T, 2 * H, D)
+    q, k = (t.permute(1, 0, 2).unsqueeze(0) for t in (qkv[:, :H], qkv[:, H:]))
+    assert q.data_ptr() % 16 != 0
+    with record_launches(execute=False, capability=90):
+        forward = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (5, True), None, None, None)
+        backward = paths.gluon_backward(q, q, k, k, q, torch.empty(1, H, T), D ** -0.5, (True, -1, -1, 0.0),
+                                        (5, True), None, None, None, None, 2**40)
+    assert forward.path == backward.path == "triton"
+    assert "TMA" in forward.reason or "descriptor" in forward.reason, forward.reason
