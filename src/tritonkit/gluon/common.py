@@ -24,12 +24,28 @@ def _tma_view(buf, desc):
 
 
 @gluon.jit
-def _tile(t, n_m, H, Nk, CAUSAL: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+def _ordered_tile(t, n_blocks, n_tiles, LONGEST_FIRST: gl.constexpr):
+    # Tile t of n_tiles -> (head index, k): the k-th of a head's n_blocks blocks, in the order
+    # the kernel walks them (longest first under a causal mask). Head after head, so that the
+    # programs running together share the head's K and V (or Q and dO) in L2; or with
+    # LONGEST_FIRST every head's k-th block before anyone's (k+1)-th, which balances a causal
+    # mask's unequal tiles over the SMs (`host.longest_first` chooses).
+    if LONGEST_FIRST:
+        heads = n_tiles // n_blocks
+        hb = t % heads
+        k = t // heads
+    else:
+        hb = t // n_blocks
+        k = t % n_blocks
+    return hb, k
+
+
+@gluon.jit
+def _tile(t, n_m, n_tiles, LONGEST_FIRST: gl.constexpr, H, Nk, CAUSAL: gl.constexpr, ROWS: gl.constexpr,
+          BLOCK_N: gl.constexpr):
     # Tile t of ROWS query rows -> (b, h, first row m0, key blocks n_kv, unmasked key blocks
-    # n_full). Row blocks of one head are consecutive tiles, so programs running together
-    # share K and V in L2; causal tiles go longest first within a head.
-    hb = t // n_m
-    pid_m = t % n_m
+    # n_full), in `_ordered_tile`'s order; causal tiles go longest first within a head.
+    hb, pid_m = _ordered_tile(t, n_m, n_tiles, LONGEST_FIRST)
     if CAUSAL:
         pid_m = n_m - 1 - pid_m
     m0 = pid_m * ROWS
@@ -76,11 +92,12 @@ def _varlen_tile(t, n_m, H, Na, Nb, CU_A, CU_B, SEQS, ROWS: gl.constexpr, ASCEND
 
 
 @gluon.jit
-def _query_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr, ROWS: gl.constexpr,
-                BLOCK_N: gl.constexpr, VARLEN: gl.constexpr):
+def _query_tile(t, n_m, n_tiles, LONGEST_FIRST: gl.constexpr, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
+                ROWS: gl.constexpr, BLOCK_N: gl.constexpr, VARLEN: gl.constexpr):
     # Tile t -> (b, h, m0, n_kv, n_full, q0, nq, k0, nk): rows [m0, m0 + ROWS) of a sequence of
     # nq queries and nk keys whose first rows are q0 and k0 of (b, h); key blocks [0, n_full)
     # every row of the tile sees whole, [n_full, n_kv) masked. Dense: the batch's (q0 = k0 = 0).
+    # Dense tiles in `_ordered_tile`'s order (n_tiles of them).
     # Packed: `_varlen_tile`'s sequence, m0 >= nq for a tile past its rows; a block only
     # rows of the next sequence would see is not walked.
     if VARLEN:
@@ -93,7 +110,7 @@ def _query_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr, ROWS:
             n_full = nk // BLOCK_N
         b = 0
     else:
-        b, h, m0, n_kv, n_full = _tile(t, n_m, H, Nk, CAUSAL, ROWS, BLOCK_N)
+        b, h, m0, n_kv, n_full = _tile(t, n_m, n_tiles, LONGEST_FIRST, H, Nk, CAUSAL, ROWS, BLOCK_N)
         q0 = 0
         nq = Nq
         k0 = 0

@@ -73,6 +73,34 @@ def tma_refusal(**tensors: torch.Tensor) -> str | None:
     return None
 
 
+# When a dense causal pass hands out every head's longest tiles first (`longest_first`): with at
+# most this many tiles an SM, and at least this many programs walking each head at once
+# (BENCHMARKS.md has the two orders measured against each other).
+LONGEST_FIRST_MAX_TILES_PER_SM = 8
+LONGEST_FIRST_MIN_PROGRAMS_PER_HEAD = 2
+
+
+def longest_first(causal: bool, window_left: int, varlen: bool, heads: int, blocks: int, sms: int) -> bool:
+    """The order a pass hands out its tiles (the kernels' LONGEST_FIRST, `common._ordered_tile`):
+    heads (batch x heads of the pass) of `blocks` tiles each, on sms SMs.
+
+    Head after head (False), the programs running together walk the same head, so its K and V
+    (the dQ pass's too; Q and dO in the dK/dV pass) are read from L2 by all of them. Under a
+    causal mask that order also leaves the last head's longest tiles for the end of the grid,
+    where they run with few SMs busy beside them: a tail of about one longest tile, some
+    2 sms / (heads x blocks) of the pass. Every head's k-th longest tile before anyone's
+    (k+1)-th (True) removes the tail, and costs the L2 reuse where fewer than two programs walk
+    a head at once. So True under a causal mask without a window, with at most
+    LONGEST_FIRST_MAX_TILES_PER_SM tiles an SM (a tail of a quarter of the pass or more) and at
+    most sms / LONGEST_FIRST_MIN_PROGRAMS_PER_HEAD heads. Full attention's and a window's tiles
+    are of one length; packed sequences have their own order (heads together,
+    `common._varlen_tile`)."""
+    if not causal or window_left >= 0 or varlen:
+        return False
+    return (heads * blocks <= LONGEST_FIRST_MAX_TILES_PER_SM * sms
+            and heads * LONGEST_FIRST_MIN_PROGRAMS_PER_HEAD <= sms)
+
+
 @functools.lru_cache(maxsize=None)
 def num_sms(device: torch.device) -> int:
     if device.type != "cuda":

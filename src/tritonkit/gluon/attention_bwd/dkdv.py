@@ -17,27 +17,28 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from ..common import _softcap_tanh, _store_rows, _store_tile, _tma_view, _varlen_tile, _wgmma_layout
+from ..common import _ordered_tile, _softcap_tanh, _store_rows, _store_tile, _tma_view, _varlen_tile, _wgmma_layout
 
 
 @gluon.jit
-def _key_tile(t, n_kb, Hkv, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, VARLEN: gl.constexpr):
+def _key_tile(t, n_kb, LONGEST_FIRST: gl.constexpr, Hkv, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
+              WINDOW_LEFT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, VARLEN: gl.constexpr):
     # Program t -> (b, hk, first key n0, q0, nq, k0, nk, query blocks [lo, end) that see its
     # keys, of which [lo, band) straddle the causal diagonal and [mid, end) the left window's
     # edge (masked), [band, mid) see all of them): keys and query rows local to a sequence of
     # nq queries and nk keys whose first rows are q0 and k0 of (b, heads). Dense: the batch's
-    # (q0 = k0 = 0); key blocks of one head are consecutive programs (they share Q and dO in
-    # L2), the longest (first) key blocks first. Packed: `_varlen_tile`'s sequence, heads
-    # fastest, a sequence's first key blocks first; n0 >= nk for a block past its keys.
+    # (q0 = k0 = 0), in `_ordered_tile`'s order (a head's key blocks together, which share Q and
+    # dO in L2, or with LONGEST_FIRST every head's longest first), a head's longest (first) key
+    # blocks first. Packed: `_varlen_tile`'s sequence, heads fastest, a sequence's first key
+    # blocks first; n0 >= nk for a block past its keys.
     if VARLEN:
         hk, n0, k0, nk, q0, nq = _varlen_tile(t, n_kb, Hkv, Nk, Nq, CU_K, CU_Q, SEQS, BLOCK_N, True)
         b = 0
     else:
-        hb = t // n_kb
+        hb, kb = _ordered_tile(t, n_kb, gl.num_programs(0), LONGEST_FIRST)
         b = hb // Hkv
         hk = hb % Hkv
-        n0 = (t % n_kb) * BLOCK_N
+        n0 = kb * BLOCK_N
         q0 = 0
         nq = Nq
         k0 = 0
@@ -110,12 +111,12 @@ def _dkdv_loads(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs
 
 @gluon.jit
 def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready,
-                   ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
-                   WINDOW_LEFT: gl.constexpr, SPLIT_D: gl.constexpr, VARLEN: gl.constexpr):
+                   ready, empty, LSE, DELTA, n_kb, LONGEST_FIRST: gl.constexpr, H, Hkv, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
+                   CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, SPLIT_D: gl.constexpr, VARLEN: gl.constexpr):
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     KEYS: gl.constexpr = k_smem.shape[1]
-    b, hk, n0, q0, nq, k0, nk, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, Nk, CU_Q, CU_K, SEQS,
-                                                              CAUSAL, WINDOW_LEFT, BLOCK_M,
+    b, hk, n0, q0, nq, k0, nk, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, LONGEST_FIRST, Hkv, Nq, Nk, CU_Q,
+                                                              CU_K, SEQS, CAUSAL, WINDOW_LEFT, BLOCK_M,
                                                               KEYS if SPLIT_D else 2 * KEYS, VARLEN)
     if VARLEN:
         if n0 < nk:                 # a block past its sequence's keys loads nothing
@@ -349,13 +350,14 @@ def _dkdv_keys(WG: gl.constexpr, b, hk, n0, k0, nk, lo, band, mid, end, k_smem, 
 
 @gluon.jit
 def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars,
-                   kv_ready, ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, Hkv, GROUP, Nq, Nk,
-                   CU_Q, CU_K, SEQS, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr,
-                   WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr, VARLEN: gl.constexpr):
+                   kv_ready, ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb,
+                   LONGEST_FIRST: gl.constexpr, Hkv, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, sm_scale,
+                   CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr,
+                   SPLIT_D: gl.constexpr, VARLEN: gl.constexpr):
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     KEYS: gl.constexpr = k_smem.shape[1]
-    b, hk, n0, q0, nq, k0, nk, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, Hkv, Nq, Nk, CU_Q, CU_K, SEQS,
-                                                              CAUSAL, WINDOW_LEFT, BLOCK_M,
+    b, hk, n0, q0, nq, k0, nk, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, LONGEST_FIRST, Hkv, Nq, Nk, CU_Q,
+                                                              CU_K, SEQS, CAUSAL, WINDOW_LEFT, BLOCK_M,
                                                               KEYS if SPLIT_D else 2 * KEYS, VARLEN)
     if VARLEN:
         if n0 < nk:
@@ -378,11 +380,12 @@ def _dkdv_kernel(
     q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA, CU_Q, CU_K, DK, DV,
     # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
     # scale); n_kb: key blocks of 128 per kv head (packed: cdiv(Nk, 128) + SEQS,
-    # `_varlen_tile`); dk's and dv's head and row strides
+    # `_varlen_tile`); dk's and dv's head and row strides (LONGEST_FIRST: the programs' order,
+    # `common._ordered_tile`)
     Nq, Nk, H, Hkv, GROUP, qk_scale, sm_scale, n_kb, SEQS, stride_kh, stride_kn,
     CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, STAGES: gl.constexpr,
     KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-    VARLEN: gl.constexpr,
+    VARLEN: gl.constexpr, LONGEST_FIRST: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     COLS: gl.constexpr = q_desc.block_type.shape[3]     # the head dim, or with SPLIT_D its half
@@ -429,14 +432,14 @@ def _dkdv_kernel(
         xbars = ready
     gl.warp_specialize([
         (_dkdv_consumer, (0, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
-                           ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, Hkv, GROUP, Nq, Nk,
-                           CU_Q, CU_K, SEQS, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS, SPLIT_D,
-                           VARLEN)),
+                           ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, LONGEST_FIRST, Hkv,
+                           GROUP, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS,
+                           SPLIT_D, VARLEN)),
         (_dkdv_consumer, (1, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
-                           ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, Hkv, GROUP, Nq, Nk,
-                           CU_Q, CU_K, SEQS, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS, SPLIT_D,
-                           VARLEN)),
+                           ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, LONGEST_FIRST, Hkv,
+                           GROUP, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS,
+                           SPLIT_D, VARLEN)),
         (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
-                          kv_ready, ready, empty, LSE, DELTA, n_kb, H, Hkv, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
-                          WINDOW_LEFT, SPLIT_D, VARLEN)),
+                          kv_ready, ready, empty, LSE, DELTA, n_kb, LONGEST_FIRST, H, Hkv, GROUP, Nq, Nk, CU_Q, CU_K,
+                          SEQS, CAUSAL, WINDOW_LEFT, SPLIT_D, VARLEN)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

@@ -48,17 +48,17 @@ def _post_tile(tile_ids, w, t):
 
 
 @gluon.jit
-def _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready,
-                  k_empty, v_empty, tile_ids, n_m, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
-                  WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, VARLEN: gl.constexpr):
+def _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
+                  v_empty, tile_ids, n_m, n_tiles, LONGEST_FIRST: gl.constexpr, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
+                  CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, VARLEN: gl.constexpr):
     # Tile t's loads (c: K/V blocks loaded before it, ti: tiles before it); returns (c, ti)
     # after it. A packed batch's tiles past their sequence's rows are skipped: no consumer
     # hears of them.
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     CONSUMERS: gl.constexpr = tile_ids.shape[0]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
-    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
-                                                       CONSUMERS * BLOCK_M, BLOCK_N, VARLEN)
+    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, n_tiles, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS,
+                                                       CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N, VARLEN)
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     if VARLEN:
         if m0 < nq:
@@ -102,9 +102,9 @@ def _load_tile(t, c, ti, b, hk, h, q_row, k0, lo, count, q_desc, k_desc, v_desc,
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-              v_empty, tile_ids, sched, n_tiles, n_m, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
-              WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, VARLEN: gl.constexpr):
+def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+              tile_ids, sched, n_tiles, n_m, LONGEST_FIRST: gl.constexpr, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
+              CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, VARLEN: gl.constexpr):
     c = 0
     ti = 0
     if DYNAMIC:
@@ -113,8 +113,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
         t = _warp_increment(sched)
         while t < n_tiles:
             c, ti = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
-                                  v_ready, k_empty, v_empty, tile_ids, n_m, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
-                                  WINDOW_LEFT, DYNAMIC, VARLEN)
+                                  v_ready, k_empty, v_empty, tile_ids, n_m, n_tiles, LONGEST_FIRST, H, GROUP, Nq, Nk,
+                                  CU_Q, CU_K, SEQS, CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)
             t = _warp_increment(sched)
         CONSUMERS: gl.constexpr = tile_ids.shape[0]
         for w in gl.static_range(CONSUMERS):    # no tile left: each consumer gets t >= n_tiles and stops
@@ -130,8 +130,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
     else:
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             c, ti = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
-                                  v_ready, k_empty, v_empty, tile_ids, n_m, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
-                                  WINDOW_LEFT, DYNAMIC, VARLEN)
+                                  v_ready, k_empty, v_empty, tile_ids, n_m, n_tiles, LONGEST_FIRST, H, GROUP, Nq, Nk,
+                                  CU_Q, CU_K, SEQS, CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)
 
 
 @gluon.jit
@@ -334,15 +334,15 @@ def _empty_rows(WG: gl.constexpr, q, LSE, O, stride_oh, stride_on, h, m0, q0, nq
 
 
 @gluon.jit
-def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, k_bufs, v_bufs, k_ready, v_ready,
-                  k_empty, v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
-                  qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
-                  WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr):
+def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, k_bufs, v_bufs, k_ready, v_ready, k_empty,
+                  v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, n_tiles, LONGEST_FIRST: gl.constexpr, H,
+                  Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
+                  SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr):
     # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
     BLOCK_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
-    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
-                                                       CONSUMERS * BLOCK_M, BLOCK_N, VARLEN)
+    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, n_tiles, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS,
+                                                       CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N, VARLEN)
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     if VARLEN:
         if n_kv > lo:
@@ -370,11 +370,10 @@ def _posted_tile(tile_ids, WG: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
-              turn, tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
-              qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
-              WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, FIXED_MAX: gl.constexpr,
-              VARLEN: gl.constexpr):
+def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
+              tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, LONGEST_FIRST: gl.constexpr, H, Nq, Nk,
+              CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
+              WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr):
     CONSUMERS: gl.constexpr = turn.shape[0]
     q = q_smem.index(WG)
     c = 0
@@ -383,18 +382,20 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         mbarrier.wait(q_ready.index(WG), 0)
         t = _posted_tile(tile_ids, WG)
         while t < n_tiles:
-            c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), k_bufs, v_bufs, k_ready,
-                              v_ready, k_empty, v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, H, Nq, Nk,
-                              CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX, VARLEN)
+            c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), k_bufs, v_bufs, k_ready, v_ready, k_empty,
+                              v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, n_tiles, LONGEST_FIRST, H, Nq,
+                              Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
+                              VARLEN)
             ti += 1
             mbarrier.wait(q_ready.index(WG), ti & 1)
             t = _posted_tile(tile_ids, WG)
     else:
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             mbarrier.wait(q_ready.index(WG), ti & 1)
-            c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), k_bufs, v_bufs, k_ready,
-                              v_ready, k_empty, v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, H, Nq, Nk,
-                              CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX, VARLEN)
+            c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), k_bufs, v_bufs, k_ready, v_ready, k_empty,
+                              v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, n_tiles, LONGEST_FIRST, H, Nq,
+                              Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
+                              VARLEN)
             ti += 1
 
 
@@ -415,10 +416,11 @@ def _attn_fwd_kernel(
     # meta (SOFTCAP: the cap c, 0 for none; WINDOW_LEFT: a causal mask's left window, -1 for none;
     # CONSUMERS: 64-row consumer warpgroups, 2 or 3, with CONSUMER_REGS registers each;
     # FIXED_MAX: the softcap's fixed base-2 reference for p, 0 for a running row maximum;
-    # VARLEN: packed sequences)
+    # VARLEN: packed sequences; LONGEST_FIRST: the tiles' order, `common._ordered_tile`)
     CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
     DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr,
+    LONGEST_FIRST: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -455,28 +457,28 @@ def _attn_fwd_kernel(
     if CONSUMERS == 3:
         gl.warp_specialize([
             (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
-                          qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, LONGEST_FIRST, H, Nq, Nk, CU_Q,
+                          CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
             (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
-                          qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, LONGEST_FIRST, H, Nq, Nk, CU_Q,
+                          CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
             (_consumer, (2, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
-                          qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, LONGEST_FIRST, H, Nq, Nk, CU_Q,
+                          CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                         v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
-                         WINDOW_LEFT, DYNAMIC, VARLEN)),
+                         v_empty, tile_ids, SCHED, n_tiles, n_m, LONGEST_FIRST, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
+                         CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.static_assert(CONSUMERS == 2)
         gl.warp_specialize([
             (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
-                          qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, LONGEST_FIRST, H, Nq, Nk, CU_Q,
+                          CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
             (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS,
-                          qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, LONGEST_FIRST, H, Nq, Nk, CU_Q,
+                          CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                         v_empty, tile_ids, SCHED, n_tiles, n_m, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
-                         WINDOW_LEFT, DYNAMIC, VARLEN)),
+                         v_empty, tile_ids, SCHED, n_tiles, n_m, LONGEST_FIRST, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
+                         CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
