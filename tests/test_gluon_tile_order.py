@@ -1,10 +1,10 @@
 """The order the Gluon attention kernels hand out a dense causal pass's tiles
-(`tritonkit.gluon.host.longest_first`, the kernels' LONGEST_FIRST): head after head, or every
-head's longest tiles first.
+(`tritonkit.gluon.host.longest_first_span`, the kernels' LONGEST_FIRST and HEAD_SPAN): head after
+head, or every head's longest tiles first within spans of a few heads.
 
 On any machine: the rule's choice at the shapes it was measured on (BENCHMARKS.md), what each
 pass's launch carries, and that the kernels compile both ways for sm_90. On a Hopper GPU
-(gpu-marked): the order moves tiles between SMs and nothing else, so both orders give bitwise
+(gpu-marked): the order moves tiles between SMs and nothing else, so every order gives bitwise
 the same outputs and gradients.
 """
 
@@ -21,34 +21,40 @@ from test_gluon_attention_bwd import DKDV_SPILL_BOUND
 
 SMS = 132   # an H100 / H200
 
-# (pass, batch x heads of the pass, its tiles a head) -> the order chosen. Longest first where
-# it measured faster (head after head in brackets, TFLOP/s of the pass alone, bf16, D=128):
+# (pass, batch x heads of the pass, its tiles a head) -> the span chosen (0: head after head),
+# with the measured TFLOP/s of the whole backward or the pass, bf16, D=128 unless noted, in
+# spans of 8 heads against head after head:
 MEASURED = [
-    ("config A forward, B4 H16 N2048", 64, 16, True),              # 464.9 (445.2)
-    ("config A dK/dV, B4 Hkv8 N2048", 32, 16, True),               # 569.5 (469.5)
-    ("config B forward, B1 H16 N8192", 16, 64, True),              # 577.8 (542.9)
-    ("config B dK/dV, B1 Hkv8 N8192", 8, 64, True),                # 631.9 (540.7)
-    ("GQA 32/8 dK/dV, B4 Hkv8 N4096", 32, 32, True),               # 593.6 (563.8)
-    # More heads than half the SMs: K and V no longer shared in L2 by the programs in flight.
-    ("GQA 32/8 forward, B4 H32 N4096", 128, 32, False),            # 504.8 (537.0)
-    ("B4 H32 N4096 dQ", 128, 32, False),                           # 517.4 (631.1)
-    ("B8 H16 N1024 forward", 128, 8, False),                       # 307.1 (330.3)
-    # Many tiles an SM: head after head leaves little tail.
-    ("D=64 three consumers, B2 H32 N16384", 64, 86, False),        # 432.3 (459.9)
-    ("D=256 forward, B4 H16 N4096", 64, 32, False),                # 537.3 (580.4)
+    ("config A's layer, B4 H16/8 N2048", 64, 16, 8),          # backward 566.9 against 503.3
+    ("config A's dK/dV", 32, 16, 8),
+    ("config B's layer, B1 H16/8 N8192", 16, 64, 8),          # backward 664.9 against 589.4
+    ("config B's dK/dV", 8, 64, 8),
+    ("B4 H32 N4096", 128, 32, 8),                             # backward 613.7 against 603.8
+    ("B8 H16 N1024", 128, 8, 8),                              # forward 340.1 against 332.7
+    ("D=256 forward, B4 H16 N4096", 64, 32, 8),               # 614.4 against 587.0
+    # Many tiles an SM: little tail left, and a span's K and V outgrow L2.
+    ("B4 H32 N16384", 128, 128, 0),                           # backward 664.0 against 691.1
+    ("D=64 three consumers, B2 H32 N16384", 64, 86, 0),       # forward 460.3 against 470.3
 ]
 
 
-@pytest.mark.parametrize("name, heads, blocks, chosen", MEASURED, ids=[m[0] for m in MEASURED])
-def test_rule_at_measured_shapes(name, heads, blocks, chosen):
-    assert host.longest_first(True, -1, False, heads, blocks, SMS) is chosen
+@pytest.mark.parametrize("name, heads, blocks, span", MEASURED, ids=[m[0] for m in MEASURED])
+def test_rule_at_measured_shapes(name, heads, blocks, span):
+    assert host.longest_first_span(True, -1, False, heads, blocks, SMS) == span
 
 
 def test_rule_only_for_dense_causal_without_window():
-    assert host.longest_first(True, -1, False, 8, 16, SMS)
-    assert not host.longest_first(False, -1, False, 8, 16, SMS)       # tiles of one length
-    assert not host.longest_first(True, 512, False, 8, 16, SMS)       # a window: the same
-    assert not host.longest_first(True, -1, True, 8, 16, SMS)         # packed: their own order
+    assert host.longest_first_span(True, -1, False, 8, 16, SMS) == 8
+    assert host.longest_first_span(False, -1, False, 8, 16, SMS) == 0      # tiles of one length
+    assert host.longest_first_span(True, 512, False, 8, 16, SMS) == 0      # a window: the same
+    assert host.longest_first_span(True, -1, True, 8, 16, SMS) == 0        # packed: their own order
+
+
+def test_span_divides_the_heads():
+    for heads in range(1, 70):
+        span = host.longest_first_span(True, -1, False, heads, 4, SMS)
+        assert 1 <= span <= host.LONGEST_FIRST_SPAN_HEADS and heads % span == 0
+    assert host.longest_first_span(True, -1, False, 12, 4, SMS) == 6
 
 
 def _inputs(B, H, Hkv, N, D):
@@ -57,24 +63,30 @@ def _inputs(B, H, Hkv, N, D):
     return q, k, torch.empty(B, H, N)
 
 
-# (B, H, Hkv, N, forward's and dQ's order, dK/dV's): config B's layer; then 128 query heads
-# (forward and dQ head after head) over 32 kv heads (dK/dV longest first); then 128 of each.
-@pytest.mark.parametrize("B, H, Hkv, N, query_order, key_order",
-                         [(1, 16, 8, 8192, True, True), (4, 32, 8, 4096, False, True), (4, 32, 32, 4096, False, False)])
-def test_each_pass_carries_its_order(B, H, Hkv, N, query_order, key_order):
+def _named(kernel, args) -> dict:
+    return dict(zip(kernel.arg_names, args))
+
+
+@pytest.mark.parametrize("B, H, Hkv, N, span, kv_span",
+                         [(1, 16, 8, 8192, 8, 8), (4, 6, 3, 1000, 8, 6), (4, 32, 32, 16384, 0, 0)])
+def test_each_pass_carries_its_order(B, H, Hkv, N, span, kv_span):
     q, k, lse = _inputs(B, H, Hkv, N, 128)
     for causal in (True, False):
-        _, _, fwd = gluon_fwd.launch_args(q, k, k, q, lse, causal, 0.1)
-        _, _, dq = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, causal, 0.1)
-        _, _, dkdv = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, 0.1)
-        assert fwd["LONGEST_FIRST"] is dq["LONGEST_FIRST"] is (query_order and causal)
-        assert dkdv["LONGEST_FIRST"] is (key_order and causal)
+        fwd = gluon_fwd.launch_args(q, k, k, q, lse, causal, 0.1)
+        dq = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, causal, 0.1)
+        dkdv = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, 0.1)
+        for kernel, (_, args, kwargs), chosen in ((gluon_fwd._attn_fwd_kernel, fwd, span),
+                                                  (gluon_bwd._dq_kernel, dq, span),
+                                                  (gluon_bwd._dkdv_kernel, dkdv, kv_span)):
+            chosen = chosen if causal else 0
+            assert kwargs["LONGEST_FIRST"] is (chosen > 0)
+            assert _named(kernel, args)["HEAD_SPAN"] == max(chosen, 1)
 
 
 @pytest.mark.parametrize("order", [False, True])
 def test_compiles_both_ways_for_sm90(order, monkeypatch):
     # The order is a constexpr: each value is its own kernel, within the passes' spill bounds.
-    monkeypatch.setattr(host, "LONGEST_FIRST_MAX_TILES_PER_SM", SMS if order else 0)
+    monkeypatch.setattr(host, "LONGEST_FIRST_MAX_TILES_PER_SM", SMS if order else -1)
     q, k, lse = _inputs(1, 4, 2, 700, 128)
     launches = [(gluon_fwd._attn_fwd_kernel, gluon_fwd.launch_args(q, k, k, q, lse, True, 0.1), 0),
                 (gluon_bwd._dq_kernel, gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, True, 0.1), 0),
@@ -88,7 +100,8 @@ def test_compiles_both_ways_for_sm90(order, monkeypatch):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("B, H, Hkv, N, D", [(2, 4, 2, 1000, 128), (1, 8, 8, 777, 64), (2, 4, 4, 300, 256)])
+# several spans of 8 heads (dK/dV: 2 of 8 kv heads), spans of 6 heads, and the D=256 dK/dV pass
+@pytest.mark.parametrize("B, H, Hkv, N, D", [(4, 8, 4, 1000, 128), (1, 12, 12, 777, 64), (2, 4, 4, 300, 256)])
 def test_orders_agree_bitwise(B, H, Hkv, N, D, monkeypatch):
     torch.manual_seed(0)
     q = torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16)
@@ -96,7 +109,7 @@ def test_orders_agree_bitwise(B, H, Hkv, N, D, monkeypatch):
     do = torch.randn_like(q)
     results = []
     for order in (False, True):
-        monkeypatch.setattr(host, "LONGEST_FIRST_MAX_TILES_PER_SM", 1 << 20 if order else 0)
+        monkeypatch.setattr(host, "LONGEST_FIRST_MAX_TILES_PER_SM", 1 << 20 if order else -1)
         fwd = gluon_fwd.ForwardLaunch(q, k, True, D ** -0.5)
         bwd = gluon_bwd.BackwardLaunches(q, k, True, D ** -0.5)
         assert fwd.template.constexprs["LONGEST_FIRST"] is order

@@ -6,9 +6,8 @@ first), alternating in rounds in one process; outputs compared bitwise between o
 
 It ran (call 1) on the change's first form, where the kernels took RUN, how many of a head's
 tiles go out together (0: all of them), set through `host.CAUSAL_HEAD_RUN`. What was kept is
-RUN 0 or 1, the kernels' LONGEST_FIRST, chosen by `host.longest_first`; on that tree the two
-orders are forced as tests/test_gluon_tile_order.py does, through
-`host.LONGEST_FIRST_MAX_TILES_PER_SM` (0: head after head; large: longest first).
+longest first within spans of heads (the kernels' LONGEST_FIRST and HEAD_SPAN, chosen by
+`host.longest_first_span`; `-s17-head_span.py` measured the spans).
 """
 import statistics
 

@@ -24,16 +24,19 @@ def _tma_view(buf, desc):
 
 
 @gluon.jit
-def _ordered_tile(t, n_blocks, n_tiles, LONGEST_FIRST: gl.constexpr):
-    # Tile t of n_tiles -> (head index, k): the k-th of a head's n_blocks blocks, in the order
-    # the kernel walks them (longest first under a causal mask). Head after head, so that the
-    # programs running together share the head's K and V (or Q and dO) in L2; or with
-    # LONGEST_FIRST every head's k-th block before anyone's (k+1)-th, which balances a causal
-    # mask's unequal tiles over the SMs (`host.longest_first` chooses).
+def _ordered_tile(t, n_blocks, HEAD_SPAN, LONGEST_FIRST: gl.constexpr):
+    # Tile t -> (head index, k): the k-th of a head's n_blocks blocks, in the order the kernel
+    # walks them (longest first under a causal mask). Head after head, so that the programs
+    # running together share the head's K and V (or Q and dO) in L2; or with LONGEST_FIRST, in
+    # spans of HEAD_SPAN heads (a divisor of the heads), every head's k-th block before anyone's
+    # (k+1)-th within a span, which balances a causal mask's unequal tiles over the SMs
+    # (`host.longest_first_span` chooses).
     if LONGEST_FIRST:
-        heads = n_tiles // n_blocks
-        hb = t % heads
-        k = t // heads
+        per_span = HEAD_SPAN * n_blocks
+        span = t // per_span
+        r = t - span * per_span
+        hb = span * HEAD_SPAN + r % HEAD_SPAN
+        k = r // HEAD_SPAN
     else:
         hb = t // n_blocks
         k = t % n_blocks
@@ -41,11 +44,11 @@ def _ordered_tile(t, n_blocks, n_tiles, LONGEST_FIRST: gl.constexpr):
 
 
 @gluon.jit
-def _tile(t, n_m, n_tiles, LONGEST_FIRST: gl.constexpr, H, Nk, CAUSAL: gl.constexpr, ROWS: gl.constexpr,
+def _tile(t, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H, Nk, CAUSAL: gl.constexpr, ROWS: gl.constexpr,
           BLOCK_N: gl.constexpr):
     # Tile t of ROWS query rows -> (b, h, first row m0, key blocks n_kv, unmasked key blocks
     # n_full), in `_ordered_tile`'s order; causal tiles go longest first within a head.
-    hb, pid_m = _ordered_tile(t, n_m, n_tiles, LONGEST_FIRST)
+    hb, pid_m = _ordered_tile(t, n_m, HEAD_SPAN, LONGEST_FIRST)
     if CAUSAL:
         pid_m = n_m - 1 - pid_m
     m0 = pid_m * ROWS
@@ -92,12 +95,12 @@ def _varlen_tile(t, n_m, H, Na, Nb, CU_A, CU_B, SEQS, ROWS: gl.constexpr, ASCEND
 
 
 @gluon.jit
-def _query_tile(t, n_m, n_tiles, LONGEST_FIRST: gl.constexpr, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
+def _query_tile(t, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
                 ROWS: gl.constexpr, BLOCK_N: gl.constexpr, VARLEN: gl.constexpr):
     # Tile t -> (b, h, m0, n_kv, n_full, q0, nq, k0, nk): rows [m0, m0 + ROWS) of a sequence of
     # nq queries and nk keys whose first rows are q0 and k0 of (b, h); key blocks [0, n_full)
     # every row of the tile sees whole, [n_full, n_kv) masked. Dense: the batch's (q0 = k0 = 0).
-    # Dense tiles in `_ordered_tile`'s order (n_tiles of them).
+    # Dense tiles in `_ordered_tile`'s order.
     # Packed: `_varlen_tile`'s sequence, m0 >= nq for a tile past its rows; a block only
     # rows of the next sequence would see is not walked.
     if VARLEN:
@@ -110,7 +113,7 @@ def _query_tile(t, n_m, n_tiles, LONGEST_FIRST: gl.constexpr, H, Nq, Nk, CU_Q, C
             n_full = nk // BLOCK_N
         b = 0
     else:
-        b, h, m0, n_kv, n_full = _tile(t, n_m, n_tiles, LONGEST_FIRST, H, Nk, CAUSAL, ROWS, BLOCK_N)
+        b, h, m0, n_kv, n_full = _tile(t, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nk, CAUSAL, ROWS, BLOCK_N)
         q0 = 0
         nq = Nq
         k0 = 0

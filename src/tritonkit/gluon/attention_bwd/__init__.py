@@ -55,7 +55,8 @@ import torch
 from ..._launch import LaunchTemplate
 from ..._layout import cdiv
 from ...ops.attention.scores import kernel_qk_scale
-from ..host import CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, descriptor, longest_first, num_sms, tma_refusal
+from ..host import (CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, descriptor, longest_first_span, num_sms,
+                    tma_refusal)
 from .dkdv import _dkdv_kernel
 from .dq import _dq_kernel
 
@@ -104,10 +105,10 @@ def kv_in_registers(head_dim: int) -> int:
     return 2 if head_dim == 64 else 0
 
 
-def _meta(causal: bool, softcap: float, window_left: int, stages: int, varlen: bool, order: bool) -> dict:
-    """The constexprs both passes take (order: the tiles', `host.longest_first`)."""
+def _meta(causal: bool, softcap: float, window_left: int, stages: int, varlen: bool, span: int) -> dict:
+    """The constexprs both passes take (span: the tiles' order, `host.longest_first_span`)."""
     return dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
-                CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, VARLEN=varlen, LONGEST_FIRST=order)
+                CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, VARLEN=varlen, LONGEST_FIRST=span > 0)
 
 
 class _Pass:
@@ -145,21 +146,23 @@ class BackwardLaunches:
         # block goes through pointers of these strides (dk's also dv's), and each sequence
         # may start a block of its own (`common._varlen_tile`).
         n_kb = cdiv(Nk, ROWS_PER_WARPGROUP if split else KEYS_PER_PROGRAM) + (seqs if varlen else 0)
-        dkdv_order = longest_first(bool(causal), window_left, varlen, B * Hkv, n_kb, num_sms(q.device))
+        dkdv_span = longest_first_span(bool(causal), window_left, varlen, B * Hkv, n_kb, num_sms(q.device))
         self.dkdv = _Pass("attention_bwd_dkdv_gluon", _dkdv_kernel, (n_kb * Hkv * B,),
-                          (Nq, Nk, H, Hkv, H // Hkv, qk_scale, scale, n_kb, *_packed_tail(seqs, dk_stride)),
-                          dict(_meta(causal, softcap, window_left, dkdv_stages, varlen, dkdv_order),
+                          (Nq, Nk, H, Hkv, H // Hkv, qk_scale, scale, n_kb, max(dkdv_span, 1),
+                           *_packed_tail(seqs, dk_stride)),
+                          dict(_meta(causal, softcap, window_left, dkdv_stages, varlen, dkdv_span),
                                KV_REGS=kv_in_registers(D), SPLIT_D=split),
                           block_m, ROWS_PER_WARPGROUP, D // 2 if split else None)
         if D not in HEAD_DIMS:          # a dK/dV kernel alone (DKDV_HEAD_DIMS)
             self.dq = None
             return
         n_m = cdiv(Nq, QUERIES_PER_PROGRAM) + (seqs if varlen else 0)
-        dq_order = longest_first(bool(causal), window_left, varlen, B * H, n_m, num_sms(q.device))
+        dq_span = longest_first_span(bool(causal), window_left, varlen, B * H, n_m, num_sms(q.device))
         # keyed by whether lse has an upstream gradient to take from delta (HAS_DLSE)
         self.dq = {has_dlse: _Pass("attention_bwd_dq_gluon", _dq_kernel, (n_m * H * B,),
-                                   (Nq, Nk, H, H // Hkv, qk_scale, scale, n_m, *_packed_tail(seqs, dq_stride)),
-                                   dict(_meta(causal, softcap, window_left, dq_stages, varlen, dq_order),
+                                   (Nq, Nk, H, H // Hkv, qk_scale, scale, n_m, max(dq_span, 1),
+                                    *_packed_tail(seqs, dq_stride)),
+                                   dict(_meta(causal, softcap, window_left, dq_stages, varlen, dq_span),
                                         HAS_DLSE=has_dlse),
                                    ROWS_PER_WARPGROUP, block_n)
                    for has_dlse in (False, True)}

@@ -21,7 +21,7 @@ from ..common import _ordered_tile, _softcap_tanh, _store_rows, _store_tile, _tm
 
 
 @gluon.jit
-def _key_tile(t, n_kb, LONGEST_FIRST: gl.constexpr, Hkv, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
+def _key_tile(t, n_kb, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, Hkv, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
               WINDOW_LEFT: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, VARLEN: gl.constexpr):
     # Program t -> (b, hk, first key n0, q0, nq, k0, nk, query blocks [lo, end) that see its
     # keys, of which [lo, band) straddle the causal diagonal and [mid, end) the left window's
@@ -35,7 +35,7 @@ def _key_tile(t, n_kb, LONGEST_FIRST: gl.constexpr, Hkv, Nq, Nk, CU_Q, CU_K, SEQ
         hk, n0, k0, nk, q0, nq = _varlen_tile(t, n_kb, Hkv, Nk, Nq, CU_K, CU_Q, SEQS, BLOCK_N, True)
         b = 0
     else:
-        hb, kb = _ordered_tile(t, n_kb, gl.num_programs(0), LONGEST_FIRST)
+        hb, kb = _ordered_tile(t, n_kb, HEAD_SPAN, LONGEST_FIRST)
         b = hb // Hkv
         hk = hb % Hkv
         n0 = kb * BLOCK_N
@@ -111,12 +111,13 @@ def _dkdv_loads(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs
 
 @gluon.jit
 def _dkdv_producer(q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, kv_ready,
-                   ready, empty, LSE, DELTA, n_kb, LONGEST_FIRST: gl.constexpr, H, Hkv, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
-                   CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, SPLIT_D: gl.constexpr, VARLEN: gl.constexpr):
+                   ready, empty, LSE, DELTA, n_kb, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H, Hkv, GROUP, Nq, Nk, CU_Q,
+                   CU_K, SEQS, CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, SPLIT_D: gl.constexpr,
+                   VARLEN: gl.constexpr):
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     KEYS: gl.constexpr = k_smem.shape[1]
-    b, hk, n0, q0, nq, k0, nk, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, LONGEST_FIRST, Hkv, Nq, Nk, CU_Q,
-                                                              CU_K, SEQS, CAUSAL, WINDOW_LEFT, BLOCK_M,
+    b, hk, n0, q0, nq, k0, nk, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, HEAD_SPAN, LONGEST_FIRST, Hkv,
+                                                              Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL, WINDOW_LEFT, BLOCK_M,
                                                               KEYS if SPLIT_D else 2 * KEYS, VARLEN)
     if VARLEN:
         if n0 < nk:                 # a block past its sequence's keys loads nothing
@@ -351,13 +352,13 @@ def _dkdv_keys(WG: gl.constexpr, b, hk, n0, k0, nk, lo, band, mid, end, k_smem, 
 @gluon.jit
 def _dkdv_consumer(WG: gl.constexpr, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars,
                    kv_ready, ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb,
-                   LONGEST_FIRST: gl.constexpr, Hkv, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, sm_scale,
+                   HEAD_SPAN, LONGEST_FIRST: gl.constexpr, Hkv, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, sm_scale,
                    CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, KV_REGS: gl.constexpr,
                    SPLIT_D: gl.constexpr, VARLEN: gl.constexpr):
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     KEYS: gl.constexpr = k_smem.shape[1]
-    b, hk, n0, q0, nq, k0, nk, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, LONGEST_FIRST, Hkv, Nq, Nk, CU_Q,
-                                                              CU_K, SEQS, CAUSAL, WINDOW_LEFT, BLOCK_M,
+    b, hk, n0, q0, nq, k0, nk, lo, band, mid, end = _key_tile(gl.program_id(0), n_kb, HEAD_SPAN, LONGEST_FIRST, Hkv,
+                                                              Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL, WINDOW_LEFT, BLOCK_M,
                                                               KEYS if SPLIT_D else 2 * KEYS, VARLEN)
     if VARLEN:
         if n0 < nk:
@@ -380,9 +381,9 @@ def _dkdv_kernel(
     q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA, CU_Q, CU_K, DK, DV,
     # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
     # scale); n_kb: key blocks of 128 per kv head (packed: cdiv(Nk, 128) + SEQS,
-    # `_varlen_tile`); dk's and dv's head and row strides (LONGEST_FIRST: the programs' order,
-    # `common._ordered_tile`)
-    Nq, Nk, H, Hkv, GROUP, qk_scale, sm_scale, n_kb, SEQS, stride_kh, stride_kn,
+    # `_varlen_tile`); HEAD_SPAN: the kv heads LONGEST_FIRST orders together
+    # (`common._ordered_tile`); dk's and dv's head and row strides
+    Nq, Nk, H, Hkv, GROUP, qk_scale, sm_scale, n_kb, HEAD_SPAN, SEQS, stride_kh, stride_kn,
     CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, STAGES: gl.constexpr,
     KV_REGS: gl.constexpr, SPLIT_D: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     VARLEN: gl.constexpr, LONGEST_FIRST: gl.constexpr,
@@ -432,14 +433,14 @@ def _dkdv_kernel(
         xbars = ready
     gl.warp_specialize([
         (_dkdv_consumer, (0, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
-                           ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, LONGEST_FIRST, Hkv,
-                           GROUP, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS,
-                           SPLIT_D, VARLEN)),
+                           ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, HEAD_SPAN,
+                           LONGEST_FIRST, Hkv, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, sm_scale, CAUSAL, SOFTCAP,
+                           WINDOW_LEFT, KV_REGS, SPLIT_D, VARLEN)),
         (_dkdv_consumer, (1, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready,
-                           ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, LONGEST_FIRST, Hkv,
-                           GROUP, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, KV_REGS,
-                           SPLIT_D, VARLEN)),
+                           ready, empty, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, n_kb, HEAD_SPAN,
+                           LONGEST_FIRST, Hkv, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, sm_scale, CAUSAL, SOFTCAP,
+                           WINDOW_LEFT, KV_REGS, SPLIT_D, VARLEN)),
         (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs,
-                          kv_ready, ready, empty, LSE, DELTA, n_kb, LONGEST_FIRST, H, Hkv, GROUP, Nq, Nk, CU_Q, CU_K,
-                          SEQS, CAUSAL, WINDOW_LEFT, SPLIT_D, VARLEN)),
+                          kv_ready, ready, empty, LSE, DELTA, n_kb, HEAD_SPAN, LONGEST_FIRST, H, Hkv, GROUP, Nq, Nk,
+                          CU_Q, CU_K, SEQS, CAUSAL, WINDOW_LEFT, SPLIT_D, VARLEN)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

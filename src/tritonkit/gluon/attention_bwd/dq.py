@@ -43,11 +43,11 @@ def _dq_loads(q_desc, do_desc, o_desc, k_desc, v_desc, q_smem, do_smem, o_smem, 
 
 @gluon.jit
 def _dq_producer(q_desc, do_desc, o_desc, k_desc, v_desc, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready,
-                 empty, n_m, LONGEST_FIRST: gl.constexpr, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
-                 WINDOW_LEFT: gl.constexpr, VARLEN: gl.constexpr):
+                 empty, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
+                 CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, VARLEN: gl.constexpr):
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
-    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(gl.program_id(0), n_m, gl.num_programs(0), LONGEST_FIRST, H,
+    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(gl.program_id(0), n_m, HEAD_SPAN, LONGEST_FIRST, H,
                                                          Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL, 2 * BLOCK_M, BLOCK_N, VARLEN)
     lo, _ = _window_start(m0, WINDOW_LEFT, 2 * BLOCK_M, BLOCK_N)
     if VARLEN:
@@ -216,13 +216,13 @@ def _dq_rows(WG: gl.constexpr, b, h, m0, n_kv, n_full, q0, nq, nk, q_smem, do_sm
 
 @gluon.jit
 def _dq_consumer(WG: gl.constexpr, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, DQ,
-                 stride_qh, stride_qn, LSE, DELTA, DLSE, n_m, LONGEST_FIRST: gl.constexpr, H, Nq, Nk, CU_Q, CU_K, SEQS,
-                 qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
+                 stride_qh, stride_qn, LSE, DELTA, DLSE, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H, Nq, Nk, CU_Q,
+                 CU_K, SEQS, qk_scale, sm_scale, CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
                  HAS_DLSE: gl.constexpr, VARLEN: gl.constexpr):
     BLOCK_M: gl.constexpr = q_smem.shape[1]
     HEAD_DIM: gl.constexpr = q_smem.shape[2]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
-    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(gl.program_id(0), n_m, gl.num_programs(0), LONGEST_FIRST, H,
+    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(gl.program_id(0), n_m, HEAD_SPAN, LONGEST_FIRST, H,
                                                          Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL, 2 * BLOCK_M, BLOCK_N, VARLEN)
     if VARLEN:
         if m0 < nq:
@@ -249,8 +249,9 @@ def _dq_kernel(
     q_desc, do_desc, o_desc, k_desc, v_desc, dq_desc, LSE, DELTA, DLSE, CU_Q, CU_K, DQ,
     # shapes and scales (qk_scale = scale * log2 e, or with a softcap c scale / c; sm_scale =
     # scale); n_m: row blocks of 128 per head (packed: cdiv(Nq, 128) + SEQS, `_varlen_tile`);
-    # dq's head and row strides (LONGEST_FIRST: the programs' order, `common._ordered_tile`)
-    Nq, Nk, H, GROUP, qk_scale, sm_scale, n_m, SEQS, stride_qh, stride_qn,
+    # HEAD_SPAN: the heads LONGEST_FIRST orders together (`common._ordered_tile`); dq's head and
+    # row strides
+    Nq, Nk, H, GROUP, qk_scale, sm_scale, n_m, HEAD_SPAN, SEQS, stride_qh, stride_qn,
     CAUSAL: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, STAGES: gl.constexpr,
     HAS_DLSE: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, VARLEN: gl.constexpr,
     LONGEST_FIRST: gl.constexpr,
@@ -279,12 +280,12 @@ def _dq_kernel(
         mbarrier.init(empty.index(i), count=2)     # released by both consumer warpgroups
     gl.warp_specialize([
         (_dq_consumer, (0, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, DQ,
-                         stride_qh, stride_qn, LSE, DELTA, DLSE, n_m, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS,
-                         qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, HAS_DLSE, VARLEN)),
+                         stride_qh, stride_qn, LSE, DELTA, DLSE, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K,
+                         SEQS, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, HAS_DLSE, VARLEN)),
         (_dq_consumer, (1, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn, dq_desc, DQ,
-                         stride_qh, stride_qn, LSE, DELTA, DLSE, n_m, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS,
-                         qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, HAS_DLSE, VARLEN)),
+                         stride_qh, stride_qn, LSE, DELTA, DLSE, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K,
+                         SEQS, qk_scale, sm_scale, CAUSAL, SOFTCAP, WINDOW_LEFT, HAS_DLSE, VARLEN)),
         (_dq_producer, (q_desc, do_desc, o_desc, k_desc, v_desc, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready,
-                        ready, empty, n_m, LONGEST_FIRST, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL, WINDOW_LEFT,
-                        VARLEN)),
+                        ready, empty, n_m, HEAD_SPAN, LONGEST_FIRST, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL,
+                        WINDOW_LEFT, VARLEN)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

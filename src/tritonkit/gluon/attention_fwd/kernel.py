@@ -49,7 +49,7 @@ def _post_tile(tile_ids, w, t):
 
 @gluon.jit
 def _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                  v_empty, tile_ids, n_m, n_tiles, LONGEST_FIRST: gl.constexpr, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
+                  v_empty, tile_ids, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
                   CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, VARLEN: gl.constexpr):
     # Tile t's loads (c: K/V blocks loaded before it, ti: tiles before it); returns (c, ti)
     # after it. A packed batch's tiles past their sequence's rows are skipped: no consumer
@@ -57,7 +57,7 @@ def _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_re
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     CONSUMERS: gl.constexpr = tile_ids.shape[0]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
-    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, n_tiles, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS,
+    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS,
                                                        CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N, VARLEN)
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     if VARLEN:
@@ -103,7 +103,7 @@ def _load_tile(t, c, ti, b, hk, h, q_row, k0, lo, count, q_desc, k_desc, v_desc,
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
-              tile_ids, sched, n_tiles, n_m, LONGEST_FIRST: gl.constexpr, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
+              tile_ids, sched, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
               CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, VARLEN: gl.constexpr):
     c = 0
     ti = 0
@@ -113,7 +113,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
         t = _warp_increment(sched)
         while t < n_tiles:
             c, ti = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
-                                  v_ready, k_empty, v_empty, tile_ids, n_m, n_tiles, LONGEST_FIRST, H, GROUP, Nq, Nk,
+                                  v_ready, k_empty, v_empty, tile_ids, n_m, HEAD_SPAN, LONGEST_FIRST, H, GROUP, Nq, Nk,
                                   CU_Q, CU_K, SEQS, CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)
             t = _warp_increment(sched)
         CONSUMERS: gl.constexpr = tile_ids.shape[0]
@@ -130,7 +130,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, 
     else:
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             c, ti = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
-                                  v_ready, k_empty, v_empty, tile_ids, n_m, n_tiles, LONGEST_FIRST, H, GROUP, Nq, Nk,
+                                  v_ready, k_empty, v_empty, tile_ids, n_m, HEAD_SPAN, LONGEST_FIRST, H, GROUP, Nq, Nk,
                                   CU_Q, CU_K, SEQS, CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)
 
 
@@ -335,13 +335,13 @@ def _empty_rows(WG: gl.constexpr, q, LSE, O, stride_oh, stride_on, h, m0, q0, nq
 
 @gluon.jit
 def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                  v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, n_tiles, LONGEST_FIRST: gl.constexpr, H,
+                  v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H,
                   Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
                   SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr):
     # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
     BLOCK_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
-    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, n_tiles, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS,
+    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS,
                                                        CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N, VARLEN)
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     if VARLEN:
@@ -371,8 +371,8 @@ def _posted_tile(tile_ids, WG: gl.constexpr):
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-              tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, LONGEST_FIRST: gl.constexpr, H, Nq, Nk,
-              CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
+              tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H,
+              Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
               WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr):
     CONSUMERS: gl.constexpr = turn.shape[0]
     q = q_smem.index(WG)
@@ -383,7 +383,7 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         t = _posted_tile(tile_ids, WG)
         while t < n_tiles:
             c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                              v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, n_tiles, LONGEST_FIRST, H, Nq,
+                              v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nq,
                               Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
                               VARLEN)
             ti += 1
@@ -393,7 +393,7 @@ def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_read
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             mbarrier.wait(q_ready.index(WG), ti & 1)
             c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                              v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, n_tiles, LONGEST_FIRST, H, Nq,
+                              v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nq,
                               Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
                               VARLEN)
             ti += 1
@@ -411,8 +411,9 @@ def _attn_fwd_kernel(
     # softcap c scale / c); tiles: n_m row blocks of CONSUMERS x 64 per head, n_tiles = n_m * H * B,
     # taken round-robin by the programs, or with DYNAMIC each by the first program to ask;
     # packed: n_m = cdiv(Nq, CONSUMERS x 64) + SEQS a head (`_varlen_tile`), n_tiles = n_m * H;
-    # o's head and row strides
-    Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles, SEQS, stride_oh, stride_on,
+    # HEAD_SPAN: the heads LONGEST_FIRST orders together (`common._ordered_tile`); o's head and
+    # row strides
+    Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles, HEAD_SPAN, SEQS, stride_oh, stride_on,
     # meta (SOFTCAP: the cap c, 0 for none; WINDOW_LEFT: a causal mask's left window, -1 for none;
     # CONSUMERS: 64-row consumer warpgroups, 2 or 3, with CONSUMER_REGS registers each;
     # FIXED_MAX: the softcap's fixed base-2 reference for p, 0 for a running row maximum;
@@ -457,28 +458,33 @@ def _attn_fwd_kernel(
     if CONSUMERS == 3:
         gl.warp_specialize([
             (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, LONGEST_FIRST, H, Nq, Nk, CU_Q,
-                          CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
+                          Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
+                          FIXED_MAX, VARLEN)),
             (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, LONGEST_FIRST, H, Nq, Nk, CU_Q,
-                          CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
+                          Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
+                          FIXED_MAX, VARLEN)),
             (_consumer, (2, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, LONGEST_FIRST, H, Nq, Nk, CU_Q,
-                          CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
+                          Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
+                          FIXED_MAX, VARLEN)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                         v_empty, tile_ids, SCHED, n_tiles, n_m, LONGEST_FIRST, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
-                         CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)),
+                         v_empty, tile_ids, SCHED, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H, GROUP, Nq, Nk, CU_Q,
+                         CU_K, SEQS, CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.static_assert(CONSUMERS == 2)
         gl.warp_specialize([
             (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, LONGEST_FIRST, H, Nq, Nk, CU_Q,
-                          CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
+                          Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
+                          FIXED_MAX, VARLEN)),
             (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, LONGEST_FIRST, H, Nq, Nk, CU_Q,
-                          CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC, FIXED_MAX, VARLEN)),
+                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
+                          Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
+                          FIXED_MAX, VARLEN)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                         v_empty, tile_ids, SCHED, n_tiles, n_m, LONGEST_FIRST, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
-                         CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)),
+                         v_empty, tile_ids, SCHED, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H, GROUP, Nq, Nk, CU_Q,
+                         CU_K, SEQS, CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
