@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tritonkit._counters import zeroed_counters
 from tritonkit.gluon import attention_fwd as gluon_fwd
-from tritonkit.gluon.host import num_sms
+from tritonkit.ops.attention.order import num_sms
 from tritonkit.ops.attention import attention_fwd
 
 CASES = [  # (B, H, N, D, causal)

@@ -67,7 +67,7 @@ def test_structure_for_sm90(D, causal):
 
 # The causal forward at D=64 takes three consumers from THREE_CONSUMERS_CAUSAL_ROWS rows; at 160
 # registers its masked blocks (the diagonal's) spill (120 bytes stored and loaded with the causal
-# tiles' order `host.longest_first_span`, 108 without; ptxas sm_90),
+# tiles' order `ops.attention.order`, 108 without; ptxas sm_90),
 # measured faster than two consumers all the same (BENCHMARKS.md).
 CAUSAL_THREE_CONSUMERS_SPILL_BOUND = 124
 

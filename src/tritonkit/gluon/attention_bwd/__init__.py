@@ -55,8 +55,8 @@ import torch
 from ..._launch import LaunchTemplate
 from ..._layout import cdiv
 from ...ops.attention.scores import kernel_qk_scale
-from ..host import (CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, descriptor, longest_first_span, num_sms,
-                    tma_refusal)
+from ...ops.attention.order import longest_first_span, num_sms
+from ..host import CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, descriptor, tma_refusal
 from .dkdv import _dkdv_kernel
 from .dq import _dq_kernel
 
@@ -106,7 +106,7 @@ def kv_in_registers(head_dim: int) -> int:
 
 
 def _meta(causal: bool, softcap: float, window_left: int, stages: int, varlen: bool, span: int) -> dict:
-    """The constexprs both passes take (span: the tiles' order, `host.longest_first_span`)."""
+    """The constexprs both passes take (span: the tiles' order, `ops.attention.order`)."""
     return dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, VARLEN=varlen, LONGEST_FIRST=span > 0)
 
@@ -146,7 +146,8 @@ class BackwardLaunches:
         # block goes through pointers of these strides (dk's also dv's), and each sequence
         # may start a block of its own (`common._varlen_tile`).
         n_kb = cdiv(Nk, ROWS_PER_WARPGROUP if split else KEYS_PER_PROGRAM) + (seqs if varlen else 0)
-        dkdv_span = longest_first_span(bool(causal), window_left, varlen, B * Hkv, n_kb, num_sms(q.device))
+        sms = num_sms(q.device)
+        dkdv_span = longest_first_span(bool(causal), window_left >= 0, varlen, B * Hkv, n_kb, sms)
         self.dkdv = _Pass("attention_bwd_dkdv_gluon", _dkdv_kernel, (n_kb * Hkv * B,),
                           (Nq, Nk, H, Hkv, H // Hkv, qk_scale, scale, n_kb, max(dkdv_span, 1),
                            *_packed_tail(seqs, dk_stride)),
@@ -157,7 +158,7 @@ class BackwardLaunches:
             self.dq = None
             return
         n_m = cdiv(Nq, QUERIES_PER_PROGRAM) + (seqs if varlen else 0)
-        dq_span = longest_first_span(bool(causal), window_left, varlen, B * H, n_m, num_sms(q.device))
+        dq_span = longest_first_span(bool(causal), window_left >= 0, varlen, B * H, n_m, sms)
         # keyed by whether lse has an upstream gradient to take from delta (HAS_DLSE)
         self.dq = {has_dlse: _Pass("attention_bwd_dq_gluon", _dq_kernel, (n_m * H * B,),
                                    (Nq, Nk, H, H // Hkv, qk_scale, scale, n_m, max(dq_span, 1),

@@ -15,7 +15,7 @@ A tile is 128 query rows of one (batch, head), 192 at head dim 64 for full atten
 causal rows (`consumer_count`). The grid is persistent, one program per SM taking tile after tile:
 round-robin for full attention, and under a causal mask each tile to the first program to ask
 (a counter in global memory), longest first (within a head, or every head's longest tiles
-before anyone's shorter ones where few tiles make a long tail, `host.longest_first_span`).
+before anyone's shorter ones where few tiles make a long tail, `ops.attention.order`).
 Each program runs its partitions:
 - a producer warp (24 registers) that loads each tile's 64-row Q tiles and streams its K
   and V blocks through a ring of STAGES shared-memory buffers by TMA, each buffer guarded by a
@@ -52,8 +52,8 @@ from ..._counters import zeroed_counters
 from ..._launch import LaunchTemplate, target_capability
 from ..._layout import cdiv
 from ...ops.attention.scores import LOG2E, kernel_qk_scale
-from ..host import (GL_DTYPES, PRODUCER_REGS, ROWS_PER_WARPGROUP, consumer_regs, descriptor, longest_first_span,
-                    num_sms, tma_refusal)
+from ...ops.attention.order import longest_first_span, num_sms
+from ..host import GL_DTYPES, PRODUCER_REGS, ROWS_PER_WARPGROUP, consumer_regs, descriptor, tma_refusal
 from .kernel import _attn_fwd_kernel
 
 HEAD_DIMS = (64, 128, 256)
@@ -175,13 +175,13 @@ class ForwardLaunch:
         # tile after tile, so a program's next K/V blocks load under its last tile's epilogue.
         # Full attention: round-robin, its tiles being of one length. Causal or packed: tiles of
         # unequal length, handed out longest first (dense: a head's, or where that leaves a long
-        # tail every head's at once, `host.longest_first_span`; packed: a sequence's, heads together)
+        # tail every head's at once, `ops.attention.order`; packed: a sequence's, heads together)
         # to whichever program asks first (DYNAMIC; notes/gluon_attention.md has the schedules
         # measured), through two of `_counters`' int32 counters, which start at zero and which
         # the kernel leaves at zero.
         self.dynamic = bool(causal) or varlen
         stride_oh, stride_on = (o_stride[1], o_stride[2]) if varlen else (0, 0)
-        span = longest_first_span(bool(causal), window_left, varlen, B * H, n_m, num_sms(q.device))
+        span = longest_first_span(bool(causal), window_left >= 0, varlen, B * H, n_m, num_sms(q.device))
         tail = (Nq, k.shape[2], H, H // k.shape[1], kernel_qk_scale(scale, softcap), n_m, n_tiles, max(span, 1),
                 seqs if varlen else 0, stride_oh, stride_on)
         constexprs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap),

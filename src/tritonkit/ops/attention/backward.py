@@ -152,11 +152,11 @@ def _attn_bwd_dkdv_kernel(
     CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
     SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
+    CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, HEAD_SPAN: tl.constexpr = 0,
 ):
     # With USE_TMA, Q and DO are tensor descriptors of the whole (B, H, Nq, D) tensors.
     VARLEN: tl.constexpr = CU_Q is not None
-    b, hk, start_n, k0, nk, q0, nq = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False)
+    b, hk, start_n, k0, nk, q0, nq = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False, HEAD_SPAN)
     if VARLEN:
         if start_n >= nk:
             return
@@ -278,11 +278,11 @@ def _attn_bwd_dq_kernel(
     CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
     SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
+    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, HEAD_SPAN: tl.constexpr = 0,
 ):
     # With USE_TMA, K and V are tensor descriptors of the whole (B, Hkv, Nk, D) tensors.
     VARLEN: tl.constexpr = CU_Q is not None
-    b, h, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL)
+    b, h, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
     if VARLEN:
         if start_m >= nq:
             return

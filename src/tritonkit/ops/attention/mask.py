@@ -120,7 +120,7 @@ def _query_range(start_n, Nq, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUS
 
 
 @triton.jit
-def _program_tile(CU_A, CU_B, SEQS, Na, Nb, BLOCK: tl.constexpr, REVERSE: tl.constexpr):
+def _program_tile(CU_A, CU_B, SEQS, Na, Nb, BLOCK: tl.constexpr, REVERSE: tl.constexpr, HEAD_SPAN: tl.constexpr):
     # The tile this program owns along its own axis (queries in the forward and dQ pass, keys
     # in the dK/dV pass; "b" is the other operand): (batch, head, start, a0, na, b0, nb), with
     # `head` the index along the grid's head axis, `start` local to the sequence, a0, b0 the
@@ -137,12 +137,23 @@ def _program_tile(CU_A, CU_B, SEQS, Na, Nb, BLOCK: tl.constexpr, REVERSE: tl.con
     # costliest tiles of a long sequence (causal: the first key blocks, the last query
     # blocks) start when that sequence's turn comes, for all heads at once, instead of the
     # last head's starting near the end of the grid and running alone (the tail of a batch
-    # whose sequences differ in length; a dense batch's tiles differ less).
+    # whose sequences differ in length). Dense programs: (tile, head, batch) in grid order, or
+    # with HEAD_SPAN > 0 (`order.longest_first_span`: a causal pass's unequal tiles) taken in
+    # spans of HEAD_SPAN of the batch x heads, within which every head's k-th tile starts
+    # before anyone's (k+1)-th.
     if CU_A is not None:
         heads = tl.num_programs(1)
         order = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
         head = order % heads
         pid = order // heads
+    elif HEAD_SPAN > 0:
+        blocks = tl.num_programs(0)
+        order = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * blocks + tl.program_id(0)
+        span = order // (HEAD_SPAN * blocks)
+        within = order - span * (HEAD_SPAN * blocks)
+        head_of_batch = span * HEAD_SPAN + within % HEAD_SPAN
+        head = head_of_batch % tl.num_programs(1)
+        pid = within // HEAD_SPAN
     else:
         head = tl.program_id(1)
         pid = tl.program_id(0)
@@ -169,7 +180,10 @@ def _program_tile(CU_A, CU_B, SEQS, Na, Nb, BLOCK: tl.constexpr, REVERSE: tl.con
         b0 = 0
         nb = Nb
         start = pid * BLOCK
-        batch = tl.program_id(2)
+        if HEAD_SPAN > 0:
+            batch = head_of_batch // tl.num_programs(1)
+        else:
+            batch = tl.program_id(2)
     return batch, head, start, a0, na, b0, nb
 
 

@@ -42,6 +42,7 @@ from .configs import (DKDV_TUNED_ROWS, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned,
                       _autotune_enabled, _interpreting, _row_keys, fixed_configs)
 from .descriptors import _descriptor_maker, _use_tma
 from .forward import _attn_fwd_kernel
+from .order import longest_first_span, num_sms
 from .paths import gluon_backward, gluon_forward
 from .scores import kernel_qk_scale
 
@@ -167,6 +168,14 @@ def _score_flags(causal: bool, window_left: int, window_right: int, softcap: flo
                 TANH_APPROX=softcap > 0 and not _interpreting())
 
 
+def _head_span(flags: tuple, varlen: tuple | None, heads: int, blocks: int, like: torch.Tensor) -> int:
+    """A Triton pass's HEAD_SPAN (`order.longest_first_span`): heads x blocks programs, flags as
+    `_score_flags` takes them (any window gives its programs about one length)."""
+    causal, window_left, window_right, _ = flags
+    return longest_first_span(causal, window_left >= 0 or window_right >= 0, varlen is not None, heads, blocks,
+                              num_sms(like.device))
+
+
 def _query_grid(n: int, block: int, heads: int, batch: int, seqs: int | None) -> tuple[int, int, int]:
     """Programs of a pass that tiles n rows in blocks (mask._program_tile): one per block, head
     and batch; for packed sequences cdiv(total, block) + seqs per head, which covers every
@@ -230,7 +239,7 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, flags: tuple, varlen
     tail = (Nq, Nk, D, H // Hkv, kernel_qk_scale(scale, softcap), seqs,
             *q.stride(), *k.stride(), *v.stride(), *o_stride)
     constexprs = dict(_score_flags(*flags), SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D,
-                      USE_TMA=use_tma)
+                      USE_TMA=use_tma, HEAD_SPAN=_head_span(flags, varlen, B * H, cdiv(Nq, tile.block_m), q))
     if config is None and _autotune_enabled():
         template = LaunchTemplate("attention_fwd", _attn_fwd_tuned,
                                   lambda meta: _query_grid(Nq, meta["BLOCK_M"], H, B, seqs), tail, constexprs,
@@ -413,6 +422,7 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     qk_scale = kernel_qk_scale(scale, softcap)
     tma_dkdv, tma_dq = _use_tma(tma, q, do), _use_tma(tma, k, v)
     dkdv_cfg = dkdv_config or fixed["dkdv_tma" if tma_dkdv else "dkdv"]
+    dkdv_span = _head_span(flags, varlen, B * Hkv, cdiv(Nk, dkdv_cfg.block_n), q)
     dkdv_tail = (Nq, Nk, D, group, qk_scale, scale, seqs,
                  *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk_stride, *dv_stride)
     # Query rows are masked (CHECK_M) unless every query block is full: always for packed
@@ -423,24 +433,26 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     elif dkdv_config is None and tuned:
         dkdv = LaunchTemplate("attention_bwd_dkdv", _attn_bwd_dkdv_tuned,
                               lambda meta: _query_grid(Nk, meta["BLOCK_N"], Hkv, B, seqs), dkdv_tail,
-                              dict(common, CHECK_M=varlen is not None or Nq % DKDV_TUNED_ROWS != 0, USE_TMA=tma_dkdv),
+                              dict(common, CHECK_M=varlen is not None or Nq % DKDV_TUNED_ROWS != 0, USE_TMA=tma_dkdv,
+                                   HEAD_SPAN=dkdv_span),
                               num_warps=None, num_stages=None)
     else:
         dkdv = LaunchTemplate("attention_bwd_dkdv", _attn_bwd_dkdv_kernel,
                               _query_grid(Nk, dkdv_cfg.block_n, Hkv, B, seqs), dkdv_tail,
                               dict(common, CHECK_M=varlen is not None or Nq % dkdv_cfg.block_m != 0,
-                                   USE_TMA=tma_dkdv, **dkdv_cfg.meta()),
+                                   USE_TMA=tma_dkdv, HEAD_SPAN=dkdv_span, **dkdv_cfg.meta()),
                               dkdv_cfg.num_warps, dkdv_cfg.num_stages)
     dq_cfg = dq_config or fixed["dq_tma" if tma_dq else "dq"]
+    dq_span = _head_span(flags, varlen, B * H, cdiv(Nq, dq_cfg.block_m), q)
     dq_tail = (Nq, Nk, D, group, qk_scale, scale, seqs,
                *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq_stride)
     if dq_config is None and tuned:
         dq = LaunchTemplate("attention_bwd_dq", _attn_bwd_dq_tuned,
                             lambda meta: _query_grid(Nq, meta["BLOCK_M"], H, B, seqs), dq_tail,
-                            dict(common, USE_TMA=tma_dq), num_warps=None, num_stages=None)
+                            dict(common, USE_TMA=tma_dq, HEAD_SPAN=dq_span), num_warps=None, num_stages=None)
     else:
         dq = LaunchTemplate("attention_bwd_dq", _attn_bwd_dq_kernel, _query_grid(Nq, dq_cfg.block_m, H, B, seqs),
-                            dq_tail, dict(common, USE_TMA=tma_dq, **dq_cfg.meta()), dq_cfg.num_warps,
+                            dq_tail, dict(common, USE_TMA=tma_dq, HEAD_SPAN=dq_span, **dq_cfg.meta()), dq_cfg.num_warps,
                             dq_cfg.num_stages)
     dkdv_descriptors = dq_descriptors = None
     if tma_dkdv and dkdv is not None:

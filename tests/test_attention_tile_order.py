@@ -1,11 +1,13 @@
-"""The order the Gluon attention kernels hand out a dense causal pass's tiles
-(`tritonkit.gluon.host.longest_first_span`, the kernels' LONGEST_FIRST and HEAD_SPAN): head after
-head, or every head's longest tiles first within spans of a few heads.
+"""The order attention's passes hand out a dense causal pass's tiles
+(`tritonkit.ops.attention.order.longest_first_span`; the Gluon kernels' LONGEST_FIRST and
+HEAD_SPAN, the Triton kernels' HEAD_SPAN): head after head, or every head's longest tiles first
+within spans of a few heads.
 
 On any machine: the rule's choice at the shapes it was measured on (BENCHMARKS.md), what each
-pass's launch carries, and that the kernels compile both ways for sm_90. On a Hopper GPU
-(gpu-marked): the order moves tiles between SMs and nothing else, so every order gives bitwise
-the same outputs and gradients.
+pass's launch carries, that the Gluon kernels compile both ways for sm_90, and that the Triton
+kernels give bitwise the same results in every order (through the interpreter, or compiled on
+a GPU). On a Hopper GPU (gpu-marked): the same for the Gluon kernels. The order moves tiles
+between SMs and nothing else.
 """
 
 import pytest
@@ -13,7 +15,7 @@ import torch
 
 from tritonkit.gluon import attention_bwd as gluon_bwd
 from tritonkit.gluon import attention_fwd as gluon_fwd
-from tritonkit.gluon import host
+from tritonkit.ops.attention import attention_bwd, attention_fwd, order, plans
 from tritonkit.gluon.compile import compile_sm90
 
 from test_gluon_attention import needs_hopper
@@ -40,21 +42,21 @@ MEASURED = [
 
 @pytest.mark.parametrize("name, heads, blocks, span", MEASURED, ids=[m[0] for m in MEASURED])
 def test_rule_at_measured_shapes(name, heads, blocks, span):
-    assert host.longest_first_span(True, -1, False, heads, blocks, SMS) == span
+    assert order.longest_first_span(True, False, False, heads, blocks, SMS) == span
 
 
 def test_rule_only_for_dense_causal_without_window():
-    assert host.longest_first_span(True, -1, False, 8, 16, SMS) == 8
-    assert host.longest_first_span(False, -1, False, 8, 16, SMS) == 0      # tiles of one length
-    assert host.longest_first_span(True, 512, False, 8, 16, SMS) == 0      # a window: the same
-    assert host.longest_first_span(True, -1, True, 8, 16, SMS) == 0        # packed: their own order
+    assert order.longest_first_span(True, False, False, 8, 16, SMS) == 8
+    assert order.longest_first_span(False, False, False, 8, 16, SMS) == 0      # tiles of one length
+    assert order.longest_first_span(True, True, False, 8, 16, SMS) == 0      # a window: the same
+    assert order.longest_first_span(True, False, True, 8, 16, SMS) == 0        # packed: their own order
 
 
 def test_span_divides_the_heads():
     for heads in range(1, 70):
-        span = host.longest_first_span(True, -1, False, heads, 4, SMS)
-        assert 1 <= span <= host.LONGEST_FIRST_SPAN_HEADS and heads % span == 0
-    assert host.longest_first_span(True, -1, False, 12, 4, SMS) == 6
+        span = order.longest_first_span(True, False, False, heads, 4, SMS)
+        assert 1 <= span <= order.LONGEST_FIRST_SPAN_HEADS and heads % span == 0
+    assert order.longest_first_span(True, False, False, 12, 4, SMS) == 6
 
 
 def _inputs(B, H, Hkv, N, D):
@@ -83,17 +85,17 @@ def test_each_pass_carries_its_order(B, H, Hkv, N, span, kv_span):
             assert _named(kernel, args)["HEAD_SPAN"] == max(chosen, 1)
 
 
-@pytest.mark.parametrize("order", [False, True])
-def test_compiles_both_ways_for_sm90(order, monkeypatch):
+@pytest.mark.parametrize("longest", [False, True])
+def test_compiles_both_ways_for_sm90(longest, monkeypatch):
     # The order is a constexpr: each value is its own kernel, within the passes' spill bounds.
-    monkeypatch.setattr(host, "LONGEST_FIRST_MAX_TILES_PER_SM", SMS if order else -1)
+    monkeypatch.setattr(order, "LONGEST_FIRST_MAX_TILES_PER_SM", SMS if longest else -1)
     q, k, lse = _inputs(1, 4, 2, 700, 128)
     launches = [(gluon_fwd._attn_fwd_kernel, gluon_fwd.launch_args(q, k, k, q, lse, True, 0.1), 0),
                 (gluon_bwd._dq_kernel, gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, True, 0.1), 0),
                 (gluon_bwd._dkdv_kernel, gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, True, 0.1),
                  DKDV_SPILL_BOUND[128])]
     for kernel, (_, args, kwargs), spill_bound in launches:
-        assert kwargs["LONGEST_FIRST"] is order
+        assert kwargs["LONGEST_FIRST"] is longest
         usage = compile_sm90(kernel, args, kwargs).spills()
         assert usage["spill_stores"] <= spill_bound and usage["spill_loads"] <= spill_bound
 
@@ -108,11 +110,11 @@ def test_orders_agree_bitwise(B, H, Hkv, N, D, monkeypatch):
     k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     do = torch.randn_like(q)
     results = []
-    for order in (False, True):
-        monkeypatch.setattr(host, "LONGEST_FIRST_MAX_TILES_PER_SM", 1 << 20 if order else -1)
+    for longest in (False, True):
+        monkeypatch.setattr(order, "LONGEST_FIRST_MAX_TILES_PER_SM", 1 << 20 if longest else -1)
         fwd = gluon_fwd.ForwardLaunch(q, k, True, D ** -0.5)
         bwd = gluon_bwd.BackwardLaunches(q, k, True, D ** -0.5)
-        assert fwd.template.constexprs["LONGEST_FIRST"] is order
+        assert fwd.template.constexprs["LONGEST_FIRST"] is longest
         o, lse = torch.empty_like(q), torch.empty(B, H, N, device="cuda")
         fwd(q, k, v, o, lse)
         dk, dv = torch.empty_like(k), torch.empty_like(v)
@@ -124,5 +126,22 @@ def test_orders_agree_bitwise(B, H, Hkv, N, D, monkeypatch):
             dq = torch.empty_like(q)
             bwd(do, q, k, v, o, lse, None, dq, dk, dv)
             results.append((o, lse, dq, dk, dv))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+# spans of 6 of 12 heads (forward and dQ) and 6 kv heads (dK/dV); a ragged last tile
+@pytest.mark.parametrize("B, H, Hkv, N, D", [(3, 4, 2, 200, 32)])
+def test_triton_orders_agree_bitwise(B, H, Hkv, N, D, device, monkeypatch):
+    q = torch.randn(B, H, N, D, device=device, dtype=torch.float16)
+    k, v = (torch.randn(B, Hkv, N, D, device=device, dtype=torch.float16) for _ in range(2))
+    do = torch.randn_like(q)
+    results = []
+    for longest in (False, True):
+        monkeypatch.setattr(order, "LONGEST_FIRST_MAX_TILES_PER_SM", 1 << 20 if longest else -1)
+        plans.clear()
+        o, lse = attention_fwd(q, k, v, True, gluon=False)
+        results.append((o, lse, *attention_bwd(do, q, k, v, o, lse, True, gluon=False)))
+    plans.clear()
     for a, b in zip(*results):
         assert torch.equal(a, b)
