@@ -14,7 +14,8 @@ The package, one concept a module:
   per-element mask and where a program's tile lies in packed sequences, shared by the passes;
 - scores: the softcap; loads: tile loads through pointers or tensor descriptors (TMA);
 - forward, backward: the @triton.jit kernels;
-- configs: tile configs, autotune spaces and pruners;
+- configs: tile configs, autotune spaces and pruners; order: the order a causal pass hands out
+  its tiles (head after head, or longest first in spans of heads), for both kernel families;
 - checks, descriptors: input checks and layouts, TMA descriptors;
 - plans, launch: the launch plan of each call layout (checks, choices, tiles, grids, made
   once), and the launchers, which find their call's plan and run it;
