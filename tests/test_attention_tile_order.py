@@ -15,8 +15,8 @@ import torch
 
 from tritonkit.gluon import attention_bwd as gluon_bwd
 from tritonkit.gluon import attention_fwd as gluon_fwd
-from tritonkit.ops.attention import attention_bwd, attention_fwd, order, plans
 from tritonkit.gluon.compile import compile_sm90
+from tritonkit.ops.attention import attention_bwd, attention_fwd, order, plans
 
 from test_gluon_attention import needs_hopper
 from test_gluon_attention_bwd import DKDV_SPILL_BOUND
@@ -47,9 +47,9 @@ def test_rule_at_measured_shapes(name, heads, blocks, span):
 
 def test_rule_only_for_dense_causal_without_window():
     assert order.longest_first_span(True, False, False, 8, 16, SMS) == 8
-    assert order.longest_first_span(False, False, False, 8, 16, SMS) == 0      # tiles of one length
+    assert order.longest_first_span(False, False, False, 8, 16, SMS) == 0    # tiles of one length
     assert order.longest_first_span(True, True, False, 8, 16, SMS) == 0      # a window: the same
-    assert order.longest_first_span(True, False, True, 8, 16, SMS) == 0        # packed: their own order
+    assert order.longest_first_span(True, False, True, 8, 16, SMS) == 0      # packed: their own order
 
 
 def test_span_divides_the_heads():
@@ -139,6 +139,7 @@ def test_triton_orders_agree_bitwise(B, H, Hkv, N, D, device, monkeypatch):
     results = []
     for longest in (False, True):
         monkeypatch.setattr(order, "LONGEST_FIRST_MAX_TILES_PER_SM", 1 << 20 if longest else -1)
+        assert plans._head_span((True, -1, -1, 0.0), None, B * H, 4, q) == (6 if longest else 0)
         plans.clear()
         o, lse = attention_fwd(q, k, v, True, gluon=False)
         results.append((o, lse, *attention_bwd(do, q, k, v, o, lse, True, gluon=False)))
