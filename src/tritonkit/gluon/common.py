@@ -30,7 +30,8 @@ def _ordered_tile(t, n_blocks, HEAD_SPAN, LONGEST_FIRST: gl.constexpr):
     # running together share the head's K and V (or Q and dO) in L2; or with LONGEST_FIRST, in
     # spans of HEAD_SPAN heads (a divisor of the heads), every head's k-th block before anyone's
     # (k+1)-th within a span, which balances a causal mask's unequal tiles over the SMs
-    # (`ops.attention.order` chooses).
+    # (`ops.attention.order` chooses). The Triton kernels' twin is in `mask._program_tile`
+    # (Gluon kernels cannot call triton.jit functions).
     if LONGEST_FIRST:
         per_span = HEAD_SPAN * n_blocks
         span = t // per_span

@@ -152,7 +152,7 @@ def _attn_bwd_dkdv_kernel(
     CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
     SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, HEAD_SPAN: tl.constexpr = 0,
+    CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, HEAD_SPAN: tl.constexpr,
 ):
     # With USE_TMA, Q and DO are tensor descriptors of the whole (B, H, Nq, D) tensors.
     VARLEN: tl.constexpr = CU_Q is not None
@@ -278,7 +278,7 @@ def _attn_bwd_dq_kernel(
     CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
     SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, HEAD_SPAN: tl.constexpr = 0,
+    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, HEAD_SPAN: tl.constexpr,
 ):
     # With USE_TMA, K and V are tensor descriptors of the whole (B, Hkv, Nk, D) tensors.
     VARLEN: tl.constexpr = CU_Q is not None

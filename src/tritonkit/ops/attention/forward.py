@@ -128,7 +128,7 @@ def _attn_fwd_kernel(
     CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
     TANH_APPROX: tl.constexpr, SCALE_POS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
-    HEAD_SPAN: tl.constexpr = 0,
+    HEAD_SPAN: tl.constexpr,
 ):
     VARLEN: tl.constexpr = CU_Q is not None
     EMPTY_ROWS: tl.constexpr = VARLEN or WINDOW_LEFT >= 0

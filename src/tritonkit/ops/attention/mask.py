@@ -140,7 +140,7 @@ def _program_tile(CU_A, CU_B, SEQS, Na, Nb, BLOCK: tl.constexpr, REVERSE: tl.con
     # whose sequences differ in length). Dense programs: (tile, head, batch) in grid order, or
     # with HEAD_SPAN > 0 (`order.longest_first_span`: a causal pass's unequal tiles) taken in
     # spans of HEAD_SPAN of the batch x heads, within which every head's k-th tile starts
-    # before anyone's (k+1)-th.
+    # before anyone's (k+1)-th (the Gluon kernels' twin: `gluon.common._ordered_tile`).
     if CU_A is not None:
         heads = tl.num_programs(1)
         order = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)

@@ -168,12 +168,12 @@ def _score_flags(causal: bool, window_left: int, window_right: int, softcap: flo
                 TANH_APPROX=softcap > 0 and not _interpreting())
 
 
-def _head_span(flags: tuple, varlen: tuple | None, heads: int, blocks: int, like: torch.Tensor) -> int:
+def _head_span(flags: tuple, varlen: tuple | None, heads: int, blocks: int, device: torch.device) -> int:
     """A Triton pass's HEAD_SPAN (`order.longest_first_span`): heads x blocks programs, flags as
     `_score_flags` takes them (any window gives its programs about one length)."""
     causal, window_left, window_right, _ = flags
     return longest_first_span(causal, window_left >= 0 or window_right >= 0, varlen is not None, heads, blocks,
-                              num_sms(like.device))
+                              num_sms(device))
 
 
 def _query_grid(n: int, block: int, heads: int, batch: int, seqs: int | None) -> tuple[int, int, int]:
@@ -239,7 +239,7 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, flags: tuple, varlen
     tail = (Nq, Nk, D, H // Hkv, kernel_qk_scale(scale, softcap), seqs,
             *q.stride(), *k.stride(), *v.stride(), *o_stride)
     constexprs = dict(_score_flags(*flags), SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D,
-                      USE_TMA=use_tma, HEAD_SPAN=_head_span(flags, varlen, B * H, cdiv(Nq, tile.block_m), q))
+                      USE_TMA=use_tma, HEAD_SPAN=_head_span(flags, varlen, B * H, cdiv(Nq, tile.block_m), q.device))
     if config is None and _autotune_enabled():
         template = LaunchTemplate("attention_fwd", _attn_fwd_tuned,
                                   lambda meta: _query_grid(Nq, meta["BLOCK_M"], H, B, seqs), tail, constexprs,
@@ -422,7 +422,7 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     qk_scale = kernel_qk_scale(scale, softcap)
     tma_dkdv, tma_dq = _use_tma(tma, q, do), _use_tma(tma, k, v)
     dkdv_cfg = dkdv_config or fixed["dkdv_tma" if tma_dkdv else "dkdv"]
-    dkdv_span = _head_span(flags, varlen, B * Hkv, cdiv(Nk, dkdv_cfg.block_n), q)
+    dkdv_span = _head_span(flags, varlen, B * Hkv, cdiv(Nk, dkdv_cfg.block_n), q.device)
     dkdv_tail = (Nq, Nk, D, group, qk_scale, scale, seqs,
                  *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk_stride, *dv_stride)
     # Query rows are masked (CHECK_M) unless every query block is full: always for packed
@@ -443,7 +443,7 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
                                    USE_TMA=tma_dkdv, HEAD_SPAN=dkdv_span, **dkdv_cfg.meta()),
                               dkdv_cfg.num_warps, dkdv_cfg.num_stages)
     dq_cfg = dq_config or fixed["dq_tma" if tma_dq else "dq"]
-    dq_span = _head_span(flags, varlen, B * H, cdiv(Nq, dq_cfg.block_m), q)
+    dq_span = _head_span(flags, varlen, B * H, cdiv(Nq, dq_cfg.block_m), q.device)
     dq_tail = (Nq, Nk, D, group, qk_scale, scale, seqs,
                *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq_stride)
     if dq_config is None and tuned:
