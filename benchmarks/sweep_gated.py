@@ -39,7 +39,7 @@ TOLERANCE = 1e-3
 
 
 def tile_rule(elements: int, max_cols: int, warps: int):
-    def rule(n_rows: int, n_cols: int, backward: bool) -> tuple[int, int, int]:
+    def rule(n_rows: int, n_cols: int) -> tuple[int, int, int]:
         block_n = min(gated.next_power_of_2(n_cols), max_cols)
         while block_n > 512 and (gated.cdiv(n_cols, block_n) * block_n - n_cols) * 8 > n_cols:
             block_n //= 2

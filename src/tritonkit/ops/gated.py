@@ -35,7 +35,7 @@ from .._runtime import INTERPRETED
 SILU, GELU_TANH, GELU_ERF = 0, 1, 2
 _ACTIVATIONS = {"silu": SILU, "gelu_tanh": GELU_TANH, "gelu": GELU_ERF}
 _APPROXIMATE = {"tanh": "gelu_tanh", "none": "gelu"}
-TILE_ELEMENTS = 4096  # elements of each tensor a program moves: 32 a thread at 4 warps
+TILE_ELEMENTS = 2048  # elements of each tensor a program moves: 16 a thread at 4 warps
 ROW_DIMS = 3          # collapsed dims that index rows inside the kernel
 
 
@@ -174,17 +174,19 @@ def _gated_kernel(
 
 
 @functools.lru_cache(maxsize=1024)
-def _tile_config(n_rows: int, n_cols: int, backward: bool) -> tuple[int, int, int]:
+def _tile_config(n_rows: int, n_cols: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps): TILE_ELEMENTS a program, as one row's columns where the
-    row is that long. BLOCK_N is halved (down to 512) while a row's last block would be more
-    than an eighth empty (14336 columns: 2048, seven whole blocks, not 4096 and a half-empty
-    fourth). Four warps move 32 elements of each tensor a thread forward (two to eight
-    16-byte vectors by dtype); the backward holds three inputs and takes eight."""
+    row is that long. BLOCK_N is halved (down to 512) while padding a row to whole blocks
+    would add more than an eighth of it (14336 columns: seven whole blocks of 2048). Four
+    warps, forward and backward: 16 elements of each tensor a thread (one to four 16-byte
+    vectors by dtype). Rows of a packed [gate, up] tensor stay one a program at Llama's
+    widths: two rows a program, 32 elements a thread, ran 11% slower there, and smaller or
+    larger tiles no faster on contiguous inputs (BENCHMARKS.md)."""
     block_n = min(next_power_of_2(n_cols), TILE_ELEMENTS)
     while block_n > 512 and (cdiv(n_cols, block_n) * block_n - n_cols) * 8 > n_cols:
         block_n //= 2
     block_m = max(1, min(next_power_of_2(n_rows), TILE_ELEMENTS // block_n))
-    return block_m, block_n, 8 if backward else 4
+    return block_m, block_n, 4
 
 
 @functools.lru_cache(maxsize=1024)
@@ -204,7 +206,7 @@ def _plan(shape: tuple[int, ...], strides: tuple[tuple[int, ...], ...], activati
     strides = [s for st in strides for s in (*pad_front(st[:-1], ROW_DIMS, 0), st[-1])]
     if not store_h:
         strides += [None] * (ROW_DIMS + 1)  # h's: compiled in as constants, no arguments
-    block_m, block_n, num_warps = _tile_config(n_rows, n_cols, backward)
+    block_m, block_n, num_warps = _tile_config(n_rows, n_cols)
     return ((cdiv(n_rows, block_m) * cdiv(n_cols, block_n),), (n_rows, n_cols, *row_sizes, *strides),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, ACTIVATION=activation, PRECISE=precise, BACKWARD=backward,
                  STORE_H=store_h),
