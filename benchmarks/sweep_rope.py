@@ -1,7 +1,7 @@
 """RoPE forward tiles, and the norms' forward, against a device copy of the same bytes, in one
 process on a GPU (developer tool, not a test; about two minutes on an H200).
 
-  PYTHONPATH=src python3 benchmarks/sweep_rope.py [rope] [norms] [--cpu]
+  PYTHONPATH=src python3 benchmarks/sweep_rope.py [rope] [norms] [norms-fp32] [--cpu]
 
 (--cpu: tiny shapes through Triton's interpreter, to try the script itself; its timings mean
 nothing.)
@@ -12,9 +12,11 @@ of one (B, N, (32 + 8) * 128) projection as Hugging Face makes them, rotate-half
 `default_tile`), `tritonkit.rope` itself and torch.compile of `rope_reference` (the bench's
 peer) are timed beside a copy of the same bytes, in two rounds; each variant's output is
 checked against the float64 reference before it is timed.
-norms: RMSNorm (weight) and LayerNorm (weight and bias) forward at 8192 x 4096 bf16 beside a
-copy of the same bytes (x read, y written), in three rounds, each at 8, 16 (the default) and 32
-elements of a row a thread (16, 8 and 4 warps a 4096-wide row), checked before timing.
+norms: RMSNorm (weight) and LayerNorm (weight and bias) forward at 8192 x 4096 bf16 (norms-fp32:
+float32) beside a copy of the same bytes (x read, y written) and torch.compile of each reference,
+in three rounds, at each of NORM_VARIANTS (elements of a row a thread: 8, 16 (the default) and
+32 are 16, 8 and 4 warps a 4096-wide row; short rows packed to one or two 4096-wide rows a
+program), each checked before timing.
 
 Timings are `tritonkit.bench.timing.time_ms`: triton's do_bench, median, the L2 cleared before
 every timed call. GB/s count each tensor read or written once.
@@ -53,7 +55,9 @@ ROPE_CASE = dict(batch=4, heads=32, kv_heads=8, seq=2048, head_dim=128)
 NORM_SHAPE = (8192, 4096)
 CPU_ROPE_CASE = dict(batch=2, heads=4, kv_heads=2, seq=9, head_dim=16)
 CPU_NORM_SHAPE = (8, 64)
-NORM_PER_THREAD = (8, 16, 32)  # the norms' forward: elements of a row a thread (16: 8 warps a 4096-wide row)
+# the norms' forward: (elements of a row a thread, elements a program short rows are packed to);
+# 16 a thread is 8 warps a 4096-wide row
+NORM_VARIANTS = ((8, 4096), (16, 4096), (32, 4096), (8, 8192), (16, 8192), (32, 8192))
 ROPE_ROUNDS, NORM_ROUNDS = 2, 3
 TOLERANCE = 1e-3  # ours may be off by twice torch's bf16 error plus this (tests/_tolerance.py)
 
@@ -139,67 +143,73 @@ def sweep_rope(device: torch.device, c: dict[str, int]) -> None:
 
 
 @contextlib.contextmanager
-def norm_elements_per_thread(n: int):
+def norm_elements_per_thread(n: int, tile: int | None = None):
     """The norms' forward with `n` elements of a row a thread (their launch helpers' rule:
-    PER_THREAD["fwd"], 16, sets the warps a row: 8 at 4096 columns), for the duration."""
+    PER_THREAD["fwd"], 16, sets the warps a row: 8 at 4096 columns) and short rows packed up to
+    `tile` elements a program (MIN_TILE["fwd"]; None: the rule's own), for the duration."""
     from tritonkit.ops.norms import _rows
 
-    saved = _rows.PER_THREAD["fwd"]
+    saved = _rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"]
     _rows.PER_THREAD["fwd"] = n
+    _rows.MIN_TILE["fwd"] = tile or saved[1]
     _rows.row_config.cache_clear()
     _rows.fwd_plan.cache_clear()
     try:
         yield
     finally:
-        _rows.PER_THREAD["fwd"] = saved
+        _rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"] = saved
         _rows.row_config.cache_clear()
         _rows.fwd_plan.cache_clear()
 
 
-def sweep_norms(device: torch.device, shape: tuple[int, int]) -> None:
+def sweep_norms(device: torch.device, shape: tuple[int, int], dtype: torch.dtype = torch.bfloat16) -> None:
     import tritonkit
     from tritonkit.ops.norms import _rows
     from tritonkit.ops.norms.layer_norm import layer_norm_reference
     from tritonkit.ops.norms.rms_norm import rms_norm_reference
 
-    x = torch.randn(shape, dtype=torch.bfloat16, device=device)
-    w = torch.randn(shape[-1], dtype=torch.bfloat16, device=device)
-    b = torch.randn(shape[-1], dtype=torch.bfloat16, device=device)
+    x = torch.randn(shape, dtype=dtype, device=device)
+    w = torch.randn(shape[-1], dtype=dtype, device=device)
+    b = torch.randn(shape[-1], dtype=dtype, device=device)
     moved = 2 * x.numel() * x.element_size()
-    print(f"norms fwd {shape[0]}x{shape[1]} bf16: {moved:,} bytes (x read, y written; the "
+    dtype_name = str(dtype).removeprefix("torch.")
+    print(f"norms fwd {shape[0]}x{shape[1]} {dtype_name}: {moved:,} bytes (x read, y written; the "
           f"(hidden,) weight and bias and the float32 statistics left out)")
     norms = {"rms_norm (weight)": (lambda: tritonkit.rms_norm(x, w),
                                    lambda upcast: rms_norm_reference(x, w, upcast=upcast)),
              "layer_norm (weight, bias)": (lambda: tritonkit.layer_norm(x, w, b),
                                            lambda upcast: layer_norm_reference(x, w, b, upcast=upcast))}
-    default = _rows.PER_THREAD["fwd"]
-    cases = []  # (label, elements a thread, fn)
+    default = (_rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"])
+    variants = [default, *(v for v in NORM_VARIANTS if v != default)]
+    cases = []  # (label, variant or None for torch.compile, fn)
     for name, (fn, ref) in norms.items():
         reference = ref(True)
         theirs = relative_error(ref(False), reference)
-        for per_thread in (default, *(n for n in NORM_PER_THREAD if n != default)):
-            with norm_elements_per_thread(per_thread):
-                warps = _rows.row_config(shape[0], shape[1], "fwd")[3]
+        for per_thread, tile in variants:
+            with norm_elements_per_thread(per_thread, tile):
+                block_m, _, _, warps = _rows.row_config(shape[0], shape[1], "fwd")
                 error = relative_error(fn(), reference)
-            label = f"{name}, {per_thread} a thread ({warps} warps){' (default)' if per_thread == default else ''}"
+            label = (f"{name}, {per_thread} a thread, tile {tile}: {block_m} row(s) a program ({warps} warps)"
+                     f"{' (default)' if (per_thread, tile) == default else ''}")
             if error > 2 * theirs + TOLERANCE:
-                print(f"   {label}: relative error {error:.2e} > 2 x torch bf16's {theirs:.2e}, NOT timed")
+                print(f"   {label}: relative error {error:.2e} > 2 x torch's {theirs:.2e}, NOT timed")
                 continue
-            cases.append((label, per_thread, fn))
-    print(f"   {len(cases)} of {len(norms) * (1 + len(set(NORM_PER_THREAD) - {default}))} checked")
+            cases.append((label, (per_thread, tile), fn))
+        compiled = torch.compile(lambda ref=ref: ref(False), dynamic=False)
+        cases.append((f"{name}, torch.compile of the reference", None, compiled))
     rates: dict[str, list[float]] = {label: [] for label, _, _ in cases}
     copies = []
     with torch.no_grad():
         for round_ in range(NORM_ROUNDS):
             copies.append(copy_ceiling_gbs(device, moved))
-            for label, per_thread, fn in cases[::-1] if round_ % 2 else cases:
-                with norm_elements_per_thread(per_thread):
+            for label, v, fn in cases[::-1] if round_ % 2 else cases:
+                with norm_elements_per_thread(*(v or default)):
                     rates[label].append(moved / time_ms(fn) / 1e6)
     copy = statistics.median(copies)
     print(f"   same-bytes copy {copy:.0f} GB/s (rounds: {', '.join(f'{v:.0f}' for v in copies)})")
-    for label, per_thread, fn in cases:
+    for label, v, fn in cases:
         value = statistics.median(rates[label])
-        with norm_elements_per_thread(per_thread):
+        with norm_elements_per_thread(*(v or default)):
             host = host_ms(fn)
         print(f"   {value:6.0f} GB/s {100 * value / copy:5.1f}% of copy  {label}  "
               f"(rounds: {', '.join(f'{v:.0f}' for v in rates[label])}"
@@ -208,7 +218,7 @@ def sweep_norms(device: torch.device, shape: tuple[int, int]) -> None:
 
 if __name__ == "__main__":
     cpu = "--cpu" in sys.argv
-    parts = [a for a in sys.argv[1:] if a != "--cpu"] or ["rope", "norms"]
+    parts = [a for a in sys.argv[1:] if a != "--cpu"] or ["rope", "norms", "norms-fp32"]
     if not cpu and not torch.cuda.is_available():
         sys.exit("sweep_rope.py times kernels on a GPU; none here (--cpu tries the script on tiny shapes)")
     from tritonkit import _runtime
@@ -219,8 +229,9 @@ if __name__ == "__main__":
     for part in parts:
         if part == "rope":
             sweep_rope(device, CPU_ROPE_CASE if cpu else ROPE_CASE)
-        elif part == "norms":
-            sweep_norms(device, CPU_NORM_SHAPE if cpu else NORM_SHAPE)
+        elif part in ("norms", "norms-fp32"):
+            sweep_norms(device, CPU_NORM_SHAPE if cpu else NORM_SHAPE,
+                        torch.float32 if part == "norms-fp32" else torch.bfloat16)
         else:
-            sys.exit(f"unknown part {part!r}: rope or norms")
+            sys.exit(f"unknown part {part!r}: rope, norms or norms-fp32")
     print(f"took {time.perf_counter() - start:.0f} s")
