@@ -5,7 +5,7 @@ bytes, in one process on a GPU (developer tool, not a test; about two minutes on
   PYTHONPATH=src python3 benchmarks/sweep_gated.py [--cpu]
 
 (--cpu: tiny shapes through Triton's interpreter, to try the script itself; its timings mean
-nothing.)
+nothing; SWEEP_GATED_DEFAULT_ONLY=1 times only the op's own rule beside the peers.)
 
 Each variant is a tile rule, `ops.gated._tile_config` replaced for its timings: a program moves
 `elements` of each tensor, as one row's columns up to `max_cols` (halved while a row's last block
@@ -19,6 +19,7 @@ autograd: the forward's 3, then gate, up and dout read, dgate and dup written).
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import sys
 import time
@@ -85,7 +86,7 @@ def main(device: torch.device, shape: tuple[int, int]) -> None:
             moved = tokens * width * element * (8 if backward else 3)
             what = f"swiglu {'fwd+bwd' if backward else 'fwd'} {tokens}x{width}{' packed' if packed else ''} bf16"
             cases = []
-            for v in VARIANTS:
+            for v in VARIANTS[:1] if os.environ.get("SWEEP_GATED_DEFAULT_ONLY") else VARIANTS:
                 with variant(v):
                     if backward:
                         fn = lambda: torch.autograd.grad(tritonkit.swiglu(*leaves), leaves, dout)
