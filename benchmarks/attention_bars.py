@@ -1,7 +1,7 @@
 """Issue 16's bar shapes: tritonkit's attention forward and backward (through the dispatch, as users
 call it) beside SDPA's cuDNN and FlashAttention-2 backends, in one process on a GPU, without the
 FlexAttention peer that `tritonkit bench attention` compiles anew for every shape (developer
-tool, not a test; about five minutes on an H200).
+tool, not a test; about two minutes on an H200).
 
   PYTHONPATH=src TRITONKIT_AUTOTUNE=0 python3 benchmarks/attention_bars.py [--rounds R] [--filter TEXT]
 

@@ -1,6 +1,6 @@
 """The gated activations' tiles (swiglu's forward and backward, gate and up separate or packed in
 one [gate, up] tensor) beside torch.compile of the eager expression and a copy of the same
-bytes, in one process on a GPU (developer tool, not a test; about two minutes on an H200).
+bytes, in one process on a GPU (developer tool, not a test; about a minute on an H200).
 
   PYTHONPATH=src python3 benchmarks/sweep_gated.py [--cpu]
 
