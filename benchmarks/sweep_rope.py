@@ -16,7 +16,8 @@ norms: RMSNorm (weight) and LayerNorm (weight and bias) forward at 8192 x 4096 b
 float32) beside a copy of the same bytes (x read, y written) and torch.compile of each reference,
 in three rounds, at each of NORM_VARIANTS (elements of a row a thread: 8, 16 (the default) and
 32 are 16, 8 and 4 warps a 4096-wide row; short rows packed to one or two 4096-wide rows a
-program), each checked before timing.
+program; rows walked in two passes over chunks of 1024 or 2048 columns, as torch.compile's
+float32 kernel does), each checked before timing.
 
 Timings are `tritonkit.bench.timing.time_ms`: triton's do_bench, median, the L2 cleared before
 every timed call. GB/s count each tensor read or written once.
@@ -57,7 +58,11 @@ CPU_ROPE_CASE = dict(batch=2, heads=4, kv_heads=2, seq=9, head_dim=16)
 CPU_NORM_SHAPE = (8, 64)
 # the norms' forward: (elements of a row a thread, elements a program short rows are packed to);
 # 16 a thread is 8 warps a 4096-wide row
-NORM_VARIANTS = ((8, 4096), (16, 4096), (32, 4096), (8, 8192), (16, 8192), (32, 8192))
+# and the last, where not None, the row walked in two passes over chunks of that many columns (the
+# launch rule's path for rows past MAX_FUSED_COLS; torch.compile's kernel for the float32 norms is
+# such a looped reduction, its first pass keeping the row in L2 for the second)
+NORM_VARIANTS = ((8, 4096, None), (16, 4096, None), (32, 4096, None), (8, 8192, None), (16, 8192, None),
+                 (32, 8192, None), (8, 4096, 1024), (4, 4096, 1024), (8, 4096, 2048), (16, 4096, 2048))
 ROPE_ROUNDS, NORM_ROUNDS = 2, 3
 TOLERANCE = 1e-3  # ours may be off by twice torch's bf16 error plus this (tests/_tolerance.py)
 
@@ -143,21 +148,25 @@ def sweep_rope(device: torch.device, c: dict[str, int]) -> None:
 
 
 @contextlib.contextmanager
-def norm_elements_per_thread(n: int, tile: int | None = None):
+def norm_elements_per_thread(n: int, tile: int | None = None, chunk: int | None = None):
     """The norms' forward with `n` elements of a row a thread (their launch helpers' rule:
-    PER_THREAD["fwd"], 16, sets the warps a row: 8 at 4096 columns) and short rows packed up to
-    `tile` elements a program (MIN_TILE["fwd"]; None: the rule's own), for the duration."""
+    PER_THREAD["fwd"], 16, sets the warps a row: 8 at 4096 columns), short rows packed up to
+    `tile` elements a program (MIN_TILE["fwd"]; None: the rule's own), and with `chunk` every
+    row walked in two passes over chunks of that many columns (MAX_FUSED_COLS["fwd"] 0,
+    CHUNK_COLS chunk), for the duration."""
     from tritonkit.ops.norms import _rows
 
-    saved = _rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"]
+    saved = _rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"], _rows.MAX_FUSED_COLS["fwd"], _rows.CHUNK_COLS
     _rows.PER_THREAD["fwd"] = n
     _rows.MIN_TILE["fwd"] = tile or saved[1]
+    if chunk is not None:
+        _rows.MAX_FUSED_COLS["fwd"], _rows.CHUNK_COLS = 0, chunk
     _rows.row_config.cache_clear()
     _rows.fwd_plan.cache_clear()
     try:
         yield
     finally:
-        _rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"] = saved
+        _rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"], _rows.MAX_FUSED_COLS["fwd"], _rows.CHUNK_COLS = saved
         _rows.row_config.cache_clear()
         _rows.fwd_plan.cache_clear()
 
@@ -179,22 +188,23 @@ def sweep_norms(device: torch.device, shape: tuple[int, int], dtype: torch.dtype
                                    lambda upcast: rms_norm_reference(x, w, upcast=upcast)),
              "layer_norm (weight, bias)": (lambda: tritonkit.layer_norm(x, w, b),
                                            lambda upcast: layer_norm_reference(x, w, b, upcast=upcast))}
-    default = (_rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"])
+    default = (_rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"], None)
     variants = [default, *(v for v in NORM_VARIANTS if v != default)]
     cases = []  # (label, variant or None for torch.compile, fn)
     for name, (fn, ref) in norms.items():
         reference = ref(True)
         theirs = relative_error(ref(False), reference)
-        for per_thread, tile in variants:
-            with norm_elements_per_thread(per_thread, tile):
+        for per_thread, tile, chunk in variants:
+            with norm_elements_per_thread(per_thread, tile, chunk):
                 block_m, _, _, warps = _rows.row_config(shape[0], shape[1], "fwd")
                 error = relative_error(fn(), reference)
             label = (f"{name}, {per_thread} a thread, tile {tile}: {block_m} row(s) a program ({warps} warps)"
-                     f"{' (default)' if (per_thread, tile) == default else ''}")
+                     f"{f', two passes over {chunk} columns' if chunk else ''}"
+                     f"{' (default)' if (per_thread, tile, chunk) == default else ''}")
             if error > 2 * theirs + TOLERANCE:
                 print(f"   {label}: relative error {error:.2e} > 2 x torch's {theirs:.2e}, NOT timed")
                 continue
-            cases.append((label, (per_thread, tile), fn))
+            cases.append((label, (per_thread, tile, chunk), fn))
         compiled = torch.compile(lambda ref=ref: ref(False), dynamic=False)
         cases.append((f"{name}, torch.compile of the reference", None, compiled))
     rates: dict[str, list[float]] = {label: [] for label, _, _ in cases}
