@@ -2,7 +2,7 @@
 one [gate, up] tensor) beside torch.compile of the eager expression and a copy of the same
 bytes, in one process on a GPU (developer tool, not a test; about a minute on an H200).
 
-  PYTHONPATH=src python3 benchmarks/sweep_gated.py [--cpu]
+  PYTHONPATH=src python3 benchmarks/sweep_gated.py [--shape T,I] [--cpu]
 
 (--cpu: tiny shapes through Triton's interpreter, to try the script itself; its timings mean
 nothing; SWEEP_GATED_DEFAULT_ONLY=1 times only the op's own rule beside the peers.)
@@ -121,9 +121,12 @@ if __name__ == "__main__":
     cpu = "--cpu" in sys.argv
     if not cpu and not torch.cuda.is_available():
         sys.exit("sweep_gated.py times kernels on a GPU; none here (--cpu tries the script on tiny shapes)")
+    shape = CPU_SHAPE if cpu else SHAPE
+    if "--shape" in sys.argv:  # tokens,intermediate, e.g. 4096,11008
+        shape = tuple(int(n) for n in sys.argv[sys.argv.index("--shape") + 1].split(","))
     from tritonkit import _runtime
 
     start = time.perf_counter()
     print(_runtime.describe())
-    main(_runtime.default_device(), CPU_SHAPE if cpu else SHAPE)
+    main(_runtime.default_device(), shape)
     print(f"took {time.perf_counter() - start:.0f} s")
