@@ -1,5 +1,5 @@
 """Host time per call of tritonkit's ops, with a cProfile of each (developer tool):
-    PYTHONPATH=src python3 benchmarks/host_profile.py [--cpu] [--no-profile] [add softmax attention autotuned norms]
+    PYTHONPATH=src python3 benchmarks/host_profile.py [--cpu] [--no-profile] [add softmax attention autotuned norms gated]
 Host time here is the time Python takes to issue a call, with the GPU left to run behind it
 (the figures print before any synchronisation), so it is what bounds small inputs.
 
@@ -74,6 +74,23 @@ def norm_cases(device):
     yield "F.layer_norm +res fwd+bwd", lambda: step(torch_residual(lambda h: F.layer_norm(h, hidden, w, b)), (x, w, b, r))
 
 
+def gated_cases(device):
+    """swiglu forward and forward + backward, gate and up separate and packed, beside torch's
+    eager expression doing the same (tiny, real) work and the kernel-less Function."""
+    shape = (8192, 14336) if device.type == "cuda" else (64, 256)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    gate, up = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
+    packed = torch.randn(shape[0], 2 * shape[1], device=device, dtype=dtype, requires_grad=True)
+    dout = torch.randn(shape, device=device, dtype=dtype)
+    g0, u0 = gate.detach(), up.detach()
+    yield "swiglu fwd, no grad", lambda: tritonkit.swiglu(g0, u0)
+    yield "swiglu fwd+bwd", lambda: torch.autograd.grad(tritonkit.swiglu(gate, up), (gate, up), dout)
+    yield "swiglu packed fwd+bwd", lambda: torch.autograd.grad(tritonkit.swiglu(packed), (packed,), dout)
+    yield "F.silu(gate) * up fwd+bwd", lambda: torch.autograd.grad(F.silu(gate) * up, (gate, up), dout)
+    yield "Python autograd.Function, no kernels, fwd+bwd", lambda: torch.autograd.grad(
+        _Allocating.apply(gate, up), (gate, up), dout)
+
+
 def autograd_attention_cases(label, q, k, v):
     """The op through autograd on leaves or views q, k, v (the gradients stop at them, so the
     figures hold the attention node alone): forward with a gradient recorded, backward alone
@@ -127,6 +144,8 @@ def cases(groups, device):
         yield from train_lm_attention_cases(device)
     if "norms" in groups:
         yield from norm_cases(device)
+    if "gated" in groups:
+        yield from gated_cases(device)
     if "autotuned" in groups and device.type == "cuda":  # the forward as users run it by default: autotuned (tunes first)
         q, k, v = (torch.randn(4, 32, 1024, 128, device=device, dtype=torch.bfloat16) for _ in range(3))
         os.environ["TRITONKIT_AUTOTUNE"] = "1"
