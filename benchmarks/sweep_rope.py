@@ -56,11 +56,11 @@ ROPE_CASE = dict(batch=4, heads=32, kv_heads=8, seq=2048, head_dim=128)
 NORM_SHAPE = (8192, 4096)
 CPU_ROPE_CASE = dict(batch=2, heads=4, kv_heads=2, seq=9, head_dim=16)
 CPU_NORM_SHAPE = (8, 64)
-# the norms' forward: (elements of a row a thread, elements a program short rows are packed to);
-# 16 a thread is 8 warps a 4096-wide row
-# and the last, where not None, the row walked in two passes over chunks of that many columns (the
-# launch rule's path for rows past MAX_FUSED_COLS; torch.compile's kernel for the float32 norms is
-# such a looped reduction, its first pass keeping the row in L2 for the second)
+# The norms' forward: (elements of a row a thread, elements a program short rows are packed to,
+# and where not None the row walked in two passes over chunks of that many columns). 16 a thread
+# is 8 warps a 4096-wide row. The two-pass walk is the launch rule's path past MAX_FUSED_COLS;
+# torch.compile's float32 norm kernels are such looped reductions, their first pass keeping the
+# row in L2 for the second.
 NORM_VARIANTS = ((8, 4096, None), (16, 4096, None), (32, 4096, None), (8, 8192, None), (16, 8192, None),
                  (32, 8192, None), (8, 4096, 1024), (4, 4096, 1024), (8, 4096, 2048), (16, 4096, 2048))
 ROPE_ROUNDS, NORM_ROUNDS = 2, 3
