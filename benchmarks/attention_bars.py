@@ -29,7 +29,7 @@ SHAPES = [(4, 32, 4096, 64), (4, 32, 16384, 64), (4, 32, 4096, 128), (4, 32, 163
 PEERS = ("SDPA cuDNN", "SDPA FA2")
 
 
-def run(shape, causal: bool, backward: bool, rounds: int, device: torch.device) -> str:
+def run(label: str, shape, causal: bool, backward: bool, rounds: int, device: torch.device) -> str:
     B, H, N, D = shape
     q, k, v = (torch.randn(B, H, N, D, dtype=torch.bfloat16, device=device) for _ in range(3))
     providers = {name: f for name, f in _providers(device, causal, N, N, B * H * N * N * 4, with_flex=False).items()
@@ -45,8 +45,7 @@ def run(shape, causal: bool, backward: bool, rounds: int, device: torch.device) 
     best = max((n for n in median if n != "tritonkit"), key=median.get)
     cells = "  ".join(f"{name} {median[name]:6.1f} ({', '.join(f'{x:.0f}' for x in rates[name])})"
                       for name in timed)
-    return (f"{'bwd' if backward else 'fwd'} B{B} H{H} N={N} D={D}{' causal' if causal else '':7s} "
-            f"{median['tritonkit'] / median[best]:.3f}x {best}   {cells}")
+    return f"{label:30s} {median['tritonkit'] / median[best]:.3f}x {best}   {cells}"
 
 
 def main() -> None:
@@ -61,10 +60,10 @@ def main() -> None:
         for shape in SHAPES:
             for causal in (False, True):
                 B, H, N, D = shape
-                text = f"{'bwd' if backward else 'fwd'} B{B} H{H} N={N} D={D}{' causal' if causal else ''}"
-                if args.filter and args.filter not in text:
+                label = f"{'bwd' if backward else 'fwd'} B{B} H{H} N={N} D={D}{' causal' if causal else ''}"
+                if args.filter and args.filter not in label:
                     continue
-                print(run(shape, causal, backward, args.rounds, device), flush=True)
+                print(run(label, shape, causal, backward, args.rounds, device), flush=True)
                 torch.cuda.empty_cache()
     print(f"took {time.perf_counter() - start:.0f} s")
 

@@ -8,8 +8,9 @@ bytes, in one process on a GPU (developer tool, not a test; about a minute on an
 nothing; SWEEP_GATED_DEFAULT_ONLY=1 times only the op's own rule beside the peers.)
 
 Each variant is a tile rule, `ops.gated._tile_config` replaced for its timings: a program moves
-`elements` of each tensor, as one row's columns up to `max_cols` (halved while a row's last block
-would be more than an eighth empty, as the op's own rule does), with `warps` warps. Every variant's
+`elements` of each tensor, as one row's columns up to `max_cols` (halved while padding a row to
+whole blocks would add more than an eighth of it: the op's own rule, `ops.gated.tile_for`), with
+`warps` warps. Every variant's
 result is checked against the float64 reference before it is timed; the cases run in ROUNDS
 rounds, alternately forwards and backwards through the list, and the medians are printed. GB/s
 count each tensor read or written once (3 T I elements forward; 8 T I forward+backward through
@@ -39,21 +40,11 @@ ROUNDS = 3
 TOLERANCE = 1e-3
 
 
-def tile_rule(elements: int, max_cols: int, warps: int):
-    def rule(n_rows: int, n_cols: int) -> tuple[int, int, int]:
-        block_n = min(gated.next_power_of_2(n_cols), max_cols)
-        while block_n > 512 and (gated.cdiv(n_cols, block_n) * block_n - n_cols) * 8 > n_cols:
-            block_n //= 2
-        block_m = max(1, min(gated.next_power_of_2(n_rows), elements // block_n))
-        return block_m, block_n, warps
-    return rule
-
-
 @contextlib.contextmanager
 def variant(v):
     saved = gated._tile_config
     if v is not None:
-        gated._tile_config = tile_rule(*v)
+        gated._tile_config = lambda n_rows, n_cols: gated.tile_for(n_rows, n_cols, *v)
     gated._plan.cache_clear()
     try:
         yield

@@ -182,11 +182,17 @@ def _tile_config(n_rows: int, n_cols: int) -> tuple[int, int, int]:
     vectors by dtype). Rows of a packed [gate, up] tensor stay one a program at Llama's
     widths: two rows a program, 32 elements a thread, ran 11% slower there, and smaller or
     larger tiles no faster on contiguous inputs (BENCHMARKS.md)."""
-    block_n = min(next_power_of_2(n_cols), TILE_ELEMENTS)
+    return tile_for(n_rows, n_cols, TILE_ELEMENTS, TILE_ELEMENTS, 4)
+
+
+def tile_for(n_rows: int, n_cols: int, elements: int, max_cols: int, num_warps: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) of `_tile_config`'s rule for a program of `elements` and
+    blocks of at most `max_cols` columns (benchmarks/sweep_gated.py times other values)."""
+    block_n = min(next_power_of_2(n_cols), max_cols)
     while block_n > 512 and (cdiv(n_cols, block_n) * block_n - n_cols) * 8 > n_cols:
         block_n //= 2
-    block_m = max(1, min(next_power_of_2(n_rows), TILE_ELEMENTS // block_n))
-    return block_m, block_n, 4
+    block_m = max(1, min(next_power_of_2(n_rows), elements // block_n))
+    return block_m, block_n, num_warps
 
 
 @functools.lru_cache(maxsize=1024)
