@@ -1,7 +1,7 @@
 """RoPE forward tiles, and the norms' forward, against a device copy of the same bytes, in one
 process on a GPU (developer tool, not a test; about two minutes on an H200).
 
-  PYTHONPATH=src python3 benchmarks/sweep_rope.py [rope] [norms] [norms-fp32] [--cpu]
+  PYTHONPATH=src python3 benchmarks/sweep_rope.py [rope] [norms] [norms-fp32] [norms-bwd] [norms-bwd-fp32] [--cpu]
 
 (--cpu: tiny shapes through Triton's interpreter, to try the script itself; its timings mean
 nothing.)
@@ -18,6 +18,9 @@ in three rounds, at each of NORM_VARIANTS (elements of a row a thread: 8, 16 (th
 32 are 16, 8 and 4 warps a 4096-wide row; short rows packed to one or two 4096-wide rows a
 program; rows walked in two passes over chunks of 1024 or 2048 columns, as torch.compile's
 float32 kernel does), each checked before timing.
+norms-bwd (norms-bwd-fp32): the norms' backward launchers alone at 8192 x 4096 (dx, dW and
+LayerNorm's dB), at each of NORM_BWD_VARIANTS (elements a thread, elements a program,
+persistent programs' warps an SM), beside a copy of the same bytes (dy and x read, dx written).
 
 Timings are `tritonkit.bench.timing.time_ms`: triton's do_bench, median, the L2 cleared before
 every timed call. GB/s count each tensor read or written once.
@@ -63,6 +66,11 @@ CPU_NORM_SHAPE = (8, 64)
 # row in L2 for the second.
 NORM_VARIANTS = ((8, 4096, None), (16, 4096, None), (32, 4096, None), (8, 8192, None), (16, 8192, None),
                  (32, 8192, None), (8, 4096, 1024), (4, 4096, 1024), (8, 4096, 2048), (16, 4096, 2048))
+# The norms' backward: (elements of a row a thread, elements a program holds, warps of
+# persistent programs an SM). The rule's (16, 8192, 16) is two 4096-wide rows a program on 16
+# warps, one program an SM.
+NORM_BWD_VARIANTS = ((16, 8192, 16), (16, 4096, 16), (16, 4096, 32), (8, 4096, 16), (8, 8192, 32), (32, 4096, 16),
+                     (32, 8192, 16), (16, 8192, 32), (16, 16384, 32), (32, 4096, 32), (8, 4096, 32), (4, 4096, 32))
 ROPE_ROUNDS, NORM_ROUNDS = 2, 3
 TOLERANCE = 1e-3  # ours may be off by twice torch's bf16 error plus this (tests/_tolerance.py)
 
@@ -161,14 +169,39 @@ def norm_elements_per_thread(n: int, tile: int | None = None, chunk: int | None 
     _rows.MIN_TILE["fwd"] = tile or saved[1]
     if chunk is not None:
         _rows.MAX_FUSED_COLS["fwd"], _rows.CHUNK_COLS = 0, chunk
-    _rows.row_config.cache_clear()
-    _rows.fwd_plan.cache_clear()
+    _forget_norm_plans()
     try:
         yield
     finally:
         _rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"], _rows.MAX_FUSED_COLS["fwd"], _rows.CHUNK_COLS = saved
-        _rows.row_config.cache_clear()
-        _rows.fwd_plan.cache_clear()
+        _forget_norm_plans()
+
+
+@contextlib.contextmanager
+def norm_backward_tile(n: int, tile: int, warps_per_sm: int):
+    """The norms' backward with `n` elements of a row a thread (PER_THREAD["bwd"]), rows
+    packed up to `tile` elements a program (MIN_TILE["bwd"]) and `warps_per_sm` warps of
+    persistent programs an SM (WARPS_PER_SM), for the duration."""
+    from tritonkit.ops.norms import _rows
+
+    saved = _rows.PER_THREAD["bwd"], _rows.MIN_TILE["bwd"], _rows.WARPS_PER_SM
+    _rows.PER_THREAD["bwd"], _rows.MIN_TILE["bwd"], _rows.WARPS_PER_SM = n, tile, warps_per_sm
+    _forget_norm_plans()
+    try:
+        yield
+    finally:
+        _rows.PER_THREAD["bwd"], _rows.MIN_TILE["bwd"], _rows.WARPS_PER_SM = saved
+        _forget_norm_plans()
+
+
+def _forget_norm_plans() -> None:
+    # The launch rules' caches and the bound templates, whose keys hold the inputs' layout,
+    # not the tile: kept across a variant, the first variant's kernel would run for all.
+    from tritonkit.ops.norms import _plans, _rows
+
+    for cached in (_rows.row_config, _rows.fwd_plan, _rows.bwd_plan, _rows.sum_plan):
+        cached.cache_clear()
+    _plans.clear()
 
 
 def sweep_norms(device: torch.device, shape: tuple[int, int], dtype: torch.dtype = torch.bfloat16) -> None:
@@ -226,6 +259,62 @@ def sweep_norms(device: torch.device, shape: tuple[int, int], dtype: torch.dtype
               + (f"; host {host * 1e3:.0f} us a call)" if host is not None else ")"))
 
 
+def sweep_norms_backward(device: torch.device, shape: tuple[int, int], dtype: torch.dtype = torch.bfloat16) -> None:
+    """The norms' backward launchers alone (dx, dW, and LayerNorm's dB from dy, x and the
+    forward's statistics), at each of NORM_BWD_VARIANTS, beside a copy of the same bytes."""
+    from tritonkit.ops.norms import _rows
+    from tritonkit.ops.norms.layer_norm import _layer_norm_bwd, _layer_norm_fwd
+    from tritonkit.ops.norms.rms_norm import _rms_norm_bwd, _rms_norm_fwd
+
+    x = torch.randn(shape, dtype=dtype, device=device)
+    w = torch.randn(shape[-1], dtype=dtype, device=device)
+    b = torch.randn(shape[-1], dtype=dtype, device=device)
+    dy = torch.randn_like(x)
+    _, _, rstd = _rms_norm_fwd(x, w, None, 1e-6, 0.0)
+    _, _, mean, lrstd = _layer_norm_fwd(x, w, b, None, 1e-5)
+    moved = 3 * x.numel() * x.element_size()
+    dtype_name = str(dtype).removeprefix("torch.")
+    print(f"norms bwd {shape[0]}x{shape[1]} {dtype_name}: {moved:,} bytes (dy and x read, dx written; the "
+          f"(hidden,) weight, dW, dB, statistics and partial sums left out)")
+    norms = {"rms_norm": lambda: _rms_norm_bwd(dy, None, x, w, rstd, 0.0),
+             "layer_norm": lambda: _layer_norm_bwd(dy, None, x, w, b, mean, lrstd)}
+    default = (_rows.PER_THREAD["bwd"], _rows.MIN_TILE["bwd"], _rows.WARPS_PER_SM)
+    variants = [default, *(v for v in NORM_BWD_VARIANTS if v != default)]
+    cases = []
+    for name, fn in norms.items():
+        with norm_backward_tile(*default):
+            expected = fn()
+        for v in variants:
+            with norm_backward_tile(*v):
+                block_m, _, _, warps = _rows.row_config(shape[0], shape[1], "bwd")
+                programs = _rows.backward_programs(device, -(-shape[0] // block_m), warps)
+                got = fn()
+            # Every variant sums dW in its own fixed order: dx must match the default's
+            # closely and dW within float32 reordering.
+            close = all(torch.allclose(g.float(), e.float(), rtol=1e-2, atol=1e-2) for g, e in zip(got, expected)
+                        if g is not None)
+            label = (f"{name}, {v[0]} a thread, tile {v[1]}, {v[2]} warps an SM: {block_m} row(s) a program, "
+                     f"{warps} warps, {programs} programs{' (default)' if v == default else ''}")
+            if not close:
+                print(f"   {label}: differs from the default's gradients, NOT timed")
+                continue
+            cases.append((label, v, fn))
+    rates: dict[str, list[float]] = {label: [] for label, _, _ in cases}
+    copies = []
+    for round_ in range(NORM_ROUNDS):
+        copies.append(copy_ceiling_gbs(device, moved))
+        for label, v, fn in cases[::-1] if round_ % 2 else cases:
+            with norm_backward_tile(*v):
+                fn()
+                rates[label].append(moved / time_ms(fn) / 1e6)
+    copy = statistics.median(copies)
+    print(f"   same-bytes copy {copy:.0f} GB/s (rounds: {', '.join(f'{v:.0f}' for v in copies)})")
+    for label, _, _ in cases:
+        value = statistics.median(rates[label])
+        print(f"   {value:6.0f} GB/s {100 * value / copy:5.1f}% of copy  {label}  "
+              f"(rounds: {', '.join(f'{v:.0f}' for v in rates[label])})")
+
+
 if __name__ == "__main__":
     cpu = "--cpu" in sys.argv
     parts = [a for a in sys.argv[1:] if a != "--cpu"] or ["rope", "norms", "norms-fp32"]
@@ -242,6 +331,9 @@ if __name__ == "__main__":
         elif part in ("norms", "norms-fp32"):
             sweep_norms(device, CPU_NORM_SHAPE if cpu else NORM_SHAPE,
                         torch.float32 if part == "norms-fp32" else torch.bfloat16)
+        elif part in ("norms-bwd", "norms-bwd-fp32"):
+            sweep_norms_backward(device, CPU_NORM_SHAPE if cpu else NORM_SHAPE,
+                                 torch.float32 if part == "norms-bwd-fp32" else torch.bfloat16)
         else:
-            sys.exit(f"unknown part {part!r}: rope, norms or norms-fp32")
+            sys.exit(f"unknown part {part!r}: rope, norms, norms-fp32, norms-bwd or norms-bwd-fp32")
     print(f"took {time.perf_counter() - start:.0f} s")

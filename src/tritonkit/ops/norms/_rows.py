@@ -17,6 +17,8 @@ fixed set of rows and writes its own float32 partial row; programs are grouped (
 G about sqrt(programs)), the last of a group to finish sums its group's partial rows into a
 group row, and the last group to finish sums the group rows into dW and dB. "Last" is told
 by atomic tickets on counters that the last taker resets (`_counters`: no memset launch).
+The backward's programs are persistent, one an SM, so each loads its next row block's dy and
+h while it reduces and stores the current one: its own loads are all that hide the latency.
 Every sum runs in a fixed order whichever program does it, so the result does not depend on
 scheduling; the two levels keep the work left after the last program's rows (G + programs/G
 partial rows) small next to one program summing them all.
@@ -191,10 +193,32 @@ def _norm_fwd_kernel(
 @triton.jit
 def _bwd_tile(dy_ptr, h_ptr, dy_off, h_off, mean, rstd, w, mask):
     """(dy, xhat, g = dy * (w_offset + w)) of one tile, in float32."""
-    dy = tl.load(dy_ptr + dy_off, mask=mask, other=0.0).to(tl.float32)
-    h = tl.load(h_ptr + h_off, mask=mask, other=0.0).to(tl.float32)
-    xhat = tl.where(mask, (h - mean[:, None]) * rstd[:, None], 0.0)
+    dy = tl.load(dy_ptr + dy_off, mask=mask, other=0.0)
+    h = tl.load(h_ptr + h_off, mask=mask, other=0.0)
+    return _bwd_terms(dy, h, mean, rstd, w, mask)
+
+
+@triton.jit
+def _bwd_terms(dy, h, mean, rstd, w, mask):
+    """(dy, xhat, g = dy * (w_offset + w)) in float32 from a tile's loaded dy and h."""
+    dy = dy.to(tl.float32)
+    xhat = tl.where(mask, (h.to(tl.float32) - mean[:, None]) * rstd[:, None], 0.0)
     return dy, xhat, dy * w[None, :]
+
+
+@triton.jit
+def _bwd_rows(dy_ptr, h_ptr, mean_ptr, rstd_ptr, block, n_rows, size1, dys0, dys1, dy_col, hs0, hs1, h_col, cols,
+              col_ok, BLOCK_M: tl.constexpr, IS_RMS: tl.constexpr):
+    """Row block `block`'s dy and h tiles (in their own dtype) and its mean and rstd; zeros
+    for rows past n_rows (a block past the last loads nothing)."""
+    rows = (block * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    row_ok = rows < n_rows
+    mask = row_ok[:, None] & col_ok[None, :]
+    rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
+    mean = rstd * 0.0 if IS_RMS else tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
+    dy = tl.load(dy_ptr + _row_starts(rows, size1, dys0, dys1)[:, None] + cols[None, :] * dy_col, mask=mask, other=0.0)
+    h = tl.load(h_ptr + _row_starts(rows, size1, hs0, hs1)[:, None] + cols[None, :] * h_col, mask=mask, other=0.0)
+    return dy, h, mean, rstd
 
 
 @triton.jit
@@ -239,15 +263,19 @@ def _norm_bwd_kernel(
         w = _scale(w_ptr, cols, col_ok, w_offset, HAS_WEIGHT)
         dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         db = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        # Each row block's dy, h and statistics are loaded one iteration ahead, so that they
+        # are in flight while the block before is reduced and stored (one program an SM: its
+        # own loads are all that cover the memory latency).
+        dy_n, h_n, mean_n, rstd_n = _bwd_rows(dy_ptr, h_ptr, mean_ptr, rstd_ptr, pid, n_rows, size1, dys0, dys1,
+                                              dy_col, hs0, hs1, h_col, cols, col_ok, BLOCK_M, IS_RMS)
         for block in range(pid, n_blocks, n_programs):
             rows = (block * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # rows < 2^31; offsets int64
             row_ok = rows < n_rows
             mask = row_ok[:, None] & col_ok[None, :]
-            rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
-            mean = rstd * 0.0 if IS_RMS else tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
-            dy_off = _row_starts(rows, size1, dys0, dys1)[:, None] + cols[None, :] * dy_col
-            h_off = _row_starts(rows, size1, hs0, hs1)[:, None] + cols[None, :] * h_col
-            dy, xhat, g = _bwd_tile(dy_ptr, h_ptr, dy_off, h_off, mean, rstd, w, mask)
+            dy_t, h_t, mean, rstd = dy_n, h_n, mean_n, rstd_n
+            dy_n, h_n, mean_n, rstd_n = _bwd_rows(dy_ptr, h_ptr, mean_ptr, rstd_ptr, block + n_programs, n_rows, size1,
+                                                  dys0, dys1, dy_col, hs0, hs1, h_col, cols, col_ok, BLOCK_M, IS_RMS)
+            dy, xhat, g = _bwd_terms(dy_t, h_t, mean, rstd, w, mask)
             c_gx = tl.sum(g * xhat, axis=1) / n_cols
             c_g = c_gx * 0.0 if IS_RMS else tl.sum(g, axis=1) / n_cols
             _store_dx(dx_ptr, dh_ptr, g, xhat, c_g, c_gx, rstd, (rows * n_cols)[:, None] + cols[None, :],
