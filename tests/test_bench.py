@@ -149,3 +149,88 @@ def test_l2_clear_time(monkeypatch):
     assert log[:4] == ["clear", "record", "clear", "record"] and log.count("clear") == 21
     monkeypatch.setattr(timing._runtime, "INTERPRETED", True)
     assert timing.l2_clear_ms() is None
+
+
+def test_graphed_time_of_a_call(monkeypatch):
+    # n calls captured after n clears, less a graph of the n clears alone, over n; the two
+    # graphs replayed in turn, each between its own pair of events.
+    from triton import runtime
+    clock, log = [0.0], []
+    call_ms, clear_ms = 0.25, 0.07
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.at = None
+
+        def record(self):
+            self.at = clock[0]
+
+        def elapsed_time(self, end):
+            return end.at - self.at
+
+    class Graph:
+        capturing = None
+
+        def __init__(self):
+            self.work = []
+
+        def replay(self):
+            clock[0] += sum(self.work)
+
+    class Capture:
+        def __init__(self, graph):
+            self.graph = graph
+
+        def __enter__(self):
+            Graph.capturing = self.graph
+
+        def __exit__(self, *exc):
+            Graph.capturing = None
+
+    class Driver:
+        @staticmethod
+        def get_empty_cache_for_benchmark():
+            return "cache"
+
+        @staticmethod
+        def clear_cache(cache):
+            Graph.capturing.work.append(clear_ms)
+
+    def call():
+        log.append("captured" if Graph.capturing else "warm-up")
+        if Graph.capturing:
+            Graph.capturing.work.append(call_ms)
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    monkeypatch.setattr(timing._runtime, "INTERPRETED", False)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", Capture)
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: Capture(None))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(type(runtime.driver), "active", property(lambda self: Driver), raising=False)
+    assert timing.graphed_ms(call, estimate_ms=0.5) == pytest.approx(call_ms)
+    calls = int(timing.GRAPH_SPAN_MS / 0.5)
+    assert log == ["warm-up"] * 3 + ["captured"] * calls
+    log.clear()
+    timing.graphed_ms(call, estimate_ms=1e3)  # a long call: still the fewest calls a graph holds
+    assert log.count("captured") == timing.GRAPH_CALLS[0]
+    monkeypatch.setattr(timing._runtime, "INTERPRETED", True)
+    assert timing.graphed_ms(call, 0.5) is None
+
+
+def test_graphed_figures_reach_the_table_and_summary():
+    rows = [runner.Measurement("rms_norm", "fwd+bwd 8x8", "g", p, "GB/s", 64.0, ms, 1.0 / ms, "", 0.2, None, None,
+                               g, 1.0 / g) for p, ms, g in (("tritonkit", 0.20, 0.10), ("torch native", 0.19, 0.15))]
+    entry = registry.entries()["rms_norm"]
+    table = runner._case_table(entry, {"fwd+bwd 8x8": rows}, ceiling=100.0, same_bytes={})
+    line = next(line for line in table.splitlines() if "CUDA graph" in line)
+    assert "tritonkit 10 (0.100)" in line and "torch native 6.667 (0.150)" in line
+    assert line.endswith("tritonkit 1.50x torch native")
+    summary = runner._summary(rows, {"GB/s": 100.0}).splitlines()
+    assert summary[-1].split()[-1] == "1.50" and summary[-1].split()[-3] == "0.95"

@@ -9,14 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 
 from .. import _runtime
 from ..registry import BenchCase, OpEntry, entries
-from .timing import (HOST_CHECK_BELOW_MS, copy_ceiling_gbs, held_bytes, host_bound_note, host_ms, l2_clear_ms,
-                     matmul_ceiling_tflops, peak_extra_bytes, time_ms)
+from .timing import (HOST_CHECK_BELOW_MS, copy_ceiling_gbs, graphed_ms, held_bytes, host_bound_note, host_ms,
+                     l2_clear_ms, matmul_ceiling_tflops, peak_extra_bytes, time_ms)
 
 
 @dataclass
@@ -33,14 +34,18 @@ class Measurement:
     host_ms: float | None = None  # host time a call, measured for short cases on a GPU
     peak_bytes: int | None = None  # peak memory a call allocates beyond its inputs (BenchCase.memory)
     held_bytes: int | None = None  # memory a call's result keeps after it returns (BenchCase.held)
+    graphed_ms: float | None = None  # GPU time a call replayed from a CUDA graph (short cases on a GPU)
+    graphed_rate: float | None = None
 
 
 def _measure_case(op: str, case: BenchCase, device: torch.device, clear: float | None = None) -> list[Measurement]:
     """Every provider of one case; `clear`: the GPU ms of the L2 clear before each timed call."""
-    def row(provider, ms=None, note="", host=None, peak=None, held=None):
-        rate = case.work / (ms * 1e-3) / (1e9 if case.unit == "GB/s" else 1e12) if ms else None
-        return Measurement(op, case.label, case.group, provider, case.unit, case.size, ms, rate, note, host, peak,
-                           held)
+    def rate_of(ms):
+        return case.work / (ms * 1e-3) / (1e9 if case.unit == "GB/s" else 1e12) if ms else None
+
+    def row(provider, ms=None, note="", host=None, peak=None, held=None, graphed=None):
+        return Measurement(op, case.label, case.group, provider, case.unit, case.size, ms, rate_of(ms), note, host,
+                           peak, held, graphed, rate_of(graphed))
 
     if device.type == "cuda" and case.bytes_in_flight:
         free, _ = torch.cuda.mem_get_info()
@@ -52,18 +57,36 @@ def _measure_case(op: str, case: BenchCase, device: torch.device, clear: float |
         return [row("tritonkit", note="skipped: out of memory building inputs")]
     results = []
     for name, fn in providers.items():
-        try:
-            ms = time_ms(fn)
-            host = host_ms(fn) if ms < HOST_CHECK_BELOW_MS else None
-            peak = peak_extra_bytes(fn) if case.memory else None
-            held = held_bytes(fn) if case.held else None
-            results.append(row(name, ms, host_bound_note(ms, host, clear), host, peak, held))
-        except Exception as err:  # a peer that cannot run a case must not end the run
-            results.append(row(name, note=f"failed: {type(err).__name__}: {str(err).splitlines()[0][:80]}"))
+        results.append(_measure_provider(name, fn, row, case, clear))
         if device.type == "cuda":
             torch.cuda.empty_cache()
     del providers
     return results
+
+
+def _measure_provider(name: str, fn: Callable[[], object], row: Callable[..., Measurement], case: BenchCase,
+                      clear: float | None) -> Measurement:
+    """One provider's row: its median time; for a short case its host time and its time
+    replayed from a CUDA graph; memory where the case asks. A provider that fails gets a
+    row that says how; one that runs but cannot be captured, a note."""
+    try:
+        ms = time_ms(fn)
+        host = host_ms(fn) if ms < HOST_CHECK_BELOW_MS else None
+        peak = peak_extra_bytes(fn) if case.memory else None
+        held = held_bytes(fn) if case.held else None
+    except Exception as err:  # a peer that cannot run a case must not end the run
+        return row(name, note=f"failed: {_first_line(err)}")
+    note, graphed = host_bound_note(ms, host, clear), None
+    if host is not None:  # a short case: its GPU time apart from the host's, for every provider
+        try:
+            graphed = graphed_ms(fn, ms)
+        except Exception as err:
+            note = "; ".join(filter(None, (note, f"not captured in a CUDA graph: {_first_line(err)}")))
+    return row(name, ms, note, host, peak, held, graphed)
+
+
+def _first_line(err: Exception) -> str:
+    return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:80]}"
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -111,6 +134,9 @@ def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling:
         if label in same_bytes and ours and ours.rate:
             lines.append(f"    a copy of the same bytes: {same_bytes[label]:.0f} GB/s; tritonkit at "
                          f"{100 * ours.rate / same_bytes[label]:.0f}% of it")
+        graphed = _graphed_line(by, providers, unit)
+        if graphed:
+            lines.append(graphed)
         for field, what in _MEMORY_LINES:
             figures = [f"{p} {getattr(by[p], field) / 2**30:.2f}" for p in providers
                        if p in by and getattr(by[p], field) is not None]
@@ -120,6 +146,25 @@ def _case_table(entry: OpEntry, measured: dict[str, list[Measurement]], ceiling:
             if m.note:
                 lines.append(f"    {m.provider}: {m.note}")
     return "\n".join(lines)
+
+
+def _best_peer(rows, rate: str) -> Measurement | None:
+    """The peer in `rows` of the highest `rate` (a Measurement field), None if none has one."""
+    return max((m for m in rows if m.provider != "tritonkit" and getattr(m, rate)),
+               key=lambda m: getattr(m, rate), default=None)
+
+
+def _graphed_line(by: dict[str, Measurement], providers: list[str], unit: str) -> str:
+    """The providers' figures replayed from a CUDA graph, where the case has them."""
+    graphed = [by[p] for p in providers if p in by and by[p].graphed_ms]
+    if not graphed:
+        return ""
+    line = ("    from a CUDA graph (the GPU's time alone), " + unit + " (ms): "
+            + ", ".join(f"{m.provider} {m.graphed_rate:.4g} ({m.graphed_ms:.3f})" for m in graphed))
+    ours, best = by.get("tritonkit"), _best_peer(graphed, "graphed_rate")
+    if ours and ours.graphed_rate and best:
+        line += f"; tritonkit {ours.graphed_rate / best.graphed_rate:.2f}x {best.provider}"
+    return line
 
 
 def _plot(path: str, results: list[Measurement]) -> None:
@@ -146,14 +191,14 @@ def _plot(path: str, results: list[Measurement]) -> None:
 
 def _summary(results: list[Measurement], ceilings: dict[str, float]) -> str:
     lines = ["", "Summary: tritonkit against the best peer in this run",
-             f"{'case':<36}{'tritonkit':>12}{'best peer':>28}{'ratio':>8}{'%ceil':>7}",
-             "(GB/s for add and softmax, TFLOP/s for attention; ratio > 1 means tritonkit is faster)"]
+             f"{'case':<36}{'tritonkit':>12}{'best peer':>28}{'ratio':>8}{'%ceil':>7}{'graphed':>9}",
+             "(GB/s for add and softmax, TFLOP/s for attention; ratio > 1 means tritonkit is faster; graphed: "
+             "the ratio of the figures replayed from a CUDA graph, the host's time out, for short cases)"]
     cases = dict.fromkeys((m.op, m.case) for m in results)
     for op, case in cases:
         rows = [m for m in results if (m.op, m.case) == (op, case)]
         ours = next((m for m in rows if m.provider == "tritonkit"), None)
-        peers = [m for m in rows if m.provider != "tritonkit" and m.rate]
-        best = max(peers, key=lambda m: m.rate, default=None)
+        best = _best_peer(rows, "rate")
         if not ours or not ours.rate:
             lines.append(f"{op + ' ' + case:<36}{'n/a':>12}")
             continue
@@ -161,7 +206,9 @@ def _summary(results: list[Measurement], ceilings: dict[str, float]) -> str:
         ratio = f"{ours.rate / best.rate:.2f}" if best else "-"
         ceil = ceilings.get(ours.unit)
         pct = f"{100 * ours.rate / ceil:.0f}%" if ceil else "-"
-        lines.append(f"{op + ' ' + case:<36}{ours.rate:>12.4g}{best_txt:>28}{ratio:>8}{pct:>7}")
+        best_graphed = _best_peer(rows, "graphed_rate")
+        graphed = f"{ours.graphed_rate / best_graphed.graphed_rate:.2f}" if ours.graphed_rate and best_graphed else "-"
+        lines.append(f"{op + ' ' + case:<36}{ours.rate:>12.4g}{best_txt:>28}{ratio:>8}{pct:>7}{graphed:>9}")
     return "\n".join(lines)
 
 

@@ -87,6 +87,58 @@ def host_bound_note(ms: float, host: float | None, clear: float | None) -> str:
             "the GPU waiting for the host")
 
 
+GRAPH_SPAN_MS = 10.0    # GPU time one captured graph spans: its launch and the events are noise
+GRAPH_CALLS = (3, 200)  # fewest and most calls one graph holds
+GRAPH_REPLAYS = 5
+
+
+def graphed_ms(fn: Callable[[], object], estimate_ms: float) -> float | None:
+    """GPU milliseconds of one call with the host's time taken out, on a GPU: `fn` captured
+    in a CUDA graph n times (n calls of about `estimate_ms` filling GRAPH_SPAN_MS), each call
+    after the L2 clear that `time_ms` runs before it, the graph replayed, less a graph of the
+    n clears alone, over n. This is what a call costs in a step whose host runs ahead of its
+    GPU (a training step's large matrix products let it) or that is captured whole. None
+    under the interpreter. Raises what capture raises: a call that waits for the GPU or
+    works outside the capturing stream cannot be captured."""
+    if _runtime.INTERPRETED:
+        return None
+    from triton import runtime
+
+    driver = runtime.driver.active
+    cache = driver.get_empty_cache_for_benchmark()
+    calls = max(GRAPH_CALLS[0], min(GRAPH_CALLS[1], int(GRAPH_SPAN_MS / max(estimate_ms, 1e-3))))
+    # Whatever a first call makes lazily (compiled kernels, bound launches, workspaces)
+    # must exist before capture: a few calls on a side stream, as torch asks.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graphs = []
+    for with_call in (True, False):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                driver.clear_cache(cache)
+                if with_call:
+                    fn()
+        graphs.append(graph)
+    samples: list[list[float]] = [[], []]
+    for _ in range(GRAPH_REPLAYS):  # the two graphs in turn, so that drift reaches both alike
+        for graph, times in zip(graphs, samples):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+    del graphs
+    with_calls, clears_only = (statistics.median(t) for t in samples)
+    return max(0.0, with_calls - clears_only) / calls
+
+
 def peak_extra_bytes(fn: Callable[[], object]) -> int | None:
     """Peak bytes one call allocates beyond what was allocated before it (its outputs and
     gradients included, as long as they live), from the caching allocator's statistics on a
