@@ -1,7 +1,8 @@
 """RoPE forward tiles, and the norms' forward, against a device copy of the same bytes, in one
 process on a GPU (developer tool, not a test; about two minutes on an H200).
 
-  PYTHONPATH=src python3 benchmarks/sweep_rope.py [rope] [norms] [norms-fp32] [norms-bwd] [norms-bwd-fp32] [--cpu]
+  PYTHONPATH=src python3 benchmarks/sweep_rope.py [rope] [norms] [norms-fp32] [norms-bwd] [norms-bwd-fp32]
+      [--shape ROWSxCOLS ...] [--cpu]
 
 (--cpu: tiny shapes through Triton's interpreter, to try the script itself; its timings mean
 nothing.)
@@ -17,13 +18,15 @@ float32) beside a copy of the same bytes (x read, y written) and torch.compile o
 in three rounds, at each of NORM_VARIANTS (elements of a row a thread: 8, 16 (the default) and
 32 are 16, 8 and 4 warps a 4096-wide row; short rows packed to one or two 4096-wide rows a
 program; rows walked in two passes over chunks of 1024 or 2048 columns, as torch.compile's
-float32 kernel does), each checked before timing.
+float32 kernel does), each checked before timing; variants that come to the same launch at a
+shape are timed once.
 norms-bwd (norms-bwd-fp32): the norms' backward launchers alone at 8192 x 4096 (dx, dW and
 LayerNorm's dB), at each of NORM_BWD_VARIANTS (elements a thread, elements a program,
 persistent programs' warps an SM), beside a copy of the same bytes (dy and x read, dx written).
 
 Timings are `tritonkit.bench.timing.time_ms`: triton's do_bench, median, the L2 cleared before
-every timed call. GB/s count each tensor read or written once.
+every timed call. GB/s count each tensor read or written once. --shape (repeatable) times the
+norm parts at other shapes than 8192 x 4096.
 """
 
 from __future__ import annotations
@@ -64,8 +67,11 @@ CPU_NORM_SHAPE = (8, 64)
 # is 8 warps a 4096-wide row. The two-pass walk is the launch rule's path past MAX_FUSED_COLS;
 # torch.compile's float32 norm kernels are such looped reductions, their first pass keeping the
 # row in L2 for the second.
+# Tiles of 1024 to 16384 elements and 64 a thread matter at other widths than 4096 (--shape).
 NORM_VARIANTS = ((8, 4096, None), (16, 4096, None), (32, 4096, None), (8, 8192, None), (16, 8192, None),
-                 (32, 8192, None), (8, 4096, 1024), (4, 4096, 1024), (8, 4096, 2048), (16, 4096, 2048))
+                 (32, 8192, None), (8, 4096, 1024), (4, 4096, 1024), (8, 4096, 2048), (16, 4096, 2048),
+                 (16, 1024, None), (16, 2048, None), (32, 2048, None), (16, 16384, None), (32, 16384, None),
+                 (64, 4096, None), (64, 16384, None))
 # The norms' backward: (elements of a row a thread, elements a program holds, warps of
 # persistent programs an SM). The rule's (16, 8192, 16) is two 4096-wide rows a program on 16
 # warps, one program an SM.
@@ -227,9 +233,14 @@ def sweep_norms(device: torch.device, shape: tuple[int, int], dtype: torch.dtype
     for name, (fn, ref) in norms.items():
         reference = ref(True)
         theirs = relative_error(ref(False), reference)
+        launches = set()
         for per_thread, tile, chunk in variants:
             with norm_elements_per_thread(per_thread, tile, chunk):
-                block_m, _, _, warps = _rows.row_config(shape[0], shape[1], "fwd")
+                launch = _rows.row_config(shape[0], shape[1], "fwd")
+                if launch in launches:
+                    continue
+                launches.add(launch)
+                block_m, _, _, warps = launch
                 error = relative_error(fn(), reference)
             label = (f"{name}, {per_thread} a thread, tile {tile}: {block_m} row(s) a program ({warps} warps)"
                      f"{f', two passes over {chunk} columns' if chunk else ''}"
@@ -317,7 +328,11 @@ def sweep_norms_backward(device: torch.device, shape: tuple[int, int], dtype: to
 
 if __name__ == "__main__":
     cpu = "--cpu" in sys.argv
-    parts = [a for a in sys.argv[1:] if a != "--cpu"] or ["rope", "norms", "norms-fp32"]
+    args = [a for a in sys.argv[1:] if a != "--cpu"]
+    shapes = [tuple(int(n) for n in args[i + 1].split("x")) for i, a in enumerate(args) if a == "--shape"]
+    parts = [a for i, a in enumerate(args) if a != "--shape" and (i == 0 or args[i - 1] != "--shape")]
+    parts = parts or ["rope", "norms", "norms-fp32"]
+    norm_shapes = [CPU_NORM_SHAPE] if cpu else shapes or [NORM_SHAPE]
     if not cpu and not torch.cuda.is_available():
         sys.exit("sweep_rope.py times kernels on a GPU; none here (--cpu tries the script on tiny shapes)")
     from tritonkit import _runtime
@@ -329,11 +344,11 @@ if __name__ == "__main__":
         if part == "rope":
             sweep_rope(device, CPU_ROPE_CASE if cpu else ROPE_CASE)
         elif part in ("norms", "norms-fp32"):
-            sweep_norms(device, CPU_NORM_SHAPE if cpu else NORM_SHAPE,
-                        torch.float32 if part == "norms-fp32" else torch.bfloat16)
+            for shape in norm_shapes:
+                sweep_norms(device, shape, torch.float32 if part == "norms-fp32" else torch.bfloat16)
         elif part in ("norms-bwd", "norms-bwd-fp32"):
-            sweep_norms_backward(device, CPU_NORM_SHAPE if cpu else NORM_SHAPE,
-                                 torch.float32 if part == "norms-bwd-fp32" else torch.bfloat16)
+            for shape in norm_shapes:
+                sweep_norms_backward(device, shape, torch.float32 if part == "norms-bwd-fp32" else torch.bfloat16)
         else:
             sys.exit(f"unknown part {part!r}: rope, norms, norms-fp32, norms-bwd or norms-bwd-fp32")
     print(f"took {time.perf_counter() - start:.0f} s")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -55,34 +54,38 @@ def _measure_case(op: str, case: BenchCase, device: torch.device, clear: float |
         providers = case.setup(device)
     except torch.OutOfMemoryError:
         return [row("tritonkit", note="skipped: out of memory building inputs")]
-    results = []
+    measured = {}
     for name, fn in providers.items():
-        results.append(_measure_provider(name, fn, row, case, clear))
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        try:
+            ms = time_ms(fn)
+            host = host_ms(fn) if ms < HOST_CHECK_BELOW_MS else None
+            peak = peak_extra_bytes(fn) if case.memory else None
+            held = held_bytes(fn) if case.held else None
+            measured[name] = (ms, host_bound_note(ms, host, clear), host, peak, held)
+        except Exception as err:  # a peer that cannot run a case must not end the run
+            measured[name] = (None, f"failed: {_first_line(err)}", None, None, None)
+        _release(device)
+    # A case that any provider runs in a short time: each provider's GPU time apart from
+    # its host's, so that the host-bound ones compare by their kernels too.
+    short = any(host is not None for _, _, host, _, _ in measured.values())
+    results = []
+    for name, (ms, note, host, peak, held) in measured.items():
+        graphed = None
+        if short and ms is not None:
+            try:
+                graphed = graphed_ms(providers[name], ms)
+            except Exception as err:
+                note = "; ".join(filter(None, (note, f"not captured in a CUDA graph: {_first_line(err)}")))
+            _release(device)
+        results.append(row(name, ms, note, host, peak, held, graphed))
     del providers
     return results
 
 
-def _measure_provider(name: str, fn: Callable[[], object], row: Callable[..., Measurement], case: BenchCase,
-                      clear: float | None) -> Measurement:
-    """One provider's row: its median time; for a short case its host time and its time
-    replayed from a CUDA graph; memory where the case asks. A provider that fails gets a
-    row that says how; one that runs but cannot be captured, a note."""
-    try:
-        ms = time_ms(fn)
-        host = host_ms(fn) if ms < HOST_CHECK_BELOW_MS else None
-        peak = peak_extra_bytes(fn) if case.memory else None
-        held = held_bytes(fn) if case.held else None
-    except Exception as err:  # a peer that cannot run a case must not end the run
-        return row(name, note=f"failed: {_first_line(err)}")
-    note, graphed = host_bound_note(ms, host, clear), None
-    if host is not None:  # a short case: its GPU time apart from the host's, for every provider
-        try:
-            graphed = graphed_ms(fn, ms)
-        except Exception as err:
-            note = "; ".join(filter(None, (note, f"not captured in a CUDA graph: {_first_line(err)}")))
-    return row(name, ms, note, host, peak, held, graphed)
+def _release(device: torch.device) -> None:
+    # One provider's cached blocks must not crowd the next one's inputs and workspaces.
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _first_line(err: Exception) -> str:
