@@ -162,16 +162,17 @@ def sweep_rope(device: torch.device, c: dict[str, int]) -> None:
 
 
 @contextlib.contextmanager
-def norm_elements_per_thread(n: int, tile: int | None = None, chunk: int | None = None):
+def norm_elements_per_thread(n: int, tile: int | None = None, chunk: int | None = None, max_warps: int = 32):
     """The norms' forward with `n` elements of a row a thread (their launch helpers' rule:
     PER_THREAD["fwd"], 16, sets the warps a row: 8 at 4096 columns), short rows packed up to
     `tile` elements a program (MIN_TILE["fwd"]; None: the rule's own), and with `chunk` every
     row walked in two passes over chunks of that many columns (MAX_FUSED_COLS["fwd"] 0,
-    CHUNK_COLS chunk), for the duration."""
+    CHUNK_COLS chunk), at most `max_warps` warps a program (MAX_WARPS["fwd"]), for the duration."""
     from tritonkit.ops.norms import _rows
 
-    saved = _rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"], _rows.MAX_FUSED_COLS["fwd"], _rows.CHUNK_COLS
-    _rows.PER_THREAD["fwd"] = n
+    saved = (_rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"], _rows.MAX_FUSED_COLS["fwd"], _rows.CHUNK_COLS,
+             _rows.MAX_WARPS["fwd"])
+    _rows.PER_THREAD["fwd"], _rows.MAX_WARPS["fwd"] = n, max_warps
     _rows.MIN_TILE["fwd"] = tile or saved[1]
     if chunk is not None:
         _rows.MAX_FUSED_COLS["fwd"], _rows.CHUNK_COLS = 0, chunk
@@ -179,7 +180,8 @@ def norm_elements_per_thread(n: int, tile: int | None = None, chunk: int | None 
     try:
         yield
     finally:
-        _rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"], _rows.MAX_FUSED_COLS["fwd"], _rows.CHUNK_COLS = saved
+        (_rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"], _rows.MAX_FUSED_COLS["fwd"], _rows.CHUNK_COLS,
+         _rows.MAX_WARPS["fwd"]) = saved
         _forget_norm_plans()
 
 
@@ -227,15 +229,17 @@ def sweep_norms(device: torch.device, shape: tuple[int, int], dtype: torch.dtype
                                    lambda upcast: rms_norm_reference(x, w, upcast=upcast)),
              "layer_norm (weight, bias)": (lambda: tritonkit.layer_norm(x, w, b),
                                            lambda upcast: layer_norm_reference(x, w, b, upcast=upcast))}
-    default = (_rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"], None)
-    variants = [default, *(v for v in NORM_VARIANTS if v != default)]
+    # The variants may take up to 32 warps a program; the default is the rule's own.
+    default = (_rows.PER_THREAD["fwd"], _rows.MIN_TILE["fwd"], None, _rows.MAX_WARPS["fwd"])
+    variants = [default, *((*v, 32) for v in NORM_VARIANTS if (*v, 32) != default)]
     cases = []  # (label, variant or None for torch.compile, fn)
     for name, (fn, ref) in norms.items():
         reference = ref(True)
         theirs = relative_error(ref(False), reference)
         launches = set()
-        for per_thread, tile, chunk in variants:
-            with norm_elements_per_thread(per_thread, tile, chunk):
+        for variant in variants:
+            per_thread, tile, chunk, _ = variant
+            with norm_elements_per_thread(*variant):
                 launch = _rows.row_config(shape[0], shape[1], "fwd")
                 if launch in launches:
                     continue
@@ -244,11 +248,11 @@ def sweep_norms(device: torch.device, shape: tuple[int, int], dtype: torch.dtype
                 error = relative_error(fn(), reference)
             label = (f"{name}, {per_thread} a thread, tile {tile}: {block_m} row(s) a program ({warps} warps)"
                      f"{f', two passes over {chunk} columns' if chunk else ''}"
-                     f"{' (default)' if (per_thread, tile, chunk) == default else ''}")
+                     f"{' (default)' if variant == default else ''}")
             if error > 2 * theirs + TOLERANCE:
                 print(f"   {label}: relative error {error:.2e} > 2 x torch's {theirs:.2e}, NOT timed")
                 continue
-            cases.append((label, (per_thread, tile, chunk), fn))
+            cases.append((label, variant, fn))
         compiled = torch.compile(lambda ref=ref: ref(False), dynamic=False)
         cases.append((f"{name}, torch.compile of the reference", None, compiled))
     rates: dict[str, list[float]] = {label: [] for label, _, _ in cases}

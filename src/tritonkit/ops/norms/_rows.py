@@ -51,14 +51,19 @@ from ._plans import head_layout, template
 
 MAX_FUSED_COLS = {"fwd": 16384, "bwd": 8192}  # longest row held whole by one program
 CHUNK_COLS = 4096          # columns a program handles at a time in longer rows
-# Short rows are packed several to a program up to this many elements. The backward's
-# programs are persistent (one an SM): each holds twice the forward's tile, so that one
-# program's loads keep enough bytes in flight to cover memory latency.
-MIN_TILE = {"fwd": 4096, "bwd": 8192}
+# Short rows are packed several to a program up to this many elements: the forward's
+# programs are many and short (two 1024-wide rows on 4 warps), the backward's persistent (one
+# an SM), each holding more, so that one program's loads keep enough bytes in flight to cover
+# memory latency.
+MIN_TILE = {"fwd": 2048, "bwd": 8192}
 # Elements a thread holds per tensor: 16 (two 16-byte loads of a 16-bit row): the forward at
 # 8 warps a 4096-wide row, the backward at 16 warps over 8192 elements, with h, dy, w and the
 # dW (and dB) sums in registers at once.
 PER_THREAD = {"fwd": 16, "bwd": 16}
+# Warps a program at most. A forward program's row reductions (LayerNorm's two) cross its
+# warps through shared memory, each with a barrier: past 8 warps they cost more than the
+# extra loads in flight bring, so wider rows hold more elements a thread instead.
+MAX_WARPS = {"fwd": 8, "bwd": 32}
 WARPS_PER_SM = 16          # backward: persistent programs launched per SM = this / num_warps
 SUM_PER_THREAD = 16        # partial-sum elements a thread loads at a time (16 fp32: four 16-byte loads)
 
@@ -389,11 +394,11 @@ def _finish_sums(dw_part, db_part, dw_ptr, db_ptr, count_ptr, pid, n_programs, n
 def row_config(n_rows: int, n_cols: int, direction: str) -> tuple[int, int, bool, int]:
     """(BLOCK_M, BLOCK_N, ONE_CHUNK, num_warps) for a pass ("fwd" or "bwd"): rows up to
     MAX_FUSED_COLS whole, short ones packed to MIN_TILE[direction] elements a program; longer rows in
-    CHUNK_COLS chunks. PER_THREAD elements a thread set the warps (4 to 32)."""
+    CHUNK_COLS chunks. PER_THREAD elements a thread set the warps (4 to MAX_WARPS)."""
     one_chunk = n_cols <= MAX_FUSED_COLS[direction]
     block_n = next_power_of_2(n_cols) if one_chunk else CHUNK_COLS
     block_m = max(1, min(next_power_of_2(n_rows), MIN_TILE[direction] // block_n)) if one_chunk else 1
-    num_warps = min(32, max(4, block_m * block_n // (32 * PER_THREAD[direction])))
+    num_warps = min(MAX_WARPS[direction], max(4, block_m * block_n // (32 * PER_THREAD[direction])))
     return block_m, block_n, one_chunk, num_warps
 
 
