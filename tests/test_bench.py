@@ -220,6 +220,29 @@ def test_graphed_time_of_a_call(monkeypatch):
     log.clear()
     timing.graphed_ms(call, estimate_ms=1e3)  # a long call: still the fewest calls a graph holds
     assert log.count("captured") == timing.GRAPH_CALLS[0]
+
+    # A call that cannot be captured: the error goes on, and each CUDA generator gets a clean
+    # copy of its state back (a failed capture leaves them marked as capturing).
+    class Generator:
+        def __init__(self, name):
+            self.name, self.state = name, name
+
+        def clone_state(self):
+            return Generator(f"{self.name} copy")
+
+        def graphsafe_set_state(self, other):
+            self.state = other.name
+
+    generators = (Generator("gen0"), Generator("gen1"))
+    monkeypatch.setattr(torch.cuda, "default_generators", generators)
+
+    def uncapturable():
+        if Graph.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    with pytest.raises(RuntimeError, match="not permitted"):
+        timing.graphed_ms(uncapturable, estimate_ms=0.5)
+    assert [g.state for g in generators] == ["gen0 copy", "gen1 copy"]
     monkeypatch.setattr(timing._runtime, "INTERPRETED", True)
     assert timing.graphed_ms(call, 0.5) is None
 

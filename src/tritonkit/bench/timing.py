@@ -116,15 +116,25 @@ def graphed_ms(fn: Callable[[], object], estimate_ms: float) -> float | None:
             fn()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
+    generators = torch.cuda.default_generators
+    clean = [generator.clone_state() for generator in generators]
     graphs = []
-    for with_call in (True, False):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                driver.clear_cache(cache)
-                if with_call:
-                    fn()
-        graphs.append(graph)
+    try:
+        for with_call in (True, False):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(calls):
+                    driver.clear_cache(cache)
+                    if with_call:
+                        fn()
+            graphs.append(graph)
+    except Exception:
+        # A capture that fails ends without its epilogue, leaving each CUDA generator marked
+        # as capturing, so that every later random draw on the device would refuse: put clean
+        # copies of their states back before the error goes on.
+        for generator, state in zip(generators, clean):
+            generator.graphsafe_set_state(state)
+        raise
     samples: list[list[float]] = [[], []]
     for _ in range(GRAPH_REPLAYS):  # the two graphs in turn, so that drift reaches both alike
         for graph, times in zip(graphs, samples):

@@ -177,20 +177,29 @@ def _gated_kernel(
 def _tile_config(n_rows: int, n_cols: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps): TILE_ELEMENTS a program, as one row's columns where the
     row is that long. BLOCK_N is halved (down to 512) while padding a row to whole blocks
-    would add more than an eighth of it (14336 columns: seven whole blocks of 2048). Four
-    warps, forward and backward: 16 elements of each tensor a thread (one to four 16-byte
-    vectors by dtype). Rows of a packed [gate, up] tensor stay one a program at Llama's
-    widths: two rows a program, 32 elements a thread, ran 11% slower there, and smaller or
-    larger tiles no faster on contiguous inputs (BENCHMARKS.md)."""
+    would add more than an eighth of it (14336 columns: seven whole blocks of 2048), and once
+    more for a row longer than a block where half-width blocks pad it less (11008: eleven of
+    1024, 2.3% padding, against six of 2048, 11.6%); a row longer than a block gets a program
+    a block. Four warps, forward and backward: 16 elements of each tensor a thread (one to
+    four 16-byte vectors by dtype), 8 in 1024-wide blocks. Rows of a packed [gate, up] tensor
+    lie 2I apart, and two of them a program ran 6-11% slower at Llama's widths than one;
+    smaller or larger tiles were no faster on contiguous inputs (BENCHMARKS.md)."""
     return tile_for(n_rows, n_cols, TILE_ELEMENTS, TILE_ELEMENTS, 4)
 
 
 def tile_for(n_rows: int, n_cols: int, elements: int, max_cols: int, num_warps: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps) of `_tile_config`'s rule for a program of `elements` and
     blocks of at most `max_cols` columns (benchmarks/sweep_gated.py times other values)."""
+    def padding(block: int) -> int:
+        return cdiv(n_cols, block) * block - n_cols
+
     block_n = min(next_power_of_2(n_cols), max_cols)
-    while block_n > 512 and (cdiv(n_cols, block_n) * block_n - n_cols) * 8 > n_cols:
+    while block_n > 512 and padding(block_n) * 8 > n_cols:
         block_n //= 2
+    if n_cols > block_n >= 2048 and padding(block_n // 2) < padding(block_n):
+        block_n //= 2
+    if n_cols > block_n >= 1024:
+        return 1, block_n, num_warps  # a row longer than a block: one row a program
     block_m = max(1, min(next_power_of_2(n_rows), elements // block_n))
     return block_m, block_n, num_warps
 
