@@ -67,7 +67,7 @@ def _measure_case(op: str, case: BenchCase, device: torch.device, clear: float |
         _release(device)
     # A case that any provider runs in a short time: each provider's GPU time apart from
     # its host's, so that the host-bound ones compare by their kernels too.
-    short = any(host is not None for _, _, host, _, _ in measured.values())
+    short = case.graphed and any(host is not None for _, _, host, _, _ in measured.values())
     results = []
     for name, (ms, note, host, peak, held) in measured.items():
         graphed = None

@@ -48,6 +48,10 @@ class BenchCase:
     memory: bool = False                     # also report each provider's peak memory beyond its inputs
     held: bool = False                       # also report what each provider's result keeps allocated
                                              # (a forward's output and what its graph saved for backward)
+    # Short cases are also timed from a CUDA graph. Not a call that runs the backward of an
+    # autograd graph built before it: torch fails the first capture of such a call in a process,
+    # whichever op made the graph, where a call that runs its own forward first captures.
+    graphed: bool = True
 
 
 @dataclass

@@ -159,7 +159,7 @@ def _case(batch: int, heads: int, kv_heads: int, seq: int, head_dim: int, causal
     return BenchCase(
         label=label, group=f"attention {pass_name} D={head_dim}{' causal' if causal else ''}{gqa}",
         unit="TFLOP/s", work=flops, size=seq, setup=setup, seed_table=seed_table,
-        bytes_in_flight=(8 if backward else 4) * batch * heads * seq * head_dim * element,
+        bytes_in_flight=(8 if backward else 4) * batch * heads * seq * head_dim * element, graphed=not backward,
     )
 
 
@@ -198,7 +198,8 @@ def _masked_case(batch: int, heads: int, kv_heads: int, seq: int, head_dim: int,
         label=f"{pass_name} N={seq} D={head_dim} causal {what} GQA{heads}/{kv_heads}",
         group=f"attention {pass_name} D={head_dim} causal {what.split()[0]}",
         unit="TFLOP/s", work=flops, size=seq, setup=setup,
-        bytes_in_flight=(8 if backward else 4) * batch * heads * seq * head_dim * dtype.itemsize)
+        bytes_in_flight=(8 if backward else 4) * batch * heads * seq * head_dim * dtype.itemsize,
+        graphed=not backward)
 
 
 def _timed(providers: dict, inputs: tuple, causal: bool, backward: bool) -> dict:

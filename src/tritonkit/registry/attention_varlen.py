@@ -90,7 +90,8 @@ def _case(count: int, mean: int, heads: int, kv_heads: int, head_dim: int, backw
     return BenchCase(
         label=f"{pass_name} {count} seqs mean {mean} (total {total}) D={head_dim} causal GQA{heads}/{kv_heads}",
         group=f"attention_varlen {pass_name} D={head_dim} causal", unit="TFLOP/s", work=flops, size=total,
-        setup=setup, bytes_in_flight=(8 if backward else 4) * total * heads * head_dim * dtype.itemsize)
+        setup=setup, bytes_in_flight=(8 if backward else 4) * total * heads * head_dim * dtype.itemsize,
+        graphed=not backward)
 
 
 def _bench_cases(on_gpu: bool) -> list[BenchCase]:
