@@ -115,9 +115,25 @@ def test_host_bound_note():
     assert timing.host_bound_note(0.100, 0.015, None) != ""    # clear unknown: taken as none
 
 
+def _stand_in_driver(monkeypatch, clear) -> None:
+    """Triton's active driver replaced by one whose benchmark cache `clear()` clears."""
+    from triton import runtime
+
+    class Driver:
+        @staticmethod
+        def get_empty_cache_for_benchmark():
+            return "cache"
+
+        @staticmethod
+        def clear_cache(cache):
+            assert cache == "cache"
+            clear()
+
+    monkeypatch.setattr(type(runtime.driver), "active", property(lambda self: Driver), raising=False)
+
+
 def test_l2_clear_time(monkeypatch):
     # Timed with events around the clear that do_bench runs, each clear inside its own pair.
-    from triton import runtime
     log, clock = [], iter(range(1000))
 
     class Event:
@@ -131,21 +147,14 @@ def test_l2_clear_time(monkeypatch):
         def elapsed_time(self, end):
             return float(end.at - self.at)
 
-    class Driver:
-        @staticmethod
-        def get_empty_cache_for_benchmark():
-            return "cache"
-
-        @staticmethod
-        def clear_cache(cache):
-            assert cache == "cache"
-            next(clock)
-            log.append("clear")
+    def clear():
+        next(clock)
+        log.append("clear")
 
     monkeypatch.setattr(timing._runtime, "INTERPRETED", False)
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(type(runtime.driver), "active", property(lambda self: Driver), raising=False)
+    _stand_in_driver(monkeypatch, clear)
     assert timing.l2_clear_ms() == 2.0  # each pair: record, clear, record
     assert log[:4] == ["clear", "record", "clear", "record"] and log.count("clear") == 21
     monkeypatch.setattr(timing._runtime, "INTERPRETED", True)
@@ -155,7 +164,6 @@ def test_l2_clear_time(monkeypatch):
 def test_graphed_time_of_a_call(monkeypatch):
     # n calls captured after n clears, less a graph of the n clears alone, over n; the two
     # graphs replayed in turn, each between its own pair of events.
-    from triton import runtime
     clock, log = [0.0], []
     call_ms, clear_ms = 0.25, 0.07
 
@@ -188,15 +196,6 @@ def test_graphed_time_of_a_call(monkeypatch):
         def __exit__(self, *exc):
             Graph.capturing = None
 
-    class Driver:
-        @staticmethod
-        def get_empty_cache_for_benchmark():
-            return "cache"
-
-        @staticmethod
-        def clear_cache(cache):
-            Graph.capturing.work.append(clear_ms)
-
     def call():
         log.append("captured" if Graph.capturing else "warm-up")
         if Graph.capturing:
@@ -214,7 +213,7 @@ def test_graphed_time_of_a_call(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", Stream)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: Capture(None))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(type(runtime.driver), "active", property(lambda self: Driver), raising=False)
+    _stand_in_driver(monkeypatch, lambda: Graph.capturing.work.append(clear_ms))
     assert timing.graphed_ms(call, estimate_ms=0.5) == pytest.approx(call_ms)
     calls = int(timing.GRAPH_SPAN_MS / 0.5)
     assert log == ["warm-up"] * 3 + ["captured"] * calls

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import torch
 
 from .. import _runtime
+from .._graphs import warm_up
 
 
 def time_ms(fn: Callable[[], object]) -> float:
@@ -107,14 +108,7 @@ def graphed_ms(fn: Callable[[], object], estimate_ms: float) -> float | None:
     driver = runtime.driver.active
     cache = driver.get_empty_cache_for_benchmark()
     calls = max(GRAPH_CALLS[0], min(GRAPH_CALLS[1], int(GRAPH_SPAN_MS / max(estimate_ms, 1e-3))))
-    # Whatever a first call makes lazily (compiled kernels, bound launches, workspaces)
-    # must exist before capture: a few calls on a side stream, as torch asks.
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
+    warm_up(fn, 3)
     torch.cuda.synchronize()
     generators = torch.cuda.default_generators
     clean = [generator.clone_state() for generator in generators]
