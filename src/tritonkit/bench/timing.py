@@ -138,7 +138,6 @@ def graphed_ms(fn: Callable[[], object], estimate_ms: float) -> float | None:
             end.record()
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
-    del graphs
     with_calls, clears_only = (statistics.median(t) for t in samples)
     return max(0.0, with_calls - clears_only) / calls
 
