@@ -11,7 +11,7 @@ import triton.language as tl
 import tritonkit
 from tritonkit import _counters
 from tritonkit.ops.norms import _rows, layer_norm_reference, rms_norm_reference
-from tritonkit.ops.norms._rows import _finish_sums
+from tritonkit.ops.norms._kernels import _finish_sums
 from tritonkit.ops.norms.layer_norm import _LAYER_NORM
 from tritonkit.ops.norms.rms_norm import _RMS_NORM
 from tritonkit.registry._inputs import offset_view

@@ -1,6 +1,6 @@
 """LayerNorm, `y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias`, forward and backward,
 with the pre-norm block's residual add fused in. The kernels are shared with RMSNorm
-(`_rows.py`, whose docstring gives the math, the launch plan and the memory floor)."""
+(`_kernels.py`, whose docstring gives the math; `_rows.py`, the launch plan and the memory floor)."""
 
 from __future__ import annotations
 

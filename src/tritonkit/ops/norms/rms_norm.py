@@ -1,6 +1,6 @@
 """RMSNorm, `y = x / sqrt(mean(x^2) + eps) * (weight_offset + weight)`, forward and backward,
 with the pre-norm block's residual add fused in. The kernels are shared with LayerNorm
-(`_rows.py`, whose docstring gives the math, the launch plan and the memory floor)."""
+(`_kernels.py`, whose docstring gives the math; `_rows.py`, the launch plan and the memory floor)."""
 
 from __future__ import annotations
 
