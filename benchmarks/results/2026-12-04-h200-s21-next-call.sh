@@ -1,6 +1,6 @@
 #!/bin/bash
 # Prepared for the next GPU session, not run: the norms' forward with each row held in two
-# halves, the second half's weight loaded after the first half's y is stored
+# halves (rows of 512 columns or more), the second half's weight loaded after the first half's y is stored
 # (benchmarks/results/2026-12-04-s20-norm-fwd-halves.patch: sm_90 registers rms fp32 8192x4096
 # 35 -> 32, so 8 blocks of 8 warps an SM instead of 6; layer fp32 42 -> 40; mixed at other
 # shapes), against main, one tree a process, do_bench and graphed (the twentieth set's A/B).
