@@ -71,7 +71,7 @@ CPU_NORM_SHAPE = (8, 64)
 NORM_VARIANTS = ((8, 4096, None), (16, 4096, None), (32, 4096, None), (8, 8192, None), (16, 8192, None),
                  (32, 8192, None), (8, 4096, 1024), (4, 4096, 1024), (8, 4096, 2048), (16, 4096, 2048),
                  (16, 1024, None), (16, 2048, None), (32, 2048, None), (16, 16384, None), (32, 16384, None),
-                 (64, 4096, None), (64, 16384, None))
+                 (64, 4096, None), (64, 16384, None), (16, 4096, 4096), (32, 4096, 4096), (16, 4096, 8192))
 # The norms' backward: (elements of a row a thread, elements a program holds, warps of
 # persistent programs an SM). The rule's (16, 8192, 16) is two 4096-wide rows a program on 16
 # warps, one program an SM.
@@ -240,7 +240,7 @@ def sweep_norms(device: torch.device, shape: tuple[int, int], dtype: torch.dtype
         for variant in variants:
             per_thread, tile, chunk, _ = variant
             with norm_elements_per_thread(*variant):
-                launch = _rows.row_config(shape[0], shape[1], "fwd")
+                launch = _rows.row_config(shape[0], shape[1], "fwd", name.startswith("rms"))
                 if launch in launches:
                     continue
                 launches.add(launch)
@@ -301,7 +301,7 @@ def sweep_norms_backward(device: torch.device, shape: tuple[int, int], dtype: to
             expected = fn()
         for v in variants:
             with norm_backward_tile(*v):
-                block_m, _, _, warps = _rows.row_config(shape[0], shape[1], "bwd")
+                block_m, _, _, warps = _rows.row_config(shape[0], shape[1], "bwd", name.startswith("rms"))
                 programs = _rows.backward_programs(device, -(-shape[0] // block_m), warps)
                 got = fn()
             # Every variant sums dW in its own fixed order: dx must match the default's

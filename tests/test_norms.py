@@ -453,3 +453,16 @@ def test_int32_overflowing_offsets(device):
     y = tritonkit.rms_norm(x, w)
     for i in (0, rows // 2, rows - 1):
         torch.testing.assert_close(y[i], rms_norm_reference(x[i:i + 1], w, upcast=False)[0], atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("is_rms", [True, False])
+def test_forward_rule_bounds_the_elements_a_thread_holds(is_rms):
+    # Every width a forward program holds whole: its warps cover the row with at most
+    # MAX_PER_THREAD_FWD elements a thread (LayerNorm at 16384 columns on 8 warps held 64 in 148
+    # registers, one block an SM), and stay within a block's 32 warps.
+    cap = _rows.MAX_PER_THREAD_FWD["rms" if is_rms else "layer"]
+    for n_cols in [1, 3, 512, 1000, 4096, 8191, 8192, 12000, _rows.MAX_FUSED_COLS["fwd"]]:
+        block_m, block_n, one_chunk, num_warps = _rows.row_config(64, n_cols, "fwd", is_rms)
+        assert one_chunk and block_n >= n_cols
+        assert 4 <= num_warps <= 32 and block_m * block_n <= 32 * num_warps * max(cap, _rows.PER_THREAD["fwd"])
+    assert _rows.row_config(64, 16384, "fwd", False)[3] == 16

@@ -35,6 +35,12 @@ PER_THREAD = {"fwd": 16, "bwd": 16}
 # warps through shared memory, each with a barrier: past 8 warps they cost more than the
 # extra loads in flight bring, so wider rows hold more elements a thread instead.
 MAX_WARPS = {"fwd": 8, "bwd": 32}
+# Elements of a row a forward thread holds at most, past which the warps grow beyond
+# MAX_WARPS instead. LayerNorm keeps h and h - mean live across its two reductions beside the
+# weight and bias: 64 a thread (a 16384-wide row on 8 warps) take 148 registers, one block an
+# SM and no loads in flight while its reductions run; 32 a thread (16 warps) take 64, two
+# blocks. RMSNorm's one reduction holds 64 a thread in 107 registers, two blocks an SM.
+MAX_PER_THREAD_FWD = {"rms": 64, "layer": 32}
 WARPS_PER_SM = 16          # backward: persistent programs launched per SM = this / num_warps
 SUM_PER_THREAD = 16        # partial-sum elements a thread loads at a time (16 fp32: four 16-byte loads)
 
@@ -44,14 +50,18 @@ SUM_PER_THREAD = 16        # partial-sum elements a thread loads at a time (16 f
 # ---------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=1024)
-def row_config(n_rows: int, n_cols: int, direction: str) -> tuple[int, int, bool, int]:
-    """(BLOCK_M, BLOCK_N, ONE_CHUNK, num_warps) for a pass ("fwd" or "bwd"): rows up to
-    MAX_FUSED_COLS whole, short ones packed to MIN_TILE[direction] elements a program; longer rows in
-    CHUNK_COLS chunks. PER_THREAD elements a thread set the warps (4 to MAX_WARPS)."""
+def row_config(n_rows: int, n_cols: int, direction: str, is_rms: bool) -> tuple[int, int, bool, int]:
+    """(BLOCK_M, BLOCK_N, ONE_CHUNK, num_warps) for a pass ("fwd" or "bwd") of a norm: rows up
+    to MAX_FUSED_COLS whole, short ones packed to MIN_TILE[direction] elements a program; longer
+    rows in CHUNK_COLS chunks. PER_THREAD elements a thread set the warps (4 to MAX_WARPS; in
+    the forward more where a thread would hold past MAX_PER_THREAD_FWD, up to 32)."""
     one_chunk = n_cols <= MAX_FUSED_COLS[direction]
     block_n = next_power_of_2(n_cols) if one_chunk else CHUNK_COLS
     block_m = max(1, min(next_power_of_2(n_rows), MIN_TILE[direction] // block_n)) if one_chunk else 1
-    num_warps = min(MAX_WARPS[direction], max(4, block_m * block_n // (32 * PER_THREAD[direction])))
+    elements = block_m * block_n
+    num_warps = min(MAX_WARPS[direction], max(4, elements // (32 * PER_THREAD[direction])))
+    if direction == "fwd":
+        num_warps = max(num_warps, min(32, elements // (32 * MAX_PER_THREAD_FWD["rms" if is_rms else "layer"])))
     return block_m, block_n, one_chunk, num_warps
 
 
@@ -100,7 +110,7 @@ def fwd_plan(n_rows: int, n_cols: int, is_rms: bool, has_weight: bool, has_bias:
              has_residual: bool) -> tuple[tuple[int], dict, int]:
     """(grid, constexprs, num_warps) of the forward launch, worked out once per shape and
     flags (the constexprs dict is shared by the launches: nothing may change it)."""
-    block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "fwd")
+    block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "fwd", is_rms)
     return ((cdiv(n_rows, block_m),), dict(BLOCK_M=block_m, BLOCK_N=block_n, ONE_CHUNK=one_chunk, IS_RMS=is_rms,
                                             HAS_WEIGHT=has_weight, HAS_BIAS=has_bias, HAS_RESIDUAL=has_residual),
             num_warps)
@@ -120,7 +130,7 @@ def bwd_plan(device: torch.device, n_rows: int, n_cols: int, is_rms: bool, has_w
              has_dh: bool) -> tuple[int, int, dict, int]:
     """(programs, partial-sum rows per sum, constexprs, num_warps) of the backward launch,
     worked out once per device, shape and flags (the dict is shared, as in fwd_plan)."""
-    block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "bwd")
+    block_m, block_n, one_chunk, num_warps = row_config(n_rows, n_cols, "bwd", is_rms)
     programs = backward_programs(device, cdiv(n_rows, block_m), num_warps)
     group, sum_cols = sum_plan(programs, n_cols, num_warps)
     return (programs, programs + cdiv(programs, group),
