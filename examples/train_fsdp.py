@@ -59,7 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--patch", choices=("tritonkit", "attention", "none"), default="tritonkit")
     p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing per decoder layer")
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr-warmup", type=int, default=10, help="steps of linear learning-rate warmup")
+    p.add_argument("--clip", type=float, default=1.0, help="clip the gradients' global norm (0: no clipping)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results here (rank 0)")
     p.add_argument("--autotune", action="store_true", help="let tritonkit autotune its attention tiles")
@@ -133,10 +135,12 @@ def shard_model(model: torch.nn.Module, args: argparse.Namespace, mesh) -> None:
 
 
 def micro_batch(args: argparse.Namespace, step: int, index: int, vocab: int) -> torch.Tensor:
-    """Micro-batch `index` of `step`: rows that repeat a random phrase of 1/8 the row."""
+    """Micro-batch `index` of `step`: rows that repeat a random phrase of 1/8 the row, its tokens
+    drawn from the first 1/32 of the vocabulary (so the loss falls within the first steps, as the
+    model learns which tokens occur, then further as it learns to copy)."""
     g = torch.Generator().manual_seed(((args.seed * 1_000_003 + step) * 1_000_003 + index) % 2**63)
     period = max(2, args.seq // 8)
-    phrase = torch.randint(0, vocab, (args.batch, period), generator=g)
+    phrase = torch.randint(0, max(2, vocab // 32), (args.batch, period), generator=g)
     return phrase.repeat(1, -(-args.seq // period))[:, :args.seq]
 
 
@@ -150,6 +154,9 @@ def train(args: argparse.Namespace, group: dist.ProcessGroup | None = None) -> d
     mesh = DeviceMesh.from_group(group or dist.group.WORLD, device.type)
     shard_model(model, args, mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    # A model of a billion parameters from random weights diverges at full rate from step 0 (the
+    # loss rose from its first steps at lr 1e-3 unclipped): warm up and clip, as pretraining does.
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, args.lr_warmup)))
     vocab = CONFIGS[args.config]["vocab"]
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -165,7 +172,10 @@ def train(args: argparse.Namespace, group: dist.ProcessGroup | None = None) -> d
             loss = model(input_ids=ids, labels=ids).loss
             (loss / args.grad_accum).backward()
             total += loss.detach().float()
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)  # the norm over every rank's shards
         optimizer.step()
+        schedule.step()
         optimizer.zero_grad(set_to_none=True)
         dist.all_reduce(total, group=group)  # sum over ranks (gloo has no average)
         losses.append(total.item() / (world * args.grad_accum))
