@@ -1,0 +1,23 @@
+#!/bin/bash
+# examples/train_fsdp.py on one GPU, the peers of call 5: unpatched with each layer compiled, and
+# both patches with activation checkpointing a layer (config A, two micro-batches a step, 30 steps).
+#   bash benchmarks/results/2026-12-04-h200-s21-call6.sh   (~4 min)
+export TRITONKIT_AUTOTUNE=0 PYTHONUNBUFFERED=1 PYTHONPATH=src NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+R=${OUT:-/tmp/out}; mkdir -p $R
+run() {  # name, flags...
+  local name=$1; shift
+  timeout 200 python3 -m torch.distributed.run --standalone --nproc-per-node 1 examples/train_fsdp.py --config A \
+    --steps 30 --grad-accum 2 --quiet --json $R/fsdp_1gpu_$name.json "$@" > $R/fsdp_1gpu_$name.log 2>&1
+  echo "rc $?" >> $R/fsdp_1gpu_$name.log
+  grep -E "^train_fsdp|Error|^rc" $R/fsdp_1gpu_$name.log | cut -c1-300
+}
+run none_compile --patch none --compile
+run tritonkit_ckpt --patch tritonkit --checkpointing
+run none_ckpt --patch none --checkpointing
+python3 -c "
+import json, sys
+for n in ('none_compile', 'tritonkit_ckpt', 'none_ckpt'):
+    try: d = json.load(open('$R/fsdp_1gpu_%s.json' % n))
+    except OSError: continue
+    print(n, ' '.join(f'{x:.3f}' for x in d['losses']))
+"
