@@ -154,8 +154,8 @@ def train(args: argparse.Namespace, group: dist.ProcessGroup | None = None) -> d
     mesh = DeviceMesh.from_group(group or dist.group.WORLD, device.type)
     shard_model(model, args, mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    # A model of a billion parameters from random weights diverges at full rate from step 0 (the
-    # loss rose from its first steps at lr 1e-3 unclipped): warm up and clip, as pretraining does.
+    # From random weights, at full rate from the first step and unclipped, a billion-parameter
+    # model's loss rises instead of falling: warm up and clip, as pretraining does.
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, args.lr_warmup)))
     vocab = CONFIGS[args.config]["vocab"]
     if device.type == "cuda":
