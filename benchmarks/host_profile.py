@@ -1,5 +1,5 @@
 """Host time per call of tritonkit's ops, with a cProfile of each (developer tool):
-    PYTHONPATH=src python3 benchmarks/host_profile.py [--cpu] [--no-profile] [add softmax attention autotuned norms gated]
+    PYTHONPATH=src python3 benchmarks/host_profile.py [--cpu] [--no-profile] [add softmax attention autotuned norms gated compiled]
 Host time here is the time Python takes to issue a call, with the GPU left to run behind it
 (the figures print before any synchronisation), so it is what bounds small inputs.
 
@@ -122,6 +122,34 @@ def train_lm_attention_cases(device):
     yield from autograd_attention_cases("train_lm attention ", q, k, v)
 
 
+def compiled_cases(device):
+    """Forward + backward of a few ops by the eager road and from a torch.compile(fullgraph=True)
+    region holding the op alone (its custom ops, AOTAutograd's wrappers): what a compiled
+    layer pays a tritonkit op in host time, beside torch's eager expression compiled the same way."""
+    shape = (8192, 4096) if device.type == "cuda" else (64, 256)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    x, gate, up = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    w = torch.randn(shape[-1], device=device, dtype=dtype, requires_grad=True)
+    dy = torch.randn(shape, device=device, dtype=dtype)
+    q, k, v = (torch.randn(2, 8, 256, 64, device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    do = torch.randn_like(q)
+
+    def silu_mul(g, u):
+        return F.silu(g) * u
+
+    ops = {"rms_norm": (lambda: tritonkit.rms_norm, (x, w), dy),
+           "F.rms_norm": (lambda: (lambda t, s: F.rms_norm(t, (shape[-1],), s, 1e-6)), (x, w), dy),
+           "swiglu": (lambda: tritonkit.swiglu, (gate, up), dy),
+           "silu(gate) * up": (lambda: silu_mul, (gate, up), dy),
+           "attention": (lambda: (lambda a, b, c: tritonkit.attention(a, b, c, causal=True)), (q, k, v), do)}
+    for name, (make, leaves, grad) in ops.items():
+        f = make()
+        compiled = torch.compile(f, fullgraph=True)
+        yield f"{name} fwd+bwd, eager", lambda f=f, leaves=leaves, grad=grad: torch.autograd.grad(f(*leaves), leaves, grad)
+        yield f"{name} fwd+bwd, compiled", lambda f=compiled, leaves=leaves, grad=grad: torch.autograd.grad(
+            f(*leaves), leaves, grad)
+
+
 def cases(groups, device):
     if "add" in groups:
         x, y = torch.randn(1 << 20, device=device), torch.randn(1 << 20, device=device)
@@ -146,6 +174,8 @@ def cases(groups, device):
         yield from norm_cases(device)
     if "gated" in groups:
         yield from gated_cases(device)
+    if "compiled" in groups:
+        yield from compiled_cases(device)
     if "autotuned" in groups and device.type == "cuda":  # the forward as users run it by default: autotuned (tunes first)
         q, k, v = (torch.randn(4, 32, 1024, 128, device=device, dtype=torch.bfloat16) for _ in range(3))
         os.environ["TRITONKIT_AUTOTUNE"] = "1"
