@@ -145,8 +145,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     k and v (and through the returned lse).
 
     q: (B, H, Nq, D); k and v: (B, Hkv, Nk, D) with H a multiple of Hkv (grouped-query and
-    multi-query attention: query head h reads kv head h // (H // Hkv)). Nq, Nk >= 1 (Nq may
-    be 0 for an empty result) and may differ. D: a multiple of 8 from 16 to 256. float16
+    multi-query attention: query head h reads kv head h // (H // Hkv)). Nq and Nk may differ,
+    and either may be 0 (no keys: every row sees none, as below). D: a multiple of 8 from 16 to 256. float16
     or bfloat16, all three the same; the output has q's dtype and shape. Any strides, e.g.
     views into a packed (B, N, 3, H, D) projection at any element offset.
 
@@ -158,13 +158,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     the natural-log sum of exp of each row's visible scores, differentiable (so partial
     attentions over parts of the keys can be merged exactly and trained through).
 
-    A row that sees no key (a window that leaves it none) gets output 0, lse -inf and zero
-    gradients, never NaN. Key blocks that no query of a tile sees are never loaded.
+    A row that sees no key (a window that leaves it none, an empty k) gets output 0, lse
+    -inf and zero gradients, never NaN. Key blocks that no query of a tile sees are never
+    loaded.
 
     Raises TypeError for non-tensors, dtypes other than float16/bfloat16 or mixed dtypes, a
     window or softcap of the wrong type, and ValueError for wrong ranks, mismatched batch,
-    head counts that do not divide, different head dims, unsupported D, an empty k, tensors
-    on different devices, window sides below -1, a softcap that is not positive and finite.
+    head counts that do not divide, different head dims, unsupported D, tensors on different
+    devices, window sides below -1, a softcap that is not positive and finite.
     Memory: O(B * H * N) beyond inputs and output; the backward is deterministic.
     """
     window_left, window_right = _window_arg(window)

@@ -41,8 +41,6 @@ def _check_qkv(q: object, k: object, v: object) -> tuple[int, int, int, int, int
     if v.shape[3] != D:
         raise ValueError(f"v has head_dim {v.shape[3]} but q has head_dim {D}")
     _check_heads(H, Hkv, D)
-    if Nk < 1:
-        raise ValueError("k has sequence length 0: attention needs at least one key")
     if B > MAX_GRID_YZ:
         raise ValueError(f"q has batch {B}; at most {MAX_GRID_YZ} are supported")
     return B, H, Nq, D, Hkv, Nk

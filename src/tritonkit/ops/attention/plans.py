@@ -223,7 +223,7 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, flags: tuple, varlen
     strides and lse (B, H, Nq); None where nothing is launched."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    if B == 0 or Nq == 0:
+    if B == 0 or Nq == 0 or Nk == 0:
         return None
     causal, window_left, window_right, softcap = flags
     choice = gluon_forward(q, k, v, scale, flags, varlen, config, tma, gluon)
@@ -256,20 +256,22 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, flags: tuple, varlen
 
 class ForwardPlan:
     """A dense forward: outputs' shapes, strides, dtype and device, which of q, k, v are
-    copied (`_head_dim_innermost`; None: none is), and the launch (None: an empty batch or
-    query)."""
+    copied (`_head_dim_innermost`; None: none is), and the launch (None: an empty batch,
+    query or key sequence; `no_keys`: Nk == 0, every row sees none)."""
 
-    __slots__ = ("o_shape", "o_stride", "lse_shape", "dtype", "device", "copies", "launch")
+    __slots__ = ("o_shape", "o_stride", "lse_shape", "dtype", "device", "copies", "no_keys", "launch")
 
-    def __init__(self, o_shape, o_stride, lse_shape, dtype, device, copies, launch):
+    def __init__(self, o_shape, o_stride, lse_shape, dtype, device, copies, no_keys, launch):
         self.o_shape, self.o_stride, self.lse_shape = o_shape, o_stride, lse_shape
-        self.dtype, self.device, self.copies, self.launch = dtype, device, copies, launch
+        self.dtype, self.device, self.copies, self.no_keys, self.launch = dtype, device, copies, no_keys, launch
 
     def run(self, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.copies is not None:
-            q, k, v = (_copy(t, copy) for t, copy in zip((q, k, v), self.copies))
         o = _empty(self.o_shape, self.o_stride, self.dtype, self.device)
         lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+        if self.no_keys:
+            return o.zero_(), lse.fill_(float("-inf"))
+        if self.copies is not None:
+            q, k, v = (_copy(t, copy) for t, copy in zip((q, k, v), self.copies))
         if self.launch is not None:
             self.launch(q, k, v, o, lse)
         return o, lse
@@ -297,7 +299,7 @@ def build_forward(q, k, v, causal, scale, window_left, window_right, softcap, co
     copies = _copies(q, k, v)
     q, k, v = (_head_dim_innermost(t) for t in (q, k, v))
     o_stride = _strides_like(q, (B, H, Nq, D))
-    return ForwardPlan((B, H, Nq, D), o_stride, (B, H, Nq), q.dtype, q.device, copies,
+    return ForwardPlan((B, H, Nq, D), o_stride, (B, H, Nq), q.dtype, q.device, copies, Nk == 0,
                        _forward_launch(q, k, v, o_stride, scale, flags, None, config, tma, gluon))
 
 
@@ -466,13 +468,14 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
 class BackwardPlan:
     """A dense backward: the gradients' shapes and strides, their dtype and device, which of
     q, k, v, do, o, lse, dlse are copied (None: none is), and the launches (None: an empty
-    batch, or an empty query whose dk, dv are zeros)."""
+    batch, an empty query whose dk, dv are zeros (`zero_kv`) or an empty key sequence whose
+    dq is (`zero_q`))."""
 
-    __slots__ = ("grads", "dtype", "device", "copies", "launches", "zero_kv")
+    __slots__ = ("grads", "dtype", "device", "copies", "launches", "zero_kv", "zero_q")
 
-    def __init__(self, grads, dtype, device, copies, launches, zero_kv):
+    def __init__(self, grads, dtype, device, copies, launches, zero_kv, zero_q):
         self.grads, self.dtype, self.device = grads, dtype, device
-        self.copies, self.launches, self.zero_kv = copies, launches, zero_kv
+        self.copies, self.launches, self.zero_kv, self.zero_q = copies, launches, zero_kv, zero_q
 
     def run(self, do, q, k, v, o, lse, dlse) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.copies is not None:
@@ -486,6 +489,8 @@ class BackwardPlan:
             self.launches(do, q, k, v, o, lse, dlse, dq, dk, dv)
         elif self.zero_kv:
             dk.zero_(), dv.zero_()
+        elif self.zero_q:
+            dq.zero_()
         return dq, dk, dv
 
 
@@ -502,10 +507,11 @@ def build_backward(do, q, k, v, o, lse, causal, scale, window_left, window_right
     shapes = ((B, H, Nq, D), (B, Hkv, Nk, D), (B, Hkv, Nk, D))
     strides = tuple(_strides_like(t, shape) for t, shape in zip((q, k, v), shapes))
     launches = None
-    if B > 0 and Nq > 0:
+    if B > 0 and Nq > 0 and Nk > 0:
         launches = _backward_launches(do, q, k, v, o, lse, *strides, scale, flags, None, dkdv_config, dq_config, tma,
                                       concurrent_dq, gluon)
-    return BackwardPlan(tuple(zip(shapes, strides)), q.dtype, q.device, copies, launches, B > 0 and Nq == 0)
+    return BackwardPlan(tuple(zip(shapes, strides)), q.dtype, q.device, copies, launches, B > 0 and Nq == 0,
+                        B > 0 and Nq > 0 and Nk == 0)
 
 
 class VarlenBackwardPlan:
