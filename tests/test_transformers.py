@@ -281,6 +281,35 @@ def test_float16_model_through_the_attention_kernels(family):
     _compare(family, _only("attention"), ids, _labels(ids), dtype=torch.float16)
 
 
+@pytest.mark.parametrize("rope", [True, False])
+def test_float32_model_under_autocast(rope, monkeypatch):
+    # The Trainer's bf16 setup: float32 weights, a bf16 autocast region around the forward. Every
+    # part patched runs its kernel (attention and the loss in bf16, as SDPA and lm_head would),
+    # and the loss and gradients match the unpatched model under the same region. Without the
+    # rope part, transformers' rotary embedding hands attention float32 q and k (its cos and sin
+    # are float32), which attention casts as SDPA would.
+    fallbacks = []
+    monkeypatch.setattr(_attention, "_note", fallbacks.append)
+    ids = torch.randint(3, 1000, (2, 16), device=DEVICE)
+    labels = _labels(ids)
+    base = _model("llama")
+    ref = _run(copy.deepcopy(base).double(), ids, labels)
+
+    def under_autocast(model):
+        with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+            return _run(model, ids, labels)
+
+    theirs = under_autocast(base)
+    model = tkt.patch(copy.deepcopy(base), rope=rope)
+    ours = under_autocast(model)
+    assert not fallbacks and "loss" in model.tritonkit_report.replaced
+    assert_close_to_reference(ours[1], ref[1], theirs[1], eps=eps_for(torch.bfloat16), what="loss")
+    for name in ref[2]:
+        assert ours[2][name].dtype == torch.float32
+        assert_close_to_reference(ours[2][name], ref[2][name], theirs[2][name],
+                                  eps=eps_for(torch.bfloat16, gradient=True), what=f"grad {name}")
+
+
 # ---------------------------------------------------------------- API
 
 def test_report_names_what_was_left(monkeypatch):

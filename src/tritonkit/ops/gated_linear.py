@@ -32,6 +32,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .._autocast import autocast_inputs
 from .._checks import check_meta, check_tensor, dtype_name, meta_of
 from .._op import Op, not_computed
 from .gated import _ACTIVATIONS, _check_tensors, _gated_bwd_checked, _out_shape, gated_fwd
@@ -238,5 +239,8 @@ def gated_linear(gate: torch.Tensor, up: torch.Tensor | None, weight: torch.Tens
 
     Raises TypeError for unsupported or mismatched dtypes (naming the argument), ValueError for
     mismatched shapes or devices, a 0-d gate, an odd packed last dim, or another activation.
+    Inside a torch.autocast region gate, up, weight and bias are cast to its dtype first, as
+    F.linear's input and weight are.
     """
+    gate, up, weight, bias = autocast_inputs(gate, up, weight, bias)
     return _GATED_LINEAR(gate, up, weight, bias, activation)

@@ -27,6 +27,7 @@ is in notes/attention*.md.
 
 import torch
 
+from ..._autocast import autocast_inputs
 from ..._op import Op
 from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel
 from .checks import (_block_d, _check_max_seqlen, _check_qkv, _check_varlen, _empty_like_order,
@@ -146,9 +147,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
     q: (B, H, Nq, D); k and v: (B, Hkv, Nk, D) with H a multiple of Hkv (grouped-query and
     multi-query attention: query head h reads kv head h // (H // Hkv)). Nq and Nk may differ,
-    and either may be 0 (no keys: every row sees none, as below). D: a multiple of 8 from 16 to 256. float16
-    or bfloat16, all three the same; the output has q's dtype and shape. Any strides, e.g.
-    views into a packed (B, N, 3, H, D) projection at any element offset.
+    and either may be 0 (no keys: every row sees none, as below). D: a multiple of 8 from 16
+    to 256. float16 or bfloat16, all three the same; the output has q's dtype and shape. Any
+    strides, e.g. views into a packed (B, N, 3, H, D) projection at any element offset.
 
     causal: query i sees keys j <= i (top-left aligned, as SDPA's is_causal=True, also when
     Nq != Nk). window=(left, right): query i sees keys i - left <= j <= i + right, aligned
@@ -157,6 +158,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     scale: defaults to 1 / sqrt(D). return_lse: return (out, lse), lse (B, H, Nq) float32,
     the natural-log sum of exp of each row's visible scores, differentiable (so partial
     attentions over parts of the keys can be merged exactly and trained through).
+
+    Inside a torch.autocast region q, k and v are cast to its dtype first, as SDPA's are.
 
     A row that sees no key (a window that leaves it none, an empty k) gets output 0, lse
     -inf and zero gradients, never NaN. Key blocks that no query of a tile sees are never
@@ -169,6 +172,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     Memory: O(B * H * N) beyond inputs and output; the backward is deterministic.
     """
     window_left, window_right = _window_arg(window)
+    q, k, v = autocast_inputs(q, k, v)
     # The launchers validate q, k, v and scale on the eager roads (scale=None means 1/sqrt(D)).
     o, lse = _ATTENTION(q, k, v, bool(causal), scale, window_left, window_right, _softcap_arg(softcap))
     return (o, lse) if return_lse else o
@@ -199,6 +203,7 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     _check_max_seqlen("max_seqlen_q", max_seqlen_q)
     _check_max_seqlen("max_seqlen_k", max_seqlen_k)
     window_left, window_right = _window_arg(window)
+    q, k, v = autocast_inputs(q, k, v)
     o, lse = _ATTENTION_VARLEN(q, k, v, cu_seqlens_q, cu_seqlens_k, bool(causal), scale, window_left,
                                window_right, _softcap_arg(softcap))
     return (o, lse) if return_lse else o

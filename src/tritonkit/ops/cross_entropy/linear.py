@@ -29,6 +29,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from ..._autocast import autocast_inputs
 from ..._checks import check_same_device, check_tensor
 from ..._op import Op, not_computed
 from .kernel import (as_float_options, check_options, check_target, check_target_values, launch_rows, reduce_rows, same_dtype,
@@ -313,7 +314,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     to hidden's dtype as F.linear rounds them, the loss computed in float32. softcap: None or
     c > 0 for c * tanh(logits / c) before the loss. label_smoothing and reduction as in torch
     (no class weights); a mean over only ignored targets is NaN, as in torch. The result is
-    float32: () for mean and sum, target's shape for none.
+    float32: () for mean and sum, target's shape for none. Inside a torch.autocast region
+    hidden, weight and bias are cast to its dtype first, as F.linear's are.
 
     chunk_tokens: tokens per chunk of logits (a positive int), the trade of memory for time:
     the default, None, takes 512 MiB of logits (2048 tokens at V = 128256 in bf16). Memory
@@ -339,6 +341,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     bad options, and (CPU tensors, where checking costs no host sync) target values out of
     range; on a GPU those trigger a device-side assert, as torch's own op does.
     """
+    hidden, weight, bias = autocast_inputs(hidden, weight, bias)
     check_tensor("hidden", hidden)
     check_tensor("target", target, (torch.int64, torch.int32))
     if hidden.dim() == 0 or target.shape != hidden.shape[:-1]:

@@ -1,0 +1,44 @@
+"""torch.autocast for the ops that are matrix products: `attention`, `attention_varlen`,
+`linear_cross_entropy` and `gated_linear`.
+
+Inside an autocast region torch runs `F.linear` and `scaled_dot_product_attention` in the
+region's lower-precision dtype, casting their floating inputs to it (autocast's
+"lower_precision_fp" list), so a float32 model trained under autocast multiplies on the
+tensor cores. tritonkit's custom ops are on none of autocast's lists (and its eager roads do
+not go through the dispatcher), so these four ops cast their inputs here, the same way:
+every floating input but float64 on the region's device type, to the region's dtype; the
+gradients flow back through the casts in the inputs' own dtypes. Outside a region nothing
+changes. The other ops (norms, RoPE, the gated activations, cross_entropy on given logits) keep
+their inputs' dtype as they do without autocast: their statistics are float32 either way.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype an autocast region on this device type runs matrix products in; None outside
+    one."""
+    if not torch.is_autocast_enabled(device_type):
+        return None
+    return torch.get_autocast_dtype(device_type)
+
+
+def _eligible(t: object, device_type: str, dtype: torch.dtype) -> bool:
+    return (isinstance(t, torch.Tensor) and t.device.type == device_type and t.is_floating_point()
+            and t.dtype != dtype and t.dtype != torch.float64)
+
+
+def autocast_inputs(*tensors):
+    """`tensors` as autocast would hand them to a matrix product: in the region's dtype where an
+    autocast region is on for the first tensor's device type, else unchanged (None and
+    non-tensors pass through, for the ops' own checks to name)."""
+    first = tensors[0]
+    if not isinstance(first, torch.Tensor):
+        return tensors
+    device_type = first.device.type
+    dtype = autocast_dtype(device_type)
+    if dtype is None:
+        return tensors
+    return tuple(t.to(dtype) if _eligible(t, device_type, dtype) else t for t in tensors)
