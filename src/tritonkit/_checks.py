@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
@@ -9,6 +10,14 @@ import torch
 from ._runtime import check_device_of
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def is_finite(value: float) -> bool:
+    """math.isfinite by comparisons (NaN and the infinities compare False), which torch.compile
+    traces when `value` is symbolic: under dynamic shapes dynamo does not specialize a float it
+    reads from a module attribute or a default argument (an eps, a scale), and math.isfinite of
+    one breaks the graph."""
+    return -math.inf < value < math.inf
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ..._checks import check_same_device, check_tensor, dtype_name
+from ..._checks import check_same_device, check_tensor, dtype_name, is_finite
 from ..._op import tracing
 from ..._layout import next_power_of_2
 
@@ -141,7 +141,7 @@ def _resolve_scale(scale: object, head_dim: int) -> float:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    if not math.isfinite(scale):
+    if not is_finite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
     return float(scale)
 
@@ -212,7 +212,7 @@ def _softcap_arg(softcap: object) -> float:
         return 0.0
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
         raise TypeError(f"softcap must be a positive float or None, got {type(softcap).__name__}")
-    if not (math.isfinite(softcap) and softcap > 0):
+    if not (is_finite(softcap) and softcap > 0):
         raise ValueError(f"softcap must be a positive, finite float or None, got {softcap}")
     return float(softcap)
 
@@ -228,7 +228,7 @@ def _mask_flags(causal: bool, window_left: int, window_right: int, softcap: floa
     window_left = _window_side("window_left", window_left)
     window_right = _window_side("window_right", window_right)
     softcap = float(softcap)
-    if not (math.isfinite(softcap) and softcap >= 0):
+    if not (is_finite(softcap) and softcap >= 0):
         raise ValueError(f"softcap must be a positive, finite float (0: none), got {softcap}")
     causal = bool(causal) or window_right == 0
     if causal or window_right >= max(Nk - 1, 0):

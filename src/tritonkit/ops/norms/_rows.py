@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from ..._checks import check_same_device, check_tensor, dtype_name
+from ..._checks import check_same_device, check_tensor, dtype_name, is_finite
 from ..._counters import MAX_COUNTERS, zeroed_counters
 from ..._launch import LaunchTemplate
 from ..._layout import cdiv, collapse_dims, next_power_of_2
@@ -159,7 +159,7 @@ def sum_plan(programs: int, n_cols: int, num_warps: int) -> tuple[int, int]:
 def check_eps(eps: object) -> float:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise TypeError(f"eps must be a float, got {type(eps).__name__}")
-    if not math.isfinite(eps) or eps < 0:
+    if not is_finite(eps) or eps < 0:
         raise ValueError(f"eps must be finite and >= 0, got {eps}")
     return float(eps)
 
@@ -167,7 +167,7 @@ def check_eps(eps: object) -> float:
 def check_weight_offset(weight_offset: object, weight: torch.Tensor | None) -> float:
     if isinstance(weight_offset, bool) or not isinstance(weight_offset, (int, float)):
         raise TypeError(f"weight_offset must be a float, got {type(weight_offset).__name__}")
-    if not math.isfinite(weight_offset):
+    if not is_finite(weight_offset):
         raise ValueError(f"weight_offset must be finite, got {weight_offset}")
     if weight is None and weight_offset != 0:
         raise ValueError("weight_offset scales (weight_offset + weight); it needs a weight (got weight=None)")
