@@ -370,6 +370,29 @@ def test_patched_mlp_does_not_save_h(family, monkeypatch):
     assert ours == unfused - h_bytes and ours < theirs, (ours, unfused, theirs)
 
 
+def test_patched_mlp_under_autocast_does_not_save_h(monkeypatch):
+    # Under autocast gate and up come out of their projections in bf16 while down_proj's weight
+    # stays float32; gated_linear casts it as down_proj would, so the fused tail still applies:
+    # the same output bits and gradients, one bf16 (tokens x intermediate) tensor less saved.
+    from tritonkit.transformers import _parts
+    base = _model("llama")
+    x = torch.randn(2, 8, SMALL["hidden_size"], device=DEVICE, requires_grad=True)
+
+    def run(mlp):
+        with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+            saved = _saved_bytes(mlp, x)
+            out = mlp(x)
+        return saved, out, torch.autograd.grad(out, (x, *mlp.parameters()), torch.ones_like(out))
+
+    ours = run(tkt.patch(copy.deepcopy(base), **_only("mlp")).model.layers[0].mlp)
+    monkeypatch.setattr(_parts, "gated_linear_op", lambda config: None)  # the activation op alone
+    unfused = run(tkt.patch(copy.deepcopy(base), **_only("mlp")).model.layers[0].mlp)
+    assert ours[0] == unfused[0] - 2 * 8 * SMALL["intermediate_size"] * 2, (ours[0], unfused[0])
+    assert torch.equal(ours[1], unfused[1]) and ours[1].dtype == torch.bfloat16
+    for a, b in zip(ours[2], unfused[2]):
+        assert torch.equal(a, b)
+
+
 def test_import_tritonkit_does_not_import_transformers():
     code = "import sys, tritonkit; assert 'transformers' not in sys.modules, 'transformers imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

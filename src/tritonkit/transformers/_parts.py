@@ -82,11 +82,11 @@ def make_mlp_forward(original, gated, packed: bool, tail=None):
     packed: one gate_up projection with [gate, up] along the last dim (Phi-3), given whole to the op.
     gated: the op (from `gated_op`), or None to choose it and `tail` from the module's config at each
     call (class-level patching, where no config is known yet; an activation without an op runs the
-    original). tail: `gated_linear_op`'s op, or None. Where down_proj passes `_projections.shareable`
-    (a plain nn.Linear in the activations' dtype and device, gradients on, no autocast), whatever
-    gate and up are, the activation and down_proj run as that one op, which keeps gate and up for
-    the backward but not h = act(gate) * up (recomputed there): one (tokens x intermediate) tensor
-    less a layer, the same bits.
+    original). tail: `gated_linear_op`'s op, or None. Where down_proj passes
+    `_projections.tail_fusable` (a plain nn.Linear in the activations' dtype and device, or under
+    autocast in any dtype; gradients on), whatever gate and up are, the activation and down_proj
+    run as that one op, which keeps gate and up for the backward but not h = act(gate) * up
+    (recomputed there): one (tokens x intermediate) tensor less a layer, the same bits.
     """
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         op, fused = (gated, tail) if gated is not None else (gated_op(self.config)[0], gated_linear_op(self.config))
@@ -95,7 +95,7 @@ def make_mlp_forward(original, gated, packed: bool, tail=None):
         down = self.down_proj
         if packed:
             gate_up = self.gate_up_proj(x)
-            if fused is not None and _projections.shareable((down,), gate_up):
+            if fused is not None and _projections.tail_fusable(down, gate_up):
                 return fused(gate_up, None, down.weight, down.bias)
             return down(op(gate_up))  # the op splits [gate, up] into views
         pair = (self.gate_proj, self.up_proj)
@@ -103,7 +103,7 @@ def make_mlp_forward(original, gated, packed: bool, tail=None):
             gate, up = _projections.shared_linear(x, pair)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        if fused is not None and _projections.shareable((down,), gate):
+        if fused is not None and _projections.tail_fusable(down, gate):
             return fused(gate, up, down.weight, down.bias)
         return down(op(gate, up))
     functools.update_wrapper(forward, original)

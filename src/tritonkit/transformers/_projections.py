@@ -65,6 +65,19 @@ def shareable(modules, x: torch.Tensor) -> bool:
             and all(type(m) is torch.nn.Linear and _plain(m.weight, x) and _plain(m.bias, x) for m in modules))
 
 
+def tail_fusable(down, gate: torch.Tensor) -> bool:
+    """Whether `tritonkit.gated_linear(gate, up, down.weight, down.bias)` is exactly
+    `down(act(gate) * up)`: as `shareable` for `down` alone, and also inside an autocast region
+    when gate is in the region's dtype (gate_proj's output there) and the weights in any (as
+    F.linear does, gated_linear casts them to it: the same products, the same bits)."""
+    if not torch.is_autocast_enabled(gate.device.type):
+        return shareable((down,), gate)
+    return (torch.is_grad_enabled() and type(down) is torch.nn.Linear
+            and gate.dtype == torch.get_autocast_dtype(gate.device.type)
+            and all(t is None or (type(t) in (torch.nn.Parameter, torch.Tensor) and t.device == gate.device)
+                    for t in (down.weight, down.bias)))
+
+
 def shared_linear(x: torch.Tensor, modules) -> tuple[torch.Tensor, ...]:
     """(m(x) for m in modules) for nn.Linear modules that `shareable` accepts, one input gradient."""
     return _SharedInputLinear.apply(x, *(p for m in modules for p in (m.weight, m.bias)))
