@@ -577,6 +577,42 @@ def test_shared_linear_matches_separate_linears(bias):
                     assert_close_to_reference(o, r, t, eps=eps_for(torch.float32, gradient=True), what="gradient")
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_shared_linear_under_autocast(bias):
+    # Float32 x and weights in a bf16 autocast region: the outputs are the separate F.linear
+    # calls' bit for bit (the same casts, the same products), the gradients float32 and within
+    # torch's own error, and x is cast and saved once instead of once a projection.
+    from tritonkit.transformers import _projections
+    torch.manual_seed(5)
+    mods = [torch.nn.Linear(24, n, bias=bias, device=DEVICE) for n in (16, 8, 8)]
+    x = torch.randn(2, 7, 24, device=DEVICE, requires_grad=True)
+    ups = [torch.randn(2, 7, n, device=DEVICE) for n in (16, 8, 8)]
+    leaves = [x, *(p for m in mods for p in m.parameters())]
+
+    def run(fn, autocast=True):
+        with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=autocast):
+            saved = []
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+                outs = fn()
+        loss = sum((o.double() * u).sum() for o, u in zip(outs, ups))
+        return outs, torch.autograd.grad(loss, leaves), saved
+
+    with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+        assert _projections.shareable(mods, x)
+    ours = run(lambda: _projections.shared_linear(x, mods))
+    theirs = run(lambda: tuple(m(x) for m in mods))
+    ref = run(lambda: tuple(torch.nn.functional.linear(x.to(torch.bfloat16).double(), m.weight.to(torch.bfloat16).double(),
+                                     None if m.bias is None else m.bias.to(torch.bfloat16).double())
+                            for m in mods), autocast=False)
+    for o, t in zip(ours[0], theirs[0]):
+        assert o.dtype == torch.bfloat16 and torch.equal(o, t)
+    for o, r, t in zip(ours[1], ref[1], theirs[1]):
+        assert o.dtype == torch.float32
+        assert_close_to_reference(o, r, t, eps=eps_for(torch.bfloat16, gradient=True), what="gradient")
+    x_copies = lambda saved: sum(t.numel() == x.numel() and t.dtype == torch.bfloat16 for t in saved)  # noqa: E731
+    assert x_copies(ours[2]) == 1 and x_copies(theirs[2]) == 3, (x_copies(ours[2]), x_copies(theirs[2]))
+
+
 def test_grouped_projections_fall_back_off_the_training_path():
     from tritonkit.transformers import _projections
     attn = tkt.patch(_model("llama")).model.layers[0].self_attn

@@ -19,6 +19,7 @@ import types
 import torch
 import torch.nn.functional as F
 
+from .._autocast import autocast_dtype, autocast_inputs
 from . import _ahead
 
 _GROUP = "_tritonkit_group"  # on a grouped projection: (the group's modules, its own index)
@@ -53,34 +54,40 @@ class _SharedInputLinear(torch.autograd.Function):
         return (None if dx is None else dx.view(x.shape), *out)
 
 
-def _plain(t: torch.Tensor | None, x: torch.Tensor) -> bool:
-    return t is None or (type(t) in (torch.nn.Parameter, torch.Tensor) and t.dtype == x.dtype
-                         and t.device == x.device)
+def _plain(t: torch.Tensor | None, x: torch.Tensor, any_dtype: bool) -> bool:
+    return t is None or (type(t) in (torch.nn.Parameter, torch.Tensor) and t.device == x.device
+                         and (any_dtype or t.dtype == x.dtype))
 
 
 def shareable(modules, x: torch.Tensor) -> bool:
-    """Whether `shared_linear` is exactly these nn.Linear modules applied to x, and worth it: gradients
-    on, plain weights (not FSDP/TP shards or quantized) in x's dtype and device, no autocast."""
-    return (torch.is_grad_enabled() and not torch.is_autocast_enabled(x.device.type)
-            and all(type(m) is torch.nn.Linear and _plain(m.weight, x) and _plain(m.bias, x) for m in modules))
+    """Whether `shared_linear` is these nn.Linear modules applied to x: gradients on, plain weights
+    (not FSDP/TP shards or quantized) on x's device, in x's dtype (in any inside an autocast region,
+    where each F.linear, and `shared_linear`, casts x and them to the region's dtype)."""
+    any_dtype = torch.is_autocast_enabled(x.device.type)
+    return torch.is_grad_enabled() and all(
+        type(m) is torch.nn.Linear and _plain(m.weight, x, any_dtype) and _plain(m.bias, x, any_dtype)
+        for m in modules)
 
 
 def tail_fusable(down, gate: torch.Tensor) -> bool:
     """Whether `tritonkit.gated_linear(gate, up, down.weight, down.bias)` is exactly
-    `down(act(gate) * up)`: as `shareable` for `down` alone, and also inside an autocast region
-    when gate is in the region's dtype (gate_proj's output there) and the weights in any (as
-    F.linear does, gated_linear casts them to it: the same products, the same bits)."""
-    if not torch.is_autocast_enabled(gate.device.type):
-        return shareable((down,), gate)
-    return (torch.is_grad_enabled() and type(down) is torch.nn.Linear
-            and gate.dtype == torch.get_autocast_dtype(gate.device.type)
-            and all(t is None or (type(t) in (torch.nn.Parameter, torch.Tensor) and t.device == gate.device)
-                    for t in (down.weight, down.bias)))
+    `down(act(gate) * up)`: `shareable` for `down` alone, and under autocast gate in the region's
+    dtype (gate_proj's output there), so that h is made in the dtype down_proj would take it in
+    (gated_linear casts the weights as F.linear does: the same products, the same bits)."""
+    dtype = autocast_dtype(gate.device.type)
+    return (dtype is None or gate.dtype == dtype) and shareable((down,), gate)
 
 
 def shared_linear(x: torch.Tensor, modules) -> tuple[torch.Tensor, ...]:
-    """(m(x) for m in modules) for nn.Linear modules that `shareable` accepts, one input gradient."""
-    return _SharedInputLinear.apply(x, *(p for m in modules for p in (m.weight, m.bias)))
+    """(m(x) for m in modules) for nn.Linear modules that `shareable` accepts, one input gradient.
+    Under autocast x and the weights are cast once, to the region's dtype, and the products run
+    there: the F.linear calls would cast x once each and each keep its copy for the backward."""
+    params = [p for m in modules for p in (m.weight, m.bias)]
+    if autocast_dtype(x.device.type) is None:
+        return _SharedInputLinear.apply(x, *params)
+    x, *params = autocast_inputs(x, *params)
+    with torch.autocast(x.device.type, enabled=False):
+        return _SharedInputLinear.apply(x, *params)
 
 
 def _grouped_forward(self, x: torch.Tensor) -> torch.Tensor:
