@@ -257,3 +257,23 @@ def test_graphed_figures_reach_the_table_and_summary():
     assert line.endswith("tritonkit 1.50x torch native")
     summary = runner._summary(rows, {"GB/s": 100.0}).splitlines()
     assert summary[-1].split()[-1] == "1.50" and summary[-1].split()[-3] == "0.95"
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_bench_train_tiny(autocast, tmp_path, capsys):
+    # `tritonkit bench train` without a GPU: the tiny config, tritonkit beside HF eager from the
+    # same weights and batches; with --autocast the weights are float32 and each forward runs in
+    # a bf16 autocast region. Both steps train (finite losses), and the JSON says which it was.
+    pytest.importorskip("transformers")
+    from tritonkit.bench import train
+    out = tmp_path / "train.json"
+    args = ["--config", "tiny", "--provider", "hf eager", "--provider", "tritonkit", "--steps", "1", "--warmup", "0",
+            "--json", str(out)]
+    assert train.main(args + (["--autocast"] if autocast else [])) == 0
+    text = capsys.readouterr().out
+    assert ("float32 weights, bf16 autocast" in text) == autocast
+    data = json.loads(out.read_text())
+    assert data["autocast"] == autocast
+    losses = [r["loss"] for r in data["results"]]
+    assert len(losses) == 2 and all(loss is not None and 0 < loss < 20 for loss in losses), data["results"]
+    assert abs(losses[0] - losses[1]) < 0.05 * losses[0]   # the same model, the same batch

@@ -1,8 +1,9 @@
 """`tritonkit bench train`: a Hugging Face Llama training step, end to end, per provider.
 
-A step is forward with labels, backward and a fused AdamW update of bf16 weights; the figure is
-tokens per second over the timed steps, with the step time, the peak memory and the loss after
-them. Providers, each from the same weights and the same batches: HF eager (SDPA attention),
+A step is forward with labels, backward and a fused AdamW update of bf16 weights (with
+`--autocast`: of float32 weights, each forward inside a bf16 autocast region, as transformers'
+Trainer runs a float32 model with `bf16=True`); the figure is tokens per second over the timed
+steps, with the step time, the peak memory and the loss after them. Providers, each from the same weights and the same batches: HF eager (SDPA attention),
 torch.compile of it, Liger Kernel (when it imports), tritonkit (`tritonkit.transformers.patch`),
 and tritonkit under torch.compile.
 
@@ -14,6 +15,7 @@ tokens/s and peak memory.
     tritonkit bench train                      # configs A and B on a GPU
     tritonkit bench train --config A --json train.json --plot train.png
     tritonkit bench train --compare 50         # loss curves, HF eager vs tritonkit, largest gap
+    tritonkit bench train --config A --autocast   # float32 weights, bf16 autocast
     tritonkit bench train                      # without a GPU: the tiny config, eager providers only
 
 Random weights from a config and synthetic tokens (a random first-order Markov chain, so the
@@ -50,6 +52,7 @@ class TrainResult:
     peak_gib: float | None
     loss: float | None
     note: str = ""
+    autocast: bool = False        # float32 weights, forwards in a bf16 autocast region
 
 
 def llama(config: dict, device: torch.device, dtype: torch.dtype, seed: int = 0, attn: str = "sdpa"):
@@ -112,14 +115,21 @@ def _cleanup() -> None:
         torch.cuda.empty_cache()
 
 
+def weights_dtype(device: torch.device, autocast: bool) -> torch.dtype:
+    """bf16 weights on a GPU (float32 through the interpreter), float32 ones under autocast."""
+    return torch.bfloat16 if device.type == "cuda" and not autocast else torch.float32
+
+
 def train_steps(model, batches: list[torch.Tensor], steps: int, device: torch.device, lr: float = 3e-4,
-                on_step=None):
-    """`steps` AdamW steps over `batches` (cycled); `on_step(i, loss_tensor)` after each."""
+                on_step=None, autocast: bool = False):
+    """`steps` AdamW steps over `batches` (cycled); `on_step(i, loss_tensor)` after each. autocast:
+    each forward inside a bf16 autocast region (the backward outside it, as torch recommends)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=device.type == "cuda")
     loss = None
     for i in range(steps):
         x = batches[i % len(batches)]
-        loss = model(input_ids=x, labels=x).loss
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = model(input_ids=x, labels=x).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -128,31 +138,32 @@ def train_steps(model, batches: list[torch.Tensor], steps: int, device: torch.de
     return opt, loss
 
 
-def measure(config_name: str, provider: str, device: torch.device, warmup: int, steps: int) -> TrainResult:
+def measure(config_name: str, provider: str, device: torch.device, warmup: int, steps: int,
+            autocast: bool = False) -> TrainResult:
     config = CONFIGS[config_name]
     tokens = config["batch"] * config["seq"]
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     cuda = device.type == "cuda"
+    failed = lambda note: TrainResult(config_name, provider, None, None, None, None, note, autocast)  # noqa: E731
     try:
-        model = prepare(provider, llama(config, device, dtype))
+        model = prepare(provider, llama(config, device, weights_dtype(device, autocast)))
         batches = markov_batches(config, device, 4)
-        opt, _ = train_steps(model, batches, warmup, device)
+        opt, _ = train_steps(model, batches, warmup, device, autocast=autocast)
         del opt
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        opt, loss = train_steps(model, batches, steps, device)
+        opt, loss = train_steps(model, batches, steps, device, autocast=autocast)
         loss = float(loss.detach())  # waits for the last step
         elapsed = time.perf_counter() - start
         peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
         del model, opt
-        return TrainResult(config_name, provider, steps * tokens / elapsed, 1e3 * elapsed / steps, peak, loss)
+        return TrainResult(config_name, provider, steps * tokens / elapsed, 1e3 * elapsed / steps, peak, loss,
+                           autocast=autocast)
     except torch.OutOfMemoryError:
-        return TrainResult(config_name, provider, None, None, None, None, "out of memory")
+        return failed("out of memory")
     except RuntimeError as err:  # an unavailable or failing provider must not end the run
-        return TrainResult(config_name, provider, None, None, None, None,
-                           f"{type(err).__name__}: {str(err).splitlines()[0][:100]}")
+        return failed(f"{type(err).__name__}: {str(err).splitlines()[0][:100]}")
     finally:
         _cleanup()
 
@@ -167,6 +178,7 @@ def table(results: list[TrainResult]) -> str:
         lines.append(f"config {config}: {c['layers']} layers, hidden {c['hidden']}, intermediate "
                      f"{c['intermediate']}, {c['heads']}/{c['kv_heads']} heads, vocab {c['vocab']}, "
                      f"batch {c['batch']} x {c['seq']}"
+                     + ("; float32 weights, bf16 autocast" if rows[0].autocast else "")
                      + (f"; ratio against the best peer ({best.provider})" if best else ""))
         lines.append(f"{'provider':<20}{'tokens/s':>12}{'step ms':>10}{'peak GiB':>10}{'loss':>9}{'ratio':>8}")
         for r in rows:
@@ -199,16 +211,16 @@ def _plot(path: str, results: list[TrainResult]) -> None:
     fig.savefig(path, dpi=110)
 
 
-def compare(config_name: str, device: torch.device, steps: int) -> float:
+def compare(config_name: str, device: torch.device, steps: int, autocast: bool = False) -> float:
     """Loss curves of HF eager and tritonkit over `steps` from one seed; returns the largest gap."""
     config = CONFIGS[config_name]
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     batches = markov_batches(config, device, steps)
     curves = {}
     for provider in ("hf eager", "tritonkit"):
         losses = []
-        model = prepare(provider, llama(config, device, dtype))
-        opt, _ = train_steps(model, batches, steps, device, on_step=lambda i, loss: losses.append(loss.detach()))
+        model = prepare(provider, llama(config, device, weights_dtype(device, autocast)))
+        opt, _ = train_steps(model, batches, steps, device, on_step=lambda i, loss: losses.append(loss.detach()),
+                             autocast=autocast)
         curves[provider] = [float(x) for x in losses]
         del model, opt
         _cleanup()
@@ -233,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, help="untimed steps first (default 3 on a GPU, 1 without)")
     parser.add_argument("--compare", type=int, metavar="STEPS",
                         help="instead: loss curves of HF eager and tritonkit over STEPS steps, largest gap")
+    parser.add_argument("--autocast", action="store_true",
+                        help="float32 weights, each forward in a bf16 autocast region (Trainer's bf16=True on a "
+                             "float32 model), instead of bf16 weights")
     parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
     parser.add_argument("--plot", metavar="PATH.png", help="tokens/s per provider and config")
     args = parser.parse_args(argv)
@@ -250,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         print("configs A and B need a GPU; without one, use --config tiny")
         return 2
     if args.compare:
-        compare(configs[0], device, args.compare)
+        compare(configs[0], device, args.compare, args.autocast)
         return 0
     providers = args.provider or list(PROVIDERS)
     if not on_gpu:
@@ -262,12 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     # Liger patches classes and module functions for good: it runs after every other provider.
     order = [(c, p) for c in configs for p in providers if p != "liger"]
     order += [(c, p) for c in configs for p in providers if p == "liger"]
-    measured = {key: measure(*key, device, warmup, steps) for key in order}
+    measured = {key: measure(*key, device, warmup, steps, args.autocast) for key in order}
     results = [measured[(c, p)] for c in configs for p in providers]
     print(table(results))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": _runtime.describe(), "steps": steps, "warmup": warmup,
+            json.dump({"device": _runtime.describe(), "steps": steps, "warmup": warmup, "autocast": args.autocast,
                        "configs": {c: CONFIGS[c] for c in configs}, "results": [asdict(r) for r in results]},
                       f, indent=1)
         print(f"wrote {args.json}")
