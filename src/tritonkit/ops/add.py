@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from .._op import Op
-from .._checks import check_same_device, check_tensor, check_writable_output
+from .._checks import check_same_device, check_tensor, check_writable_output, dtype_name
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, pad_front
 
@@ -144,7 +144,7 @@ def add_fwd(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -
         if out.shape != shape:
             raise ValueError(f"out has shape {tuple(out.shape)}, but x + y has shape {tuple(shape)}")
         if not torch.can_cast(result_dtype, out.dtype):
-            raise TypeError(f"out has dtype {out.dtype}, which {result_dtype} cannot be cast to")
+            raise TypeError(f"out has dtype {dtype_name(out.dtype)}, which {dtype_name(result_dtype)} cannot be cast to")
         check_writable_output("out", out, x=x, y=y)
     n = out.numel()
     if n == 0:

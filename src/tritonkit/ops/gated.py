@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from .._checks import check_meta, check_same_device, check_tensor, meta_of
+from .._checks import check_meta, check_same_device, check_tensor, dtype_name, meta_of
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
 from .._op import Op
@@ -258,7 +258,7 @@ def _validate(gate: tuple, up: tuple | None) -> None:
     if up[3] != gate[3]:
         raise ValueError(f"up is on {up[3]} but gate is on {gate[3]}")
     if up[2] != gate[2]:
-        raise TypeError(f"up has dtype {up[2]} but gate has {gate[2]}; they must match")
+        raise TypeError(f"up has dtype {dtype_name(up[2])} but gate has {dtype_name(gate[2])}; they must match")
     if up[0] != gate[0]:
         raise ValueError(f"up has shape {tuple(up[0])} but gate has {tuple(gate[0])}; they must match")
 

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import check_meta, check_tensor, meta_of
+from .._checks import check_meta, check_tensor, dtype_name, meta_of
 from .._launch import Launch
 from .._layout import cdiv, next_power_of_2
 from .._op import Op
@@ -241,7 +241,7 @@ def _validate(q: Meta, k: Meta, cos: Meta, sin: Meta, interleaved: object) -> No
         raise ValueError(f"k has shape {tuple(k_shape)}; expected (B, Hkv, N, D) with q's B, N, D "
                          f"{tuple(q_shape)}")
     if k[2] != q[2]:
-        raise TypeError(f"k has dtype {k[2]} but q has {q[2]}; they must match")
+        raise TypeError(f"k has dtype {dtype_name(k[2])} but q has {dtype_name(q[2])}; they must match")
     if sin[0] != cos[0]:
         raise ValueError(f"sin has shape {tuple(sin[0])} but cos has {tuple(cos[0])}; they must match")
     batch, _, seq, head_dim = q_shape
