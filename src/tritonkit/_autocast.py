@@ -19,8 +19,8 @@ import torch
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:
     """The dtype an autocast region on this device type runs matrix products in; None outside
-    one."""
-    if not torch.is_autocast_enabled(device_type):
+    one, and on device types autocast has no regions for (meta: asking raises there)."""
+    if not (torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)):
         return None
     return torch.get_autocast_dtype(device_type)
 

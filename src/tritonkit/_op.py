@@ -36,10 +36,11 @@ DECLARED: dict[str, "Op"] = {}
 def tracing(*tensors: object) -> bool:
     """Whether the call must go through the custom op: torch.compile is tracing, a torch
     dispatch mode is active (make_fx, export, FakeTensorMode, FlopCounterMode...), or an
-    argument is a tensor subclass (FakeTensor, DTensor). A launcher given such tensors would
-    touch data pointers that do not exist, or launch kernels the tracer never sees."""
+    argument is a tensor subclass (FakeTensor, DTensor) or on the meta device (whose kernel is
+    the op's fake: shapes and dtypes, no data). A launcher given such tensors would touch data
+    pointers that do not exist, or launch kernels the tracer never sees."""
     return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
-            or any(isinstance(t, torch.Tensor) and type(t) not in _PLAIN_TENSORS for t in tensors))
+            or any(isinstance(t, torch.Tensor) and (type(t) not in _PLAIN_TENSORS or t.is_meta) for t in tensors))
 
 
 def _has_dtensor(args: tuple) -> bool:
@@ -148,12 +149,12 @@ class Op:
 
     def __call__(self, *args: Any) -> Any:
         """Run the op by one of three roads: the custom op while anything traces or intercepts
-        torch ops (its registrations are what tracers understand); the eager Function when
-        autograd records a gradient; the forward launcher alone otherwise."""
+        torch ops (its registrations are what tracers understand) and for meta tensors; the
+        eager Function when autograd records a gradient; the forward launcher alone otherwise."""
         grad = False
         for a in args:  # tracing() and records_grad() in one pass: this runs on every call
             if isinstance(a, torch.Tensor):
-                if type(a) not in _PLAIN_TENSORS:
+                if type(a) not in _PLAIN_TENSORS or a.is_meta:
                     return self._traced(args)
                 grad = grad or a.requires_grad
         if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:

@@ -63,7 +63,7 @@ def shareable(modules, x: torch.Tensor) -> bool:
     """Whether `shared_linear` is these nn.Linear modules applied to x: gradients on, plain weights
     (not FSDP/TP shards or quantized) on x's device, in x's dtype (in any inside an autocast region,
     where each F.linear, and `shared_linear`, casts x and them to the region's dtype)."""
-    any_dtype = torch.is_autocast_enabled(x.device.type)
+    any_dtype = autocast_dtype(x.device.type) is not None
     return torch.is_grad_enabled() and all(
         type(m) is torch.nn.Linear and _plain(m.weight, x, any_dtype) and _plain(m.bias, x, any_dtype)
         for m in modules)
