@@ -319,9 +319,6 @@ def test_report_names_what_was_left(monkeypatch):
     assert report.left["loss"] == "not requested"
     assert "tritonkit.rms_norm" in report.left["norms"]
     assert "loss: not requested" in str(report)
-    if not _attention.CAPS.softcap:
-        gemma = tkt.patch(_model("gemma2"))
-        assert "softcap" in gemma.tritonkit_report.left["attention"]
     with pytest.raises(ValueError, match="family"):
         tkt.patch_classes("gpt2")
     with pytest.raises(TypeError, match="norms"):

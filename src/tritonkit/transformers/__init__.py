@@ -15,10 +15,10 @@ implementation; `import tritonkit` alone never imports transformers. See docs/tr
 
 from __future__ import annotations
 
-from ._attention import CAPS, register, tritonkit_attention_forward, tritonkit_mask
+from ._attention import register, tritonkit_attention_forward, tritonkit_mask
 from ._patch import FAMILIES, PARTS, PatchReport, family_of, patch, patch_classes, unpatch_classes
 
 register()
 
 __all__ = ["patch", "patch_classes", "unpatch_classes", "PatchReport", "FAMILIES", "PARTS", "family_of",
-           "CAPS", "tritonkit_attention_forward", "tritonkit_mask"]
+           "tritonkit_attention_forward", "tritonkit_mask"]

@@ -22,7 +22,6 @@ other shapes go through a window offset when the kernel has windows, else throug
 
 from __future__ import annotations
 
-import inspect
 import logging
 from dataclasses import dataclass
 
@@ -37,20 +36,6 @@ logger = logging.getLogger("tritonkit.transformers")
 NAME = "tritonkit"
 
 
-@dataclass(frozen=True)
-class Capabilities:
-    """What the installed tritonkit attention can express (features land op by op)."""
-    window: bool
-    softcap: bool
-    varlen: bool
-
-    @staticmethod
-    def probe() -> "Capabilities":
-        params = inspect.signature(tritonkit.attention).parameters
-        return Capabilities("window" in params, "softcap" in params, hasattr(tritonkit, "attention_varlen"))
-
-
-CAPS = Capabilities.probe()
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -150,13 +135,9 @@ def _dense_plan(Nq: int, Nk: int, causal: bool, sliding_window: int | None):
     left = sliding_window - 1 - offset if sliding_window else -1
     needs_window = sliding_window is not None and Nk > sliding_window
     if offset == 0:
-        if needs_window and not CAPS.window:
-            return None
         return drop, True, ((left, 0) if needs_window else None)
     if Nq == 1:  # the query is the last token: it sees every key kept
         return drop, False, None
-    if not CAPS.window:
-        return None
     return drop, False, (left, offset)
 
 
@@ -188,30 +169,27 @@ def tritonkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, ke
         reason = "attention dropout"
     elif D % 8 != 0 or not 16 <= D <= 256:
         reason = f"head dim {D}"
-    elif softcap is not None and not CAPS.softcap:
-        reason = "softcap (tritonkit.attention has no softcap= yet)"
     elif isinstance(attention_mask, torch.Tensor) and attention_mask.ndim != 2:
         reason = "a 4D mask"
 
     if reason is None and kwargs.get("cu_seq_lens_q") is not None and attention_mask is None:
         cu_q, cu_k = kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"]
         max_q, max_k = kwargs["max_length_q"], kwargs["max_length_k"]
-        if CAPS.varlen and B == 1 and Nq == Nk:
+        if B == 1 and Nq == Nk:
             return _packed(query, key, value, cu_q.to(torch.int32), cu_k.to(torch.int32), max_q, max_k,
                            causal, scaling, sliding_window, softcap), None
         reason = "flash-attention packing kwargs"
     if reason is None and isinstance(attention_mask, Packed):
-        if CAPS.varlen and Nq == Nk and (sliding_window is None or CAPS.window or attention_mask.max_seqlen
-                                         <= sliding_window):
+        if Nq == Nk:
             p = attention_mask
             return _packed(query, key, value, p.cu_seqlens, p.cu_seqlens, p.max_seqlen, p.max_seqlen, causal,
                            scaling, sliding_window, softcap), None
-        reason = "packed sequences (needs tritonkit.attention_varlen)"
+        reason = f"packed sequences of {Nq} queries against {Nk} keys"
     if reason is None and isinstance(attention_mask, torch.Tensor):  # 2D padding mask
         out = _unpadded(query, key, value, attention_mask, causal, scaling, sliding_window, softcap)
         if out is not None:
             return out, None
-        reason = "a padding mask here (needs tritonkit.attention_varlen, and equal lengths or one query)"
+        reason = "a padding mask here (it needs equal query and key lengths, or one query)"
     if reason is None:
         plan = _dense_plan(Nq, Nk, causal, sliding_window)
         if plan is not None:
@@ -239,7 +217,7 @@ def _unpadded(q, k, v, mask, causal, scaling, sliding_window, softcap):
     """Padding removed, the sequences run through attention_varlen, zeros put back; None if inexpressible."""
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
-    if not CAPS.varlen or not (Nq == Nk or Nq == 1):
+    if not (Nq == Nk or Nq == 1):
         return None
     mask = mask.to(device=q.device, dtype=torch.bool)
     if mask.shape[1] < Nk:  # a static cache's unfilled slots
@@ -250,7 +228,7 @@ def _unpadded(q, k, v, mask, causal, scaling, sliding_window, softcap):
     max_k, max_q = int(k_lens.max()), int(q_lens.max())
     window = None
     if sliding_window is not None and max_k > sliding_window:
-        if Nq == 1 or not CAPS.window:
+        if Nq == 1:
             return None
         window = (sliding_window - 1, 0)
     zero = torch.zeros(1, dtype=torch.int32, device=q.device)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import inspect
 import logging
 import types
 from dataclasses import dataclass, field
@@ -27,7 +26,6 @@ class Family:
     norm_offset: float = 0.0     # Gemma's RMSNorm scales by (1 + w)
     packed_mlp: bool = False     # Phi-3: one gate_up projection
     final_softcap: str | None = None  # config attribute capping the logits (Gemma 2 and 3)
-    attn_softcap: str | None = None   # config attribute capping the attention scores (Gemma 2 and 3)
     # The decoder layer's residual form (see _residual.make_decoder_layer_forward): modules on the
     # attention output before its add, the norm that add feeds, modules on the MLP output before its add.
     layer: tuple = ((), "post_attention_layernorm", ())
@@ -47,10 +45,8 @@ FAMILIES = {f.name: f for f in (
     Family("mistral", "Mistral"),
     Family("qwen2", "Qwen2"),
     Family("qwen3", "Qwen3"),
-    Family("gemma2", "Gemma2", norm_offset=1.0, final_softcap="final_logit_softcapping",
-           attn_softcap="attn_logit_softcapping", layer=_SANDWICH),
-    Family("gemma3", "Gemma3", norm_offset=1.0, final_softcap="final_logit_softcapping",
-           attn_softcap="attn_logit_softcapping", layer=_SANDWICH),
+    Family("gemma2", "Gemma2", norm_offset=1.0, final_softcap="final_logit_softcapping", layer=_SANDWICH),
+    Family("gemma3", "Gemma3", norm_offset=1.0, final_softcap="final_logit_softcapping", layer=_SANDWICH),
     Family("phi3", "Phi3", packed_mlp=True, layer=(("resid_attn_dropout",), "post_attention_layernorm",
                                                    ("resid_mlp_dropout",))),
 )}
@@ -124,30 +120,12 @@ def _check_parts(parts: dict) -> None:
 
 # ---------------------------------------------------------------- per part: (replacement detail | None, why left)
 
-def _attention_state(fam: Family, config) -> tuple[str | None, str | None]:
-    cap = getattr(config, fam.attn_softcap, None) if (fam.attn_softcap and config is not None) else None
-    if cap is not None and not _attention.CAPS.softcap:
-        return None, f"attention softcapping ({cap}) needs tritonkit.attention(softcap=)"
-    notes = ["float16/bfloat16 calls"]
-    if not _attention.CAPS.varlen:
-        notes.append("padding masks and packed rows run SDPA until tritonkit.attention_varlen")
-    if not _attention.CAPS.window and getattr(config, "sliding_window", None):
-        notes.append("rows longer than the sliding window run SDPA until tritonkit.attention(window=)")
-    return "tritonkit.attention: " + "; ".join(notes), None
+_ATTENTION_DETAIL = "tritonkit.attention: float16/bfloat16 calls (float32 under autocast)"
 
 
 def _op_state(op: str) -> str | None:
     return None if hasattr(tritonkit, op) else f"tritonkit.{op} is not available"
 
-
-def _loss_state(fam: Family, config) -> str | None:
-    missing = _op_state("linear_cross_entropy")
-    if missing:
-        return missing
-    if fam.final_softcap and getattr(config, fam.final_softcap, None) is not None:
-        if "softcap" not in inspect.signature(tritonkit.linear_cross_entropy).parameters:
-            return "final logit softcapping needs tritonkit.linear_cross_entropy(softcap=)"
-    return None
 
 
 def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True, rope: bool = True,
@@ -182,14 +160,10 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
             report.left[part] = "not requested"
 
     if attention:
-        detail, why = _attention_state(fam, config)
-        if detail:
-            model.set_attn_implementation(_attention.NAME)
-            grouped = _projections.group_attention(model, fam.cls("Attention"))
-            report.replaced["attention"] = detail + (f"; q/k/v projections of {grouped} layers with one input "
-                                                     "gradient" if grouped else "")
-        else:
-            report.left["attention"] = why
+        model.set_attn_implementation(_attention.NAME)
+        grouped = _projections.group_attention(model, fam.cls("Attention"))
+        report.replaced["attention"] = _ATTENTION_DETAIL + (f"; q/k/v projections of {grouped} layers with one "
+                                                            "input gradient" if grouped else "")
 
     if norms:
         why = _op_state("rms_norm")
@@ -228,7 +202,7 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
 
     if loss:
         lm_cls = fam.cls("ForCausalLM")
-        why = _loss_state(fam, config) if isinstance(model, lm_cls) else f"not a {lm_cls.__name__}"
+        why = _op_state("linear_cross_entropy") if isinstance(model, lm_cls) else f"not a {lm_cls.__name__}"
         if why is None:
             forward = _parts.make_causal_lm_forward(_original(lm_cls.forward), fam.final_softcap)
             model.forward = types.MethodType(forward, model)
@@ -313,16 +287,15 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
         config = None  # then only the ops' presence decides
 
     if attention:
-        detail, why = _attention_state(fam, config)
         base = fam.cls("PreTrainedModel")
-        if detail and hasattr(base, "get_correct_attn_implementation"):
+        if hasattr(base, "get_correct_attn_implementation"):
             _set(base, "get_correct_attn_implementation", _default_to_tritonkit(base.get_correct_attn_implementation))
             attention_cls = fam.cls("Attention")
             _on_init(base, lambda model: _projections.group_attention(model, attention_cls))
-            report.replaced["attention"] = (detail + " (the default implementation of the family); q/k/v "
+            report.replaced["attention"] = (_ATTENTION_DETAIL + " (the default implementation of the family); q/k/v "
                                             "projections with one input gradient")
         else:
-            report.left["attention"] = why or "pass attn_implementation='tritonkit' to from_pretrained"
+            report.left["attention"] = "pass attn_implementation='tritonkit' to from_pretrained"
     if norms:
         why = _op_state("rms_norm")
         if why is None:
@@ -356,7 +329,7 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
         else:
             report.left["mlp"] = why
     if loss:
-        why = _loss_state(fam, config)
+        why = _op_state("linear_cross_entropy")
         if why is None:
             lm_cls = fam.cls("ForCausalLM")
             _set(lm_cls, "forward", _parts.make_causal_lm_forward(_original(lm_cls.forward), fam.final_softcap))
