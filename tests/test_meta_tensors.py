@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import tritonkit
+from tritonkit import registry
 from tritonkit._launch import record_launches
 
 BF16 = torch.bfloat16
@@ -59,3 +60,44 @@ def test_meta_tensors_follow_the_real_call(name):
     for g, w in zip(got_grads, want_grads):
         assert (g is None) == (w is None)
         assert g is None or (g.is_meta and (g.shape, g.dtype) == (w.shape, w.dtype))
+
+
+def _to_meta(a):
+    if not isinstance(a, torch.Tensor):
+        return a
+    # The same sizes, strides and offset in a meta buffer as large as the real one.
+    base = torch.empty(a.untyped_storage().nbytes() // a.element_size(), dtype=a.dtype, device="meta")
+    return base.as_strided(a.shape, a.stride(), a.storage_offset()).requires_grad_(a.requires_grad)
+
+
+@pytest.mark.parametrize("name", [n for n, e in registry.entries().items() if e.sample is not None])
+def test_fakes_give_the_real_layouts(name):
+    # Each op's registry sample (an awkward layout: views at odd offsets, transposed, packed
+    # projections) on meta tensors: the fake's outputs have the real call's strides, which a
+    # compiled graph relies on (a compiled graph that assumed other strides would read the
+    # outputs wrongly).
+    from tritonkit._op import DECLARED
+    op = DECLARED[registry.get(name).op]
+    args = registry.get(name).sample(torch.device("cpu"))
+    want = _flat(op(*args))
+    got = _flat(op(*(_to_meta(a) for a in args)))
+    for g, w in zip(got, want):
+        assert g.is_meta and (g.shape, g.dtype, g.stride()) == (w.shape, w.dtype, w.stride()), (name, g, w)
+
+
+@pytest.mark.parametrize("layout", ["bhnd", "bnhd", "packed qkv", "one row", "one head"])
+def test_attention_fake_follows_q_memory_order(layout):
+    B, H, N, D = 2, 4, 7, 16
+    if layout == "bhnd":
+        q = k = v = torch.randn(B, H, N, D, dtype=BF16)
+    elif layout == "packed qkv":
+        q, k, v = torch.randn(B, N, 3, H, D, dtype=BF16).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    else:
+        n, h = (1, H) if layout == "one row" else (N, 1) if layout == "one head" else (N, H)
+        q = k = v = torch.randn(B, n, h, D, dtype=BF16).transpose(1, 2)
+    for causal in (False, True):
+        want = tritonkit.attention(q, k, v, causal=causal, return_lse=True)
+        got = tritonkit.attention(*(_to_meta(t) for t in (q, k, v)), causal=causal, return_lse=True)
+        for g, w in zip(got, want):
+            assert (g.shape, g.stride()) == (w.shape, w.stride()), (layout, g.stride(), w.stride())
