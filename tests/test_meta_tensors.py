@@ -101,3 +101,32 @@ def test_attention_fake_follows_q_memory_order(layout):
         got = tritonkit.attention(*(_to_meta(t) for t in (q, k, v)), causal=causal, return_lse=True)
         for g, w in zip(got, want):
             assert (g.shape, g.stride()) == (w.shape, w.stride()), (layout, g.stride(), w.stride())
+
+
+def test_launchers_refuse_meta_tensors():
+    # The public op maps meta tensors to shapes; a launcher called directly has nothing to launch on.
+    from tritonkit.ops.attention import attention_fwd
+    from tritonkit.ops.norms.rms_norm import rms_norm_fwd
+    q = torch.empty(1, 2, 8, 16, dtype=BF16, device="meta")
+    with pytest.raises(ValueError, match="meta device"):
+        attention_fwd(q, q, q)
+    with pytest.raises(ValueError, match="meta device"):
+        rms_norm_fwd(torch.empty(4, 8, dtype=BF16, device="meta"), None, None, 1e-6, 0.0)
+
+
+@pytest.mark.parametrize("name", ["add", "rms_norm", "attention", "cross_entropy", "linear_cross_entropy"])
+def test_one_meta_tensor_among_real_ones_is_refused(name):
+    # Meta tensors take the fakes' road, which computes no data: with real tensors beside them
+    # the devices differ, and the error names the argument (torch's own ops refuse the mix too).
+    real = lambda *s: torch.randn(*s, dtype=BF16)  # noqa: E731
+    meta = lambda *s, dtype=BF16: torch.empty(*s, dtype=dtype, device="meta")  # noqa: E731
+    call, arg = {
+        "add": (lambda: tritonkit.add(real(4), meta(4)), "y"),
+        "rms_norm": (lambda: tritonkit.rms_norm(real(4, 8), meta(8)), "weight"),
+        "attention": (lambda: tritonkit.attention(real(1, 2, 4, 16), real(1, 2, 4, 16), meta(1, 2, 4, 16)), "v"),
+        "cross_entropy": (lambda: tritonkit.cross_entropy(real(4, 10), meta(4, dtype=torch.long)), "target"),
+        "linear_cross_entropy": (lambda: tritonkit.linear_cross_entropy(real(4, 8), meta(10, 8),
+                                                                        torch.zeros(4, dtype=torch.long)), "weight"),
+    }[name]
+    with pytest.raises(ValueError, match=f"{arg} is on meta"):
+        call()

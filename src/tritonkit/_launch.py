@@ -82,6 +82,11 @@ class Launch:
         if not execute:
             return None
         device = _device_of(self.args)
+        if device is not None and device.type == "meta":
+            # The ops take meta tensors through their fakes; a launcher called with them would
+            # hand the kernel null pointers.
+            raise ValueError(f"{self.name}: its tensors are on the meta device, which has no data to launch on "
+                             "(the public ops take meta tensors; their launchers do not)")
         if device is None or device.type != "cuda":
             return self._run(None)
         current = torch.cuda.current_device()

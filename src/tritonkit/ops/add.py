@@ -187,6 +187,7 @@ def _add_backward(bwd, ctx, grad):
 def _add_check(x, y):
     check_tensor("x", x)
     check_tensor("y", y)
+    check_same_device(x=x, y=y)
     return x, y
 
 

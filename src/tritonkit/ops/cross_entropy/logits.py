@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..._checks import check_tensor, check_writable_output
+from ..._checks import check_same_device, check_tensor, check_writable_output
 from ..._counters import zeroed_counters
 from ..._op import Op, tracing
 from .kernel import (Finish, as_float_options, check_options, check_target, check_target_values, launch_rows,
@@ -34,6 +34,7 @@ def _check(logits: object, target: object) -> None:
     if logits.shape[1] == 0:
         raise ValueError("logits has 0 classes")
     check_target(target, logits.shape[0], "logits")
+    check_same_device(logits=logits, target=target)
 
 
 def cross_entropy_fwd(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
