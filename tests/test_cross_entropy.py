@@ -139,6 +139,19 @@ def test_cross_entropy_layouts(device):
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_cross_entropy_class_dim_one(reduction, device):
+    # torch's (N, C, d1, ..., dk) form: classes along dim 1, a target per position; the class
+    # dim strided (a copy) and innermost in memory (a view of (N, d, C) logits).
+    target = torch.randint(0, 37, (3, 5, 4), device=device)
+    target[0, 1] = IGNORE
+    check_cross_entropy(torch.randn(3, 37, 5, 4, device=device), target, reduction, 0.1, None)
+    inner = torch.randn(3, 9, 37, device=device).transpose(1, 2)
+    check_cross_entropy(inner, torch.randint(0, 37, (3, 9), device=device), reduction, 0.0, 2.0)
+    with pytest.raises(ValueError, match=r"take a target of shape \(3, 5, 4\)"):
+        tritonkit.cross_entropy(torch.randn(3, 37, 5, 4, device=device), target[:, :, :2])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_cross_entropy_inplace_backward(reduction, device):
     logits = torch.randn(9, 700, device=device, dtype=torch.bfloat16)
     target = make_target(9, 700, "some", device)

@@ -30,7 +30,7 @@ def _check(logits: object, target: object) -> None:
     check_tensor("logits", logits)
     if logits.dim() != 2:
         raise ValueError(f"logits has {logits.dim()} dims; expected (rows, classes) "
-                         "(flatten leading dims first; 1-D logits are taken by the public function)")
+                         "(the public function takes 1-D and (N, classes, d1, ...) logits too)")
     if logits.shape[1] == 0:
         raise ValueError("logits has 0 classes")
     check_target(target, logits.shape[0], "logits")
@@ -158,9 +158,11 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     """``F.cross_entropy(softcap(logits), target, ...)`` by one Triton kernel a pass,
     differentiable in logits.
 
-    logits: (rows, classes) or (classes,), float32, float16 or bfloat16, any strides and view
-    offset. target: int64 or int32, (rows,) or () for 1-D logits; class indices in
-    [0, classes) or ignore_index. softcap: None, or c > 0 for c * tanh(logits / c) (Gemma 2's
+    logits: (rows, classes), (classes,) or, as torch takes them, (N, classes, d1, ..., dk),
+    float32, float16 or bfloat16, any strides and view offset (the last form is read as rows
+    of classes: a copy unless the class dim is innermost in memory). target: int64 or int32,
+    (rows,), () for 1-D logits, (N, d1, ..., dk) for the last form; class indices in
+    [0, classes) or ignore_index; reduction="none" gives target's shape. softcap: None, or c > 0 for c * tanh(logits / c) (Gemma 2's
     final-logit softcapping) before the loss. label_smoothing and reduction as in torch (no
     class weights); a mean over only ignored targets is NaN, as in torch. Arithmetic in
     float32; the loss has logits' dtype, as torch's.
@@ -182,6 +184,15 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
                              label_smoothing=label_smoothing, reduction=reduction, softcap=softcap,
                              inplace_backward=inplace_backward)
         return loss.squeeze(0) if reduction == "none" else loss
+    if isinstance(logits, torch.Tensor) and logits.dim() > 2:
+        expected = (logits.shape[0], *logits.shape[2:])
+        if not isinstance(target, torch.Tensor) or tuple(target.shape) != expected:
+            raise ValueError(f"target has shape {tuple(getattr(target, 'shape', ()))}; logits of shape "
+                             f"{tuple(logits.shape)} (N, classes, d1, ...) take a target of shape {expected}")
+        loss = cross_entropy(logits.movedim(1, -1).reshape(-1, logits.shape[1]), target.reshape(-1),
+                             ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction,
+                             softcap=softcap, inplace_backward=inplace_backward)
+        return loss.reshape(target.shape) if reduction == "none" else loss
     check_options(ignore_index, label_smoothing, reduction, softcap)
     label_smoothing, softcap = as_float_options(label_smoothing, softcap)
     inplace = bool(inplace_backward) and not tracing(logits, target)
