@@ -35,8 +35,6 @@ def gated_op(config):
     if name not in _GATED:
         return None, f"activation {name!r} has no tritonkit gated op"
     op, extra, _ = _GATED[name]
-    if not hasattr(tritonkit, op):
-        return None, f"tritonkit.{op} is not available"
     return functools.partial(getattr(tritonkit, op), **extra), None
 
 
@@ -44,7 +42,7 @@ def gated_linear_op(config):
     """tritonkit.gated_linear with the family's activation (the activation and down_proj in one
     op that does not keep h for the backward), or None."""
     name = activation_name(config)
-    if name not in _GATED or not hasattr(tritonkit, "gated_linear"):
+    if name not in _GATED:
         return None
     return functools.partial(tritonkit.gated_linear, activation=_GATED[name][2])
 

@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-import tritonkit
-
 from . import _attention, _parts, _projections, _residual
 
 logger = logging.getLogger("tritonkit.transformers")
@@ -123,9 +121,6 @@ def _check_parts(parts: dict) -> None:
 _ATTENTION_DETAIL = "tritonkit.attention: float16/bfloat16 calls (float32 under autocast)"
 
 
-def _op_state(op: str) -> str | None:
-    return None if hasattr(tritonkit, op) else f"tritonkit.{op} is not available"
-
 
 
 def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True, rope: bool = True,
@@ -146,7 +141,7 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
     loss: with labels and gradients on, the causal-LM loss runs tritonkit.linear_cross_entropy on
         the hidden states; the output's `logits` is then None (this model only).
 
-    A part whose op is missing, or that the ops cannot express for this model, is left as it is;
+    A part that the ops cannot express for this model (or that it lacks) is left as it is;
     `model.tritonkit_report` (a PatchReport) says which parts were replaced and why others were
     left, and one log line ("tritonkit.transformers" logger) says the same.
     """
@@ -166,25 +161,20 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
                                                             "input gradient" if grouped else "")
 
     if norms:
-        why = _op_state("rms_norm")
         norm_cls = fam.cls("RMSNorm")
         found = [m for m in model.modules() if isinstance(m, norm_cls)]
-        if why is None and found:
+        if found:
             for m in found:
                 forward = _parts.make_rms_norm_forward(_original(norm_cls.forward), fam.norm_offset)
                 m.forward = types.MethodType(forward, m)
             report.replaced["norms"] = (f"tritonkit.rms_norm in {len(found)} {norm_cls.__name__}"
                                         + _patch_layers(fam, model))
         else:
-            report.left["norms"] = why or f"no {norm_cls.__name__} in the model"
+            report.left["norms"] = f"no {norm_cls.__name__} in the model"
 
     if rope:
-        why = _op_state("rope")
-        if why is None:
-            _patch_rope(fam)
-            report.replaced["rope"] = f"tritonkit.rope (family-wide: modeling_{fam.name}.apply_rotary_pos_emb)"
-        else:
-            report.left["rope"] = why
+        _patch_rope(fam)
+        report.replaced["rope"] = f"tritonkit.rope (family-wide: modeling_{fam.name}.apply_rotary_pos_emb)"
 
     if mlp:
         mlp_cls = fam.cls("MLP")
@@ -202,13 +192,12 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
 
     if loss:
         lm_cls = fam.cls("ForCausalLM")
-        why = _op_state("linear_cross_entropy") if isinstance(model, lm_cls) else f"not a {lm_cls.__name__}"
-        if why is None:
+        if isinstance(model, lm_cls):
             forward = _parts.make_causal_lm_forward(_original(lm_cls.forward), fam.final_softcap)
             model.forward = types.MethodType(forward, model)
             report.replaced["loss"] = "tritonkit.linear_cross_entropy on the hidden states (no logits in training)"
         else:
-            report.left["loss"] = why
+            report.left["loss"] = f"not a {lm_cls.__name__}"
 
     model.tritonkit_report = report
     report._log()
@@ -297,28 +286,20 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
         else:
             report.left["attention"] = "pass attn_implementation='tritonkit' to from_pretrained"
     if norms:
-        why = _op_state("rms_norm")
-        if why is None:
-            norm_cls = fam.cls("RMSNorm")
-            _set(norm_cls, "forward", _parts.make_rms_norm_forward(_original(norm_cls.forward), fam.norm_offset))
-            report.replaced["norms"] = f"tritonkit.rms_norm in {norm_cls.__name__}"
-            layer_cls, base = fam.cls("DecoderLayer"), fam.cls("PreTrainedModel")
-            forward = _layer_forward(fam)
-            if forward is None:
-                report.replaced["norms"] += f"; residual adds left ({layer_cls.__name__} is not of the known form)"
-            else:
-                _set(layer_cls, "forward", forward)
-                _on_init(base, lambda model: _residual.link(model, layer_cls, norm_cls))
-                report.replaced["norms"] += f", with the residual adds of {layer_cls.__name__} (rms_norm(residual=))"
+        norm_cls = fam.cls("RMSNorm")
+        _set(norm_cls, "forward", _parts.make_rms_norm_forward(_original(norm_cls.forward), fam.norm_offset))
+        report.replaced["norms"] = f"tritonkit.rms_norm in {norm_cls.__name__}"
+        layer_cls, base = fam.cls("DecoderLayer"), fam.cls("PreTrainedModel")
+        forward = _layer_forward(fam)
+        if forward is None:
+            report.replaced["norms"] += f"; residual adds left ({layer_cls.__name__} is not of the known form)"
         else:
-            report.left["norms"] = why
+            _set(layer_cls, "forward", forward)
+            _on_init(base, lambda model: _residual.link(model, layer_cls, norm_cls))
+            report.replaced["norms"] += f", with the residual adds of {layer_cls.__name__} (rms_norm(residual=))"
     if rope:
-        why = _op_state("rope")
-        if why is None:
-            _patch_rope(fam)
-            report.replaced["rope"] = "tritonkit.rope"
-        else:
-            report.left["rope"] = why
+        _patch_rope(fam)
+        report.replaced["rope"] = "tritonkit.rope"
     if mlp:
         mlp_cls = fam.cls("MLP")
         gated, why = _parts.gated_op(config) if config is not None else (None, "no default config")
@@ -329,13 +310,9 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
         else:
             report.left["mlp"] = why
     if loss:
-        why = _op_state("linear_cross_entropy")
-        if why is None:
-            lm_cls = fam.cls("ForCausalLM")
-            _set(lm_cls, "forward", _parts.make_causal_lm_forward(_original(lm_cls.forward), fam.final_softcap))
-            report.replaced["loss"] = "tritonkit.linear_cross_entropy on the hidden states (no logits in training)"
-        else:
-            report.left["loss"] = why
+        lm_cls = fam.cls("ForCausalLM")
+        _set(lm_cls, "forward", _parts.make_causal_lm_forward(_original(lm_cls.forward), fam.final_softcap))
+        report.replaced["loss"] = "tritonkit.linear_cross_entropy on the hidden states (no logits in training)"
     report._log()
     return report
 
