@@ -414,18 +414,30 @@ _GEGLU = Op("geglu", forward=geglu_fwd, forward_schema="(Tensor gate, Tensor? up
                 grad_out, gate, up, _activation_code(approximate)))
 
 
+def _promoted(gate, up):
+    """gate and up in one dtype: torch's promotion of theirs where they differ, as
+    ``F.silu(gate) * up`` promotes (the casts are differentiable; their gradients come back in
+    each input's dtype)."""
+    if (isinstance(gate, torch.Tensor) and isinstance(up, torch.Tensor) and gate.dtype != up.dtype
+            and gate.is_floating_point() and up.is_floating_point()):
+        dtype = torch.promote_types(gate.dtype, up.dtype)
+        return gate.to(dtype), up.to(dtype)
+    return gate, up
+
+
 def swiglu(gate: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
     """``F.silu(gate) * up``, the SwiGLU MLP activation, differentiable in gate and up.
 
-    gate, up: float32, float16 or bfloat16 tensors of one shape and dtype, any strides and view
-    offset. Or ``up=None`` and ``gate`` of shape (..., 2 * I) holding [gate, up] along its last
-    dim (a fused gate-up projection): it is split into two views without a copy, and its
-    gradient is one (..., 2 * I) tensor. Returns a contiguous (..., I) tensor in gate's dtype,
-    computed in float32 (rounded once, where eager torch rounds silu(gate) first; float32
-    forward results are torch's bits on the GPU). Raises TypeError for other dtypes or
-    mismatched dtypes, ValueError for mismatched shapes or an odd packed last dim.
+    gate, up: float32, float16 or bfloat16 tensors of one shape, any strides and view offset;
+    of two dtypes, both are first cast to torch's promotion of them (as the eager product
+    promotes). Or ``up=None`` and ``gate`` of shape (..., 2 * I) holding [gate, up] along its
+    last dim (a fused gate-up projection): it is split into two views without a copy, and its
+    gradient is one (..., 2 * I) tensor. Returns a contiguous (..., I) tensor in gate's (the
+    promoted) dtype, computed in float32 (rounded once, where eager torch rounds silu(gate)
+    first; float32 forward results are torch's bits on the GPU). Raises TypeError for other
+    dtypes, ValueError for mismatched shapes or an odd packed last dim.
     """
-    return _SWIGLU(gate, up)
+    return _SWIGLU(*_promoted(gate, up))
 
 
 def geglu(gate: torch.Tensor, up: torch.Tensor | None = None, approximate: str = "tanh") -> torch.Tensor:
@@ -435,4 +447,4 @@ def geglu(gate: torch.Tensor, up: torch.Tensor | None = None, approximate: str =
     Shapes, dtypes, the packed ``up=None`` form and errors as for ``swiglu``; ValueError for
     another ``approximate``.
     """
-    return _GEGLU(gate, up, approximate)
+    return _GEGLU(*_promoted(gate, up), approximate)

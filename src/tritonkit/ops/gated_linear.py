@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from .._autocast import autocast_inputs
 from .._checks import check_meta, check_tensor, dtype_name, meta_of
 from .._op import Op, not_computed
-from .gated import _ACTIVATIONS, _check_tensors, _gated_bwd_checked, _out_shape, gated_fwd
+from .gated import _ACTIVATIONS, _check_tensors, _gated_bwd_checked, _out_shape, _promoted, gated_fwd
 from .gated import _validate as _validate_gate_up
 
 _REFERENCE_ACTIVATIONS = {
@@ -226,11 +226,11 @@ def gated_linear(gate: torch.Tensor, up: torch.Tensor | None, weight: torch.Tens
     backward but not h = act(gate) * up (recomputed there, bitwise as the forward made it).
 
     activation: "silu" (SwiGLU), "gelu_tanh" (GeGLU, Gemma's ``gelu_pytorch_tanh``) or "gelu"
-    (exact erf). gate, up: float32, float16 or bfloat16 tensors of one shape (..., I) and
-    dtype, any strides and view offset; or ``up=None`` and gate of shape (..., 2 * I) holding
+    (exact erf). gate, up: float32, float16 or bfloat16 tensors of one shape (..., I), any
+    strides and view offset, of two dtypes promoted as ``swiglu`` promotes them; or ``up=None`` and gate of shape (..., 2 * I) holding
     [gate, up] along its last dim (a fused gate-up projection, as Phi-3's), whose gradient is
-    then one (..., 2 * I) tensor. weight: (out, I) and bias: (out,) or None, in gate's dtype
-    and on its device, any strides. Returns a contiguous (..., out) tensor in gate's dtype:
+    then one (..., 2 * I) tensor. weight: (out, I) and bias: (out,) or None, in gate's (the
+    promoted) dtype, as F.linear needs them, and on its device, any strides. Returns a contiguous (..., out) tensor in gate's dtype:
     h is act(gate) * up computed in float32 and rounded once (as ``tritonkit.swiglu`` /
     ``geglu``), then the product is torch's ``F.linear``.
 
@@ -243,4 +243,5 @@ def gated_linear(gate: torch.Tensor, up: torch.Tensor | None, weight: torch.Tens
     F.linear's input and weight are.
     """
     gate, up, weight, bias = autocast_inputs(gate, up, weight, bias)
+    gate, up = _promoted(gate, up)
     return _GATED_LINEAR(gate, up, weight, bias, activation)
