@@ -60,6 +60,18 @@ def _check_warp_specialized(report, spill_bound: int = 0, consumers: int = 2):
     assert f"drops to {producer} registers" in sentences and "leave products in flight" in sentences
 
 
+@pytest.mark.parametrize("D", [64, 128])
+def test_forward_with_one_query_row_compiles(D):
+    # One row (Nq = 1, which Triton may pass as a constant): every warpgroup but the first has
+    # no rows in the only tile; the kernel must still lower (a change that lets the compiler
+    # drop those warpgroups' products failed here, notes/gluon_attention.md).
+    (report,) = compile_report("attention", pass_="fwd", shape=(1, 2, 1, D), dtype="bf16", arch="sm_90")
+    consumers = gluon_fwd.consumer_count(D, False, 1)
+    assert report.launch == "attention_fwd_gluon" and report.language == "gluon"
+    assert [p.warps for p in report.partitions] == [4] * consumers + [1], report.partitions
+    assert report.spill_stores == 0 and report.tensor_cores["wgmma"] > 0
+
+
 @pytest.mark.parametrize("D, causal", [(128, False), (128, True), (256, False), (256, True), (64, False)])
 def test_forward_takes_the_gluon_kernel_and_its_structure(D, causal):
     (report,) = _reports("fwd", D, causal)
