@@ -296,6 +296,23 @@ def test_float32_model_under_autocast(rope, monkeypatch):
 
 # ---------------------------------------------------------------- API
 
+def test_patched_rotary_takes_what_transformers_takes():
+    # The family-wide rotary function keeps transformers' own for what tritonkit.rope does not
+    # take (q and k of two dtypes, float64), with transformers' result, and runs the kernel otherwise.
+    from transformers.models.llama import modeling_llama
+    original = modeling_llama.apply_rotary_pos_emb
+    tkt.patch(_model("llama"), **_only("rope"))
+    patched = modeling_llama.apply_rotary_pos_emb
+    assert patched is not original
+    q, k = torch.randn(2, 4, 6, 16, device=DEVICE), torch.randn(2, 2, 6, 16, device=DEVICE)
+    cos, sin = torch.randn(2, 6, 16, device=DEVICE), torch.randn(2, 6, 16, device=DEVICE)
+    for qq, kk in ((q, k.to(torch.bfloat16)), (q.double(), k.double())):
+        for a, b in zip(patched(qq, kk, cos, sin), original(qq, kk, cos, sin)):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+    for a, b in zip(patched(q, k, cos, sin), original(q, k, cos, sin)):
+        torch.testing.assert_close(a, b)
+
+
 def test_report_names_what_was_left():
     model = tkt.patch(_model("llama"), loss=False)
     report = model.tritonkit_report

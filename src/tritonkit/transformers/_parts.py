@@ -120,8 +120,9 @@ def make_rope(original):
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
         unsqueeze_dim = args[0] if args else kwargs.get("unsqueeze_dim", 1)
         if unsqueeze_dim != 1 or len(args) > 1 or set(kwargs) - {"unsqueeze_dim"} \
-                or any(t.dtype not in _ROPE_DTYPES for t in (q, k, cos, sin)):
-            # Family-wide: another model of the family (float64, say) keeps transformers' function.
+                or any(t.dtype not in _ROPE_DTYPES for t in (q, k, cos, sin)) or q.dtype != k.dtype:
+            # Family-wide: another model of the family (float64, say; or q and k of two dtypes,
+            # which tritonkit.rope does not take) keeps transformers' function.
             return original(q, k, cos, sin, *args, **kwargs)
         return tritonkit.rope(q, k, cos.unsqueeze(1), sin.unsqueeze(1))
     apply_rotary_pos_emb._tritonkit_original = original
