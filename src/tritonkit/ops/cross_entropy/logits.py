@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from ..._checks import check_same_device, check_tensor, check_writable_output
 from ..._counters import zeroed_counters
 from ..._op import Op, tracing
-from .kernel import (Finish, as_float_options, check_options, check_target, check_target_values, launch_rows,
-                     valid_count)
+from .kernel import (TARGET_DTYPES, Finish, as_float_options, check_options, check_target, check_target_values,
+                     launch_rows, valid_count)
 
 
 def cross_entropy_reference(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
@@ -162,10 +162,10 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     float32, float16 or bfloat16, any strides and view offset (the last form is read as rows
     of classes: a copy unless the class dim is innermost in memory). target: int64 or int32,
     (rows,), () for 1-D logits, (N, d1, ..., dk) for the last form; class indices in
-    [0, classes) or ignore_index; reduction="none" gives target's shape. softcap: None, or c > 0 for c * tanh(logits / c) (Gemma 2's
-    final-logit softcapping) before the loss. label_smoothing and reduction as in torch (no
-    class weights); a mean over only ignored targets is NaN, as in torch. Arithmetic in
-    float32; the loss has logits' dtype, as torch's.
+    [0, classes) or ignore_index; reduction="none" gives target's shape. softcap: None, or
+    c > 0 for c * tanh(logits / c) (Gemma 2's final-logit softcapping) before the loss.
+    label_smoothing and reduction as in torch (no class weights); a mean over only ignored
+    targets is NaN, as in torch. Arithmetic in float32; the loss has logits' dtype, as torch's.
 
     inplace_backward=True: the backward writes the gradient over ``logits`` instead of into a
     new tensor (saving a logits-sized buffer). The caller must not use ``logits`` after the
@@ -185,10 +185,11 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
                              inplace_backward=inplace_backward)
         return loss.squeeze(0) if reduction == "none" else loss
     if isinstance(logits, torch.Tensor) and logits.dim() > 2:
+        check_tensor("target", target, TARGET_DTYPES)
         expected = (logits.shape[0], *logits.shape[2:])
-        if not isinstance(target, torch.Tensor) or tuple(target.shape) != expected:
-            raise ValueError(f"target has shape {tuple(getattr(target, 'shape', ()))}; logits of shape "
-                             f"{tuple(logits.shape)} (N, classes, d1, ...) take a target of shape {expected}")
+        if tuple(target.shape) != expected:
+            raise ValueError(f"target has shape {tuple(target.shape)}; logits of shape {tuple(logits.shape)} "
+                             f"(N, classes, d1, ...) take a target of shape {expected}")
         loss = cross_entropy(logits.movedim(1, -1).reshape(-1, logits.shape[1]), target.reshape(-1),
                              ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction,
                              softcap=softcap, inplace_backward=inplace_backward)
