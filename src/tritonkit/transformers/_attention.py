@@ -17,7 +17,8 @@
 Alignment: tritonkit's causal mask is top-left (query i sees keys j <= i); transformers aligns a
 query block to the end of the keys (a cache holds earlier tokens). The function keeps that
 meaning: equal lengths are the same either way, a single query row sees every cached key, and
-other shapes go through a window offset when the kernel has windows, else through SDPA.
+other shapes go through a window offset (more queries than keys, whose first rows see no key,
+through SDPA).
 """
 
 from __future__ import annotations
