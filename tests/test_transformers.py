@@ -313,6 +313,27 @@ def test_patched_rotary_takes_what_transformers_takes():
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("family", ["llama", "phi3"])
+def test_whole_patched_model_survives_torch_save(family, tmp_path):
+    # torch.save of the whole model (not just its weights) and torch.load: the patch comes back
+    # with it (the forwards set on its modules pickle as what they were made from), so the
+    # reloaded model gives the same loss and gradients, bit for bit, without logits.
+    import inspect
+    model = tkt.patch(_model(family))
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    ids = torch.randint(3, 1000, (2, 16), device=DEVICE)
+    for m in (model, loaded):
+        assert "input_ids" in inspect.signature(m.forward).parameters  # what Trainer reads
+    runs = [_run(m, ids, _labels(ids)) for m in (model, loaded)]
+    assert runs[1][1].item() == runs[0][1].item()
+    assert runs[1][2].keys() == runs[0][2].keys()
+    for name in runs[0][2]:
+        assert torch.equal(runs[1][2][name], runs[0][2][name]), name
+    with torch.enable_grad():
+        assert loaded(input_ids=ids, labels=ids).logits is None  # the patched loss, not transformers'
+
+
 def test_report_names_what_was_left():
     model = tkt.patch(_model("llama"), loss=False)
     report = model.tritonkit_report

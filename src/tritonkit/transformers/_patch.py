@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import _attention, _parts, _projections, _residual
+from ._instance import set_forward
 
 logger = logging.getLogger("tritonkit.transformers")
 
@@ -165,8 +166,7 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
         found = [m for m in model.modules() if isinstance(m, norm_cls)]
         if found:
             for m in found:
-                forward = _parts.make_rms_norm_forward(_original(norm_cls.forward), fam.norm_offset)
-                m.forward = types.MethodType(forward, m)
+                set_forward(m, _parts.make_rms_norm_forward, _original(norm_cls.forward), fam.norm_offset)
             report.replaced["norms"] = (f"tritonkit.rms_norm in {len(found)} {norm_cls.__name__}"
                                         + _patch_layers(fam, model))
         else:
@@ -183,8 +183,7 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
         if gated is not None and found:
             tail = _parts.gated_linear_op(config)
             for m in found:
-                forward = _parts.make_mlp_forward(_original(mlp_cls.forward), gated, fam.packed_mlp, tail)
-                m.forward = types.MethodType(forward, m)
+                set_forward(m, _parts.make_mlp_forward, _original(mlp_cls.forward), gated, fam.packed_mlp, tail)
             report.replaced["mlp"] = (f"tritonkit.{gated.func.__name__} in {len(found)} {mlp_cls.__name__}"
                                       + _mlp_tail_words(tail))
         else:
@@ -193,8 +192,7 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
     if loss:
         lm_cls = fam.cls("ForCausalLM")
         if isinstance(model, lm_cls):
-            forward = _parts.make_causal_lm_forward(_original(lm_cls.forward), fam.final_softcap)
-            model.forward = types.MethodType(forward, model)
+            set_forward(model, _parts.make_causal_lm_forward, _original(lm_cls.forward), fam.final_softcap)
             report.replaced["loss"] = "tritonkit.linear_cross_entropy on the hidden states (no logits in training)"
         else:
             report.left["loss"] = f"not a {lm_cls.__name__}"
@@ -228,7 +226,7 @@ def _patch_layers(fam: Family, model: torch.nn.Module) -> str:
     if forward is None or not found:
         return f"; residual adds left ({layer_cls.__name__} is not of the known form)" if found else ""
     for m in found:
-        m.forward = types.MethodType(forward, m)
+        set_forward(m, _layer_forward, fam)
     linked = _residual.link(model, layer_cls, fam.cls("RMSNorm"))
     return (f", with the residual adds of {len(found)} {layer_cls.__name__} (rms_norm(residual=))"
             + ("" if linked else "; the adds between layers left (a distributed run, or no layers followed by a norm)"))

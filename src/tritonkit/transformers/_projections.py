@@ -14,13 +14,12 @@ on their modules (`_ahead`).
 
 from __future__ import annotations
 
-import types
-
 import torch
 import torch.nn.functional as F
 
 from .._autocast import autocast_dtype, autocast_inputs
 from . import _ahead
+from ._instance import as_is, set_forward
 
 _GROUP = "_tritonkit_group"  # on a grouped projection: (the group's modules, its own index)
 
@@ -112,7 +111,7 @@ def group(modules) -> bool:
     for i, m in enumerate(modules):
         object.__setattr__(m, _GROUP, (modules, i))  # a tuple outside the module tree: no second parent
         _ahead.clear(m)
-        m.forward = types.MethodType(_grouped_forward, m)
+        set_forward(m, as_is, _grouped_forward)
     return True
 
 
