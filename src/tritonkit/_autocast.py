@@ -30,6 +30,13 @@ def _eligible(t: object, device_type: str, dtype: torch.dtype) -> bool:
             and t.dtype != dtype and t.dtype != torch.float64)
 
 
+def dtype_in_op(t: torch.Tensor) -> torch.dtype:
+    """The dtype a matrix-product op computes `t` in: the autocast region's where autocast_inputs
+    casts it, else its own."""
+    dtype = autocast_dtype(t.device.type)
+    return dtype if dtype is not None and _eligible(t, t.device.type, dtype) else t.dtype
+
+
 def autocast_inputs(*tensors):
     """`tensors` as autocast would hand them to a matrix product: in the region's dtype where an
     autocast region is on for the first tensor's device type, else unchanged (None and

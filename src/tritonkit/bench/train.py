@@ -3,9 +3,10 @@
 A step is forward with labels, backward and a fused AdamW update of bf16 weights (with
 `--autocast`: of float32 weights, each forward inside a bf16 autocast region, as transformers'
 Trainer runs a float32 model with `bf16=True`); the figure is tokens per second over the timed
-steps, with the step time, the peak memory and the loss after them. Providers, each from the same weights and the same batches: HF eager (SDPA attention),
-torch.compile of it, Liger Kernel (when it imports), tritonkit (`tritonkit.transformers.patch`),
-and tritonkit under torch.compile.
+steps, with the step time, the peak memory and the loss after them. Providers, each from the
+same weights and the same batches: HF eager (SDPA attention), torch.compile of it, Liger Kernel
+(when it imports), tritonkit (`tritonkit.transformers.patch`), and tritonkit under
+torch.compile.
 
 This is its own small runner rather than a registry entry: the kernel runner times one call
 with an L2 clear before each and reports GB/s or TFLOP/s of a case's inputs, while a training

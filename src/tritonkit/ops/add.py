@@ -144,7 +144,8 @@ def add_fwd(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -
         if out.shape != shape:
             raise ValueError(f"out has shape {tuple(out.shape)}, but x + y has shape {tuple(shape)}")
         if not torch.can_cast(result_dtype, out.dtype):
-            raise TypeError(f"out has dtype {dtype_name(out.dtype)}, which {dtype_name(result_dtype)} cannot be cast to")
+            raise TypeError(f"out has dtype {dtype_name(out.dtype)}, which {dtype_name(result_dtype)} "
+                            "cannot be cast to")
         check_writable_output("out", out, x=x, y=y)
     n = out.numel()
     if n == 0:

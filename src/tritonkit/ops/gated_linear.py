@@ -227,10 +227,11 @@ def gated_linear(gate: torch.Tensor, up: torch.Tensor | None, weight: torch.Tens
 
     activation: "silu" (SwiGLU), "gelu_tanh" (GeGLU, Gemma's ``gelu_pytorch_tanh``) or "gelu"
     (exact erf). gate, up: float32, float16 or bfloat16 tensors of one shape (..., I), any
-    strides and view offset, of two dtypes promoted as ``swiglu`` promotes them; or ``up=None`` and gate of shape (..., 2 * I) holding
-    [gate, up] along its last dim (a fused gate-up projection, as Phi-3's), whose gradient is
-    then one (..., 2 * I) tensor. weight: (out, I) and bias: (out,) or None, in gate's (the
-    promoted) dtype, as F.linear needs them, and on its device, any strides. Returns a contiguous (..., out) tensor in gate's dtype:
+    strides and view offset, of two dtypes promoted as ``swiglu`` promotes them; or
+    ``up=None`` and gate of shape (..., 2 * I) holding [gate, up] along its last dim (a fused
+    gate-up projection, as Phi-3's), whose gradient is then one (..., 2 * I) tensor. weight:
+    (out, I) and bias: (out,) or None, in gate's (the promoted) dtype, as F.linear needs them,
+    and on its device, any strides. Returns a contiguous (..., out) tensor in gate's dtype:
     h is act(gate) * up computed in float32 and rounded once (as ``tritonkit.swiglu`` /
     ``geglu``), then the product is torch's ``F.linear``.
 

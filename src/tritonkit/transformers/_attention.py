@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 import tritonkit
-from .._autocast import autocast_dtype
+from .._autocast import dtype_in_op
 
 logger = logging.getLogger("tritonkit.transformers")
 
@@ -160,10 +160,7 @@ def tritonkit_attention_forward(module: torch.nn.Module, query: torch.Tensor, ke
     B, H, Nq, D = query.shape
     Nk = key.shape[2]
     reason = None
-    # Under autocast tritonkit.attention takes q, k, v in the region's dtype, as SDPA does.
-    run_dtype = query.dtype
-    if run_dtype != torch.float64:
-        run_dtype = autocast_dtype(query.device.type) or run_dtype
+    run_dtype = dtype_in_op(query)  # under autocast, the region's, as for SDPA
     if run_dtype not in _KERNEL_DTYPES:
         reason = f"dtype {run_dtype} (kernels take float16/bfloat16)"
     elif dropout > 0.0:
