@@ -128,6 +128,29 @@ def test_compiled_under_autocast(device):
     assert all(g.dtype == torch.float32 and g.isfinite().all() for g in grads)
 
 
+@pytest.mark.parametrize("autocast", [True, False])
+def test_compiled_without_asking_autocast_availability(autocast, device, monkeypatch):
+    # Dynamo before torch 2.13 cannot trace torch.amp.is_autocast_available: a graph break,
+    # an error under fullgraph=True. Such a dynamo is stood in for by a graph break there.
+    available = torch.amp.is_autocast_available
+
+    def untraceable(device_type):
+        torch._dynamo.graph_break()
+        return available(device_type)
+
+    monkeypatch.setattr(torch.amp, "is_autocast_available", untraceable)
+    torch._dynamo.reset()
+    torch.manual_seed(5)
+    q, k, v = _leaves((1, 2, 20, 16), (1, 2, 20, 16), (1, 2, 20, 16), device=device)
+
+    def step(q, k, v):
+        return tritonkit.attention(q, k, v, causal=True)
+
+    with torch.autocast(device.type, dtype=BF16, enabled=autocast):
+        args = (q, k, v) if autocast else (q.to(BF16), k.to(BF16), v.to(BF16))
+        torch.testing.assert_close(torch.compile(step, fullgraph=True)(*args), step(*args))
+
+
 def test_outside_autocast_nothing_is_cast(device):
     q = torch.randn(1, 2, 8, 16, device=device)
     with pytest.raises(TypeError, match="q has dtype float32"):

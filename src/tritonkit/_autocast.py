@@ -19,8 +19,17 @@ import torch
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:
     """The dtype an autocast region on this device type runs matrix products in; None outside
-    one, and on device types autocast has no regions for (meta: asking raises there)."""
-    if not (torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)):
+    one, and on device types autocast has no regions for (meta: asking raises there).
+
+    While torch.compile traces, the tensors are on the device types the graph runs on, and
+    `is_autocast_available` is not asked: dynamo constant-folds `is_autocast_enabled` and
+    `get_autocast_dtype`, but before torch 2.13 it cannot trace `is_autocast_available`
+    (a graph break, an error under fullgraph=True)."""
+    if device_type == "meta":
+        return None
+    if not (torch.compiler.is_compiling() or torch.amp.is_autocast_available(device_type)):
+        return None
+    if not torch.is_autocast_enabled(device_type):
         return None
     return torch.get_autocast_dtype(device_type)
 
