@@ -3,7 +3,9 @@ options (an eps, a scale, a softcap, label smoothing) are attributes, as a model
 
 Under dynamic shapes dynamo does not specialize such floats: the ops' checks see symbolic
 floats, and must trace them without a graph break. Two sizes run through one compiled module;
-its outputs and gradients are the eager module's, bit for bit (the same kernels run).
+its outputs and gradients are the eager module's, bit for bit (the same kernels run; the
+module returns the ops' outputs themselves, since a reduction of them that inductor generates
+may add in another order than torch's eager kernel).
 """
 
 import pytest
@@ -35,7 +37,7 @@ class Block(torch.nn.Module):
         a = tritonkit.swiglu(gate)
         loss = tritonkit.linear_cross_entropy(h, self.head, target, label_smoothing=self.smoothing,
                                               softcap=self.final_cap)
-        return loss + o.float().square().mean() + a.float().square().mean()
+        return loss, o, a
 
 
 def _inputs(n, device):
@@ -52,10 +54,12 @@ def test_module_floats_trace_under_dynamic_shapes(device):
         inputs = _inputs(n, device)
         leaves = [t for t in (*inputs, *block.parameters()) if t.requires_grad]
         want = block(*inputs)
-        want_grads = torch.autograd.grad(want, leaves)
+        upstream = [torch.randn_like(w) for w in want]
+        want_grads = torch.autograd.grad(want, leaves, upstream)
         got = compiled(*inputs)
-        got_grads = torch.autograd.grad(got, leaves)
-        assert torch.equal(got, want)
+        got_grads = torch.autograd.grad(got, leaves, upstream)
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
         for g, w in zip(got_grads, want_grads):
             assert torch.equal(g, w)
 

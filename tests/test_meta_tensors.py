@@ -41,10 +41,10 @@ def _flat(out):
 
 
 @pytest.mark.parametrize("name", list(_cases()))
-def test_meta_tensors_follow_the_real_call(name):
+def test_meta_tensors_follow_the_real_call(name, device):
     fn, shapes = _cases()[name]
     torch.manual_seed(0)
-    real = [torch.randn(*s, dtype=BF16).requires_grad_() for s in shapes]
+    real = [torch.randn(*s, dtype=BF16, device=device).requires_grad_() for s in shapes]
     meta = [torch.empty(*s, dtype=BF16, device="meta").requires_grad_() for s in shapes]
     want = _flat(fn(*real))
     with record_launches(execute=False) as launches:
@@ -71,14 +71,14 @@ def _to_meta(a):
 
 
 @pytest.mark.parametrize("name", [n for n, e in registry.entries().items() if e.sample is not None])
-def test_fakes_give_the_real_layouts(name):
+def test_fakes_give_the_real_layouts(name, device):
     # Each op's registry sample (an awkward layout: views at odd offsets, transposed, packed
     # projections) on meta tensors: the fake's outputs have the real call's strides, which a
     # compiled graph relies on (a compiled graph that assumed other strides would read the
     # outputs wrongly).
     from tritonkit._op import DECLARED
     op = DECLARED[registry.get(name).op]
-    args = registry.get(name).sample(torch.device("cpu"))
+    args = registry.get(name).sample(device)
     want = _flat(op(*args))
     got = _flat(op(*(_to_meta(a) for a in args)))
     for g, w in zip(got, want):
@@ -86,16 +86,16 @@ def test_fakes_give_the_real_layouts(name):
 
 
 @pytest.mark.parametrize("layout", ["bhnd", "bnhd", "packed qkv", "one row", "one head"])
-def test_attention_fake_follows_q_memory_order(layout):
+def test_attention_fake_follows_q_memory_order(layout, device):
     B, H, N, D = 2, 4, 7, 16
     if layout == "bhnd":
-        q = k = v = torch.randn(B, H, N, D, dtype=BF16)
+        q = k = v = torch.randn(B, H, N, D, dtype=BF16, device=device)
     elif layout == "packed qkv":
-        q, k, v = torch.randn(B, N, 3, H, D, dtype=BF16).unbind(2)
+        q, k, v = torch.randn(B, N, 3, H, D, dtype=BF16, device=device).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     else:
         n, h = (1, H) if layout == "one row" else (N, 1) if layout == "one head" else (N, H)
-        q = k = v = torch.randn(B, n, h, D, dtype=BF16).transpose(1, 2)
+        q = k = v = torch.randn(B, n, h, D, dtype=BF16, device=device).transpose(1, 2)
     for causal in (False, True):
         want = tritonkit.attention(q, k, v, causal=causal, return_lse=True)
         got = tritonkit.attention(*(_to_meta(t) for t in (q, k, v)), causal=causal, return_lse=True)
@@ -115,10 +115,10 @@ def test_launchers_refuse_meta_tensors():
 
 
 @pytest.mark.parametrize("name", ["add", "rms_norm", "attention", "cross_entropy", "linear_cross_entropy"])
-def test_one_meta_tensor_among_real_ones_is_refused(name):
+def test_one_meta_tensor_among_real_ones_is_refused(name, device):
     # Meta tensors take the fakes' road, which computes no data: with real tensors beside them
     # the devices differ, and the error names the argument (torch's own ops refuse the mix too).
-    real = lambda *s: torch.randn(*s, dtype=BF16)  # noqa: E731
+    real = lambda *s: torch.randn(*s, dtype=BF16, device=device)  # noqa: E731
     meta = lambda *s, dtype=BF16: torch.empty(*s, dtype=dtype, device="meta")  # noqa: E731
     call, arg = {
         "add": (lambda: tritonkit.add(real(4), meta(4)), "y"),
@@ -126,7 +126,8 @@ def test_one_meta_tensor_among_real_ones_is_refused(name):
         "attention": (lambda: tritonkit.attention(real(1, 2, 4, 16), real(1, 2, 4, 16), meta(1, 2, 4, 16)), "v"),
         "cross_entropy": (lambda: tritonkit.cross_entropy(real(4, 10), meta(4, dtype=torch.long)), "target"),
         "linear_cross_entropy": (lambda: tritonkit.linear_cross_entropy(real(4, 8), meta(10, 8),
-                                                                        torch.zeros(4, dtype=torch.long)), "weight"),
+                                                                        torch.zeros(4, dtype=torch.long, device=device)),
+                                 "weight"),
     }[name]
     with pytest.raises(ValueError, match=f"{arg} is on meta"):
         call()
