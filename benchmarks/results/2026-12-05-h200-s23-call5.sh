@@ -8,7 +8,7 @@ fuzz=()
 for op in rope swiglu geglu gated_linear cross_entropy linear_cross_entropy; do
   fuzz+=("tests/test_fuzz_alignment.py::test_fuzz[$op-forward]" "tests/test_fuzz_alignment.py::test_fuzz[$op-backward]")
 done
-timeout 300 python3 -m pytest -p no:cacheprovider -n 6 -rfE --tb=short tests/test_meta_tensors.py \
+timeout 200 python3 -m pytest -p no:cacheprovider -n 8 -rfE --tb=short tests/test_meta_tensors.py \
   tests/test_compile_dynamic.py tests/test_autocast.py "${fuzz[@]}" > $R/tests.txt 2>&1
 echo "rc $?" >> $R/tests.txt
 grep -E "^(FAILED|ERROR) " $R/tests.txt | cut -c1-330
