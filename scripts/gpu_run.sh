@@ -2,7 +2,8 @@
 # The GPU job, for the lent H200 (or any CUDA machine with torch and triton installed):
 # the test suite compiled at GPU sizes, then the benchmark, ending with a short table.
 #   bash scripts/gpu_run.sh [bench ops...]        e.g. bash scripts/gpu_run.sh softmax add
-# Env: TESTS=0 skips the tests, SLOW=1 adds the slow tests, BENCH=0 skips the benchmark, PYTEST_ARGS replaces the default pytest args (tests).
+# Env: TESTS=0 skips the tests, SLOW=1 adds the slow tests, BENCH=0 skips the benchmark, PYTEST_ARGS replaces the default pytest args (tests),
+# TRITONKIT_TEST_SHARD=k/n runs the k-th of n slices of the suite (the whole suite outlasts one call: docs/bench.md).
 # Writes logs, bench.json and bench.png to $OUT (or ./out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
