@@ -39,9 +39,8 @@ def pytest_collection_modifyitems(config, items):
         # Every process collects the same items in the same order (xdist checks it), so the
         # slices are the same in each worker; interleaving spreads each file's cases.
         k, n = shard
-        keep = [item for i, item in enumerate(items) if i % n == k - 1]
         config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i % n != k - 1])
-        items[:] = keep
+        items[:] = items[k - 1::n]
 
 
 @pytest.fixture
