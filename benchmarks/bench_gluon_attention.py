@@ -40,8 +40,9 @@ CASES = [  # (B, H, N, D, causal)
 ]
 
 
-def gluon_variant(q, k, v, causal, stages=None, schedule=None):
-    """The Gluon forward with another ring depth, or another tile schedule than the launcher's
+def gluon_variant(q, k, v, causal, stages=None, schedule=None, o_buffer=None):
+    """The Gluon forward with another ring depth, O staged in Q's buffer or its own (`o_buffer`,
+    `tile_config`), or another tile schedule than the launcher's
     (for the comparison only): "tile a program" (one program per tile, the hardware's block
     scheduler deciding the order), "round-robin" (the persistent grid, tiles dealt in turn),
     "dynamic" (the persistent grid, each tile to the first program to ask). Launched through
@@ -53,6 +54,8 @@ def gluon_variant(q, k, v, causal, stages=None, schedule=None):
     grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, D ** -0.5)
     if stages is not None:
         kwargs = dict(kwargs, STAGES=stages)
+    if o_buffer is not None:
+        kwargs = dict(kwargs, O_BUFFER=o_buffer)
     if schedule is not None:
         n_tiles = args[-1]
         kwargs = dict(kwargs, DYNAMIC=schedule == "dynamic")
@@ -206,10 +209,12 @@ def main():
             ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         diff = (attention_fwd(q, k, v, causal, gluon=True)[0].float() - ref.float()).abs().max().item()
         variants = []
-        block_n, stages = gluon_fwd.tile_config(D)
+        block_n, stages, o_buffer = gluon_fwd.tile_config(D)
         alts = [(name, dict(schedule=name)) for name in ("tile a program", "round-robin", "dynamic")]
         alts += [(f"stages={alt}", dict(stages=alt)) for alt in (2, 3)
-                 if alt != stages and 2 * alt * block_n * D * 2 + 2 * 64 * D * 2 <= 224 * 1024]
+                 if alt != stages and 2 * alt * block_n * D * 2 + (1 + o_buffer) * 2 * 64 * D * 2 <= 224 * 1024]
+        if o_buffer:
+            alts.append(("O in Q's buffer", dict(o_buffer=False)))
         for label, kw in alts:
             try:
                 ms = triton.testing.do_bench(gluon_variant(q, k, v, causal, **kw), warmup=10, rep=60,

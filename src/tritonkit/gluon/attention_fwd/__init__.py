@@ -80,12 +80,15 @@ def consumer_count(head_dim: int, causal: bool, n_rows: int, softcap: float = 0.
 
 @functools.lru_cache(maxsize=None)
 def tile_config(head_dim: int) -> tuple[int, int]:
-    """(BLOCK_N, STAGES): keys a block and ring stages. Shared memory holds Q (reused for O,
-    64 rows a consumer) and STAGES buffers of K and V (BLOCK_N x D each), within Hopper's
-    227 KB: D=128: 32 KB + 2 x 64 KB; D=256: 64 KB + 2 x 64 KB (64-key blocks, so that S (32
-    registers) beside O (128) and P fit the 240-register budget); D=64 with three consumers
-    24 KB + 2 x 32 KB."""
-    return {64: (128, 2), 128: (128, 2), 256: (64, 2)}[head_dim]
+    """(BLOCK_N, STAGES, O_BUFFER): keys a block, ring stages, and whether O is staged for its
+    store in a buffer of its own (else in Q's). Shared memory holds Q (64 rows a consumer),
+    STAGES buffers of K and V (BLOCK_N x D each) and with O_BUFFER as much again as Q, within
+    Hopper's 227 KB: D=128: 32 + 2 x 64 + 32 KB; D=64 with three consumers 24 + 2 x 32 + 24 KB;
+    D=256: 64 KB + 2 x 64 KB (64-key blocks, so that S (32 registers) beside O (128) and P fit
+    the 240-register budget), which leaves no room for O's own 64 KB. With its own buffer, a
+    tile's Q is released once its last S product retires, and the next tile's Q loads under
+    this one's last block and epilogue rather than after its store."""
+    return {64: (128, 2, True), 128: (128, 2, True), 256: (64, 2, False)}[head_dim]
 
 
 # The largest cap whose scores the softmax measures from a fixed reference (`fixed_reference`):
@@ -167,7 +170,7 @@ class ForwardLaunch:
         # A packed batch's rows are its sequences' (the mean length stands for a row's walk).
         row_keys = Nq // max(seqs, 1) if varlen else Nq
         consumers = consumer_count(D, bool(causal), row_keys, softcap, window_left)
-        self.block_n, stages = tile_config(D)
+        self.block_n, stages, o_buffer = tile_config(D)
         rows = consumers * ROWS_PER_WARPGROUP
         n_m = cdiv(Nq, rows) + (seqs if varlen else 0)
         n_tiles = n_m * H * B
@@ -188,7 +191,7 @@ class ForwardLaunch:
                           WINDOW_LEFT=int(window_left), DYNAMIC=self.dynamic, STAGES=stages, CONSUMERS=consumers,
                           CONSUMER_REGS=consumer_regs(consumers), PRODUCER_REGS=PRODUCER_REGS,
                           FIXED_MAX=fixed_reference(softcap, q.dtype), VARLEN=varlen,
-                          LONGEST_FIRST=span > 0)
+                          LONGEST_FIRST=span > 0, O_BUFFER=o_buffer)
         self.template = LaunchTemplate("attention_fwd_gluon", _attn_fwd_kernel, (min(n_tiles, num_sms(q.device)),),
                                        tail, constexprs, num_warps=4, num_stages=None)
 

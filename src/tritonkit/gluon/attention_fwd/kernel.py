@@ -206,11 +206,13 @@ def _wait_turn(my_turn, c, WG: gl.constexpr):
 
 @gluon.jit
 def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                    my_turn, next_turn, WG: gl.constexpr, row0, Nk, qk_scale, MASKED: gl.constexpr,
+                    my_turn, next_turn, q_free, last, WG: gl.constexpr, row0, Nk, qk_scale, MASKED: gl.constexpr,
                     CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-                    FIXED_MAX: gl.constexpr):
+                    FIXED_MAX: gl.constexpr, RELEASE_Q: gl.constexpr):
     # Key block j of a tile, not its first (c: this block counted over the program's tiles):
-    # S(j) and P(j-1) V(j-1) in flight together, softmax(j) under the latter.
+    # S(j) and P(j-1) V(j-1) in flight together, softmax(j) under the latter. With RELEASE_Q
+    # the tile's last block (last) releases Q's buffer once its S, the last product to read Q,
+    # has retired (`_consumer_tile`).
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     BLOCK_M: gl.constexpr = q.shape[0]
@@ -229,6 +231,8 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
     mbarrier.arrive(next_turn, count=1)
     qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk, ))
     mbarrier.arrive(k_empty.index(s), count=1)
+    if RELEASE_Q:
+        mbarrier.arrive(q_free, count=1, pred=last)
     p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS,
                                        SOFTCAP, WINDOW_LEFT, FIXED_MAX)
     pb_next = gl.convert_layout(p.to(q.dtype), p_layout)
@@ -242,12 +246,17 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
 
 
 @gluon.jit
-def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_full, q0, nq, nk, q, k_bufs, v_bufs,
-                   k_ready, v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, O, stride_oh, stride_on, H, Nq,
-                   qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
-                   WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr):
+def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_full, q0, nq, nk, q, q_free, o_buf,
+                   k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, O, stride_oh,
+                   stride_on, H, Nq, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
+                   WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr,
+                   O_BUFFER: gl.constexpr):
     # Rows [m0, m0 + ROWS) of a sequence of nq queries and nk keys (q0: its first row in the
     # (b, h) rows of o and LSE; rows local to the sequence); this warpgroup's 64 of them.
+    # Q's buffer is released (q_free) as soon as nothing reads it again: with O staged in a
+    # buffer of its own (O_BUFFER; o_buf), once the tile's last S product has retired, so that
+    # the next tile's Q lands under this one's last softmax, last P V and epilogue; with O
+    # staged in Q's buffer (o_buf is q), once O's store has read it.
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -282,37 +291,59 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
     pb = gl.convert_layout(p.to(q.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
-    for j in range(1, edge):
+    # With O_BUFFER the tile's last block releases Q. At three warpgroups' 160 registers the
+    # predicate that picks it in the loops spills, so the last block is taken out of them
+    # instead (and masked whatever it holds, as one copy of the block's code; a masked and an
+    # unmasked copy spill too); at 240 registers the copy spills and the predicate does not.
+    PEEL: gl.constexpr = O_BUFFER and ROWS > 2 * BLOCK_M
+    IN_LOOP: gl.constexpr = O_BUFFER and not PEEL
+    end = count - 1 if PEEL else count
+    for j in range(1, gl.minimum(edge, end)):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
-                                            k_empty, v_empty, my_turn, next_turn, WG, row0, nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
-    for j in range(gl.maximum(edge, 1), band):
+                                            k_empty, v_empty, my_turn, next_turn, q_free, j + 1 == count, WG, row0,
+                                            nk, qk_scale, True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
+                                            IN_LOOP)
+    for j in range(gl.maximum(edge, 1), gl.minimum(band, end)):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
-                                            k_empty, v_empty, my_turn, next_turn, WG, row0, nk, qk_scale,
-                                            False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
-    for j in range(gl.maximum(band, 1), count):
+                                            k_empty, v_empty, my_turn, next_turn, q_free, j + 1 == count, WG, row0,
+                                            nk, qk_scale, False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
+                                            IN_LOOP)
+    for j in range(gl.maximum(band, 1), end):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
-                                            k_empty, v_empty, my_turn, next_turn, WG, row0, nk, qk_scale,
-                                            True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX)
+                                            k_empty, v_empty, my_turn, next_turn, q_free, j + 1 == count, WG, row0,
+                                            nk, qk_scale, True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
+                                            IN_LOOP)
+    if PEEL:
+        if end > 0:
+            acc, pb, m_i, l_i = _consumer_block(c + end, lo + end, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready,
+                                                v_ready, k_empty, v_empty, my_turn, next_turn, q_free, True, WG, row0,
+                                                nk, qk_scale, True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
+                                                True)
 
-    # The last block's P V, then O = acc / l through shared memory (Q's buffer, free now that
-    # every S product has retired) and a TMA store that drops rows past Nq; in a packed batch
-    # a warpgroup's rows that reach past their sequence (into the next one's rows) are stored
-    # through masked pointers instead.
+    # The last block's P V, then O = acc / l through shared memory (o_buf) and a TMA store
+    # that drops rows past Nq; in a packed batch a warpgroup's rows that reach past their
+    # sequence (into the next one's rows) are stored through masked pointers instead.
     c_last = c + count - 1
     s_last = c_last % STAGES
     mbarrier.wait(v_ready.index(s_last), (c_last // STAGES) & 1)
     acc = warpgroup_mma(pb, v_bufs.index(s_last), acc, is_async=True)
     acc, pb = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pb))
     mbarrier.arrive(v_empty.index(s_last), count=1)
+    if O_BUFFER:
+        mbarrier.arrive(q_free, count=1, pred=count == 1)     # a walk of one block: its S was the last
     acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
+    if O_BUFFER:
+        tma.store_wait(pendings=0)          # the previous tile's O has left o_buf
     if VARLEN:
         if row0 + BLOCK_M <= nq:
-            _store_tile(q, o_desc, acc, b, h, q0 + row0, 0)
+            _store_tile(o_buf, o_desc, acc, b, h, q0 + row0, 0)
         else:
             _store_rows(O, acc.to(q.dtype), h * stride_oh, q0 + row0, nq - row0, stride_on)
     else:
-        _store_tile(q, o_desc, acc, b, h, row0, 0)
+        _store_tile(o_buf, o_desc, acc, b, h, row0, 0)
+    if not O_BUFFER:
+        tma.store_wait(pendings=0)          # O has left Q's buffer: a next Q may land
+        mbarrier.arrive(q_free, count=1)
 
     rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     lse = (m_i + gl.log2(l_i)) * 0.6931471805599453          # natural-log units
@@ -334,11 +365,13 @@ def _empty_rows(WG: gl.constexpr, q, LSE, O, stride_oh, stride_on, h, m0, q0, nq
 
 
 @gluon.jit
-def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, k_bufs, v_bufs, k_ready, v_ready, k_empty,
+def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, o_buf, k_bufs, v_bufs, k_ready, v_ready, k_empty,
                   v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H,
                   Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-                  SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr):
-    # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it.
+                  SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr,
+                  O_BUFFER: gl.constexpr):
+    # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it, with Q's
+    # buffer released (q_free).
     BLOCK_M: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS,
@@ -346,19 +379,18 @@ def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, k_
     lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
     if VARLEN:
         if n_kv > lo:
-            _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q0, nq, nk, q, k_bufs, v_bufs,
-                           k_ready, v_ready, k_empty, v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS),
-                           o_desc, LSE, O, stride_oh, stride_on, H, Nq, qk_scale, CAUSAL, SCALE_POS, SOFTCAP,
-                           WINDOW_LEFT, FIXED_MAX, VARLEN)
+            _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q0, nq, nk, q, q_free, o_buf,
+                           k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, turn.index(WG),
+                           turn.index((WG + 1) % CONSUMERS), o_desc, LSE, O, stride_oh, stride_on, H, Nq, qk_scale,
+                           CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX, VARLEN, O_BUFFER)
         else:
             _empty_rows(WG, q, LSE, O, stride_oh, stride_on, h, m0, q0, nq, Nq)
+            mbarrier.arrive(q_free, count=1)
     else:
-        _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q0, nq, nk, q, k_bufs, v_bufs, k_ready,
-                       v_ready, k_empty, v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS), o_desc, LSE, O,
-                       stride_oh, stride_on, H, Nq, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
-                       VARLEN)
-    tma.store_wait(pendings=0)              # O has left Q's buffer: a next Q may land
-    mbarrier.arrive(q_free, count=1)
+        _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q0, nq, nk, q, q_free, o_buf, k_bufs,
+                       v_bufs, k_ready, v_ready, k_empty, v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS),
+                       o_desc, LSE, O, stride_oh, stride_on, H, Nq, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
+                       FIXED_MAX, VARLEN, O_BUFFER)
     return c + n_kv - lo
 
 
@@ -370,33 +402,37 @@ def _posted_tile(tile_ids, WG: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
+def _consumer(WG: gl.constexpr, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
               tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H,
               Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
-              WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr):
+              WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr,
+              O_BUFFER: gl.constexpr):
     CONSUMERS: gl.constexpr = turn.shape[0]
     q = q_smem.index(WG)
+    o_buf = o_smem.index(WG)
     c = 0
     ti = 0
     if DYNAMIC:
         mbarrier.wait(q_ready.index(WG), 0)
         t = _posted_tile(tile_ids, WG)
         while t < n_tiles:
-            c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                              v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nq,
-                              Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
-                              VARLEN)
+            c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), o_buf, k_bufs, v_bufs, k_ready, v_ready,
+                              k_empty, v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN,
+                              LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP,
+                              WINDOW_LEFT, FIXED_MAX, VARLEN, O_BUFFER)
             ti += 1
             mbarrier.wait(q_ready.index(WG), ti & 1)
             t = _posted_tile(tile_ids, WG)
     else:
         for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             mbarrier.wait(q_ready.index(WG), ti & 1)
-            c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                              v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nq,
-                              Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
-                              VARLEN)
+            c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), o_buf, k_bufs, v_bufs, k_ready, v_ready,
+                              k_empty, v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN,
+                              LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP,
+                              WINDOW_LEFT, FIXED_MAX, VARLEN, O_BUFFER)
             ti += 1
+    if O_BUFFER:
+        tma.store_wait(pendings=0)          # the last O stored before the program ends
 
 
 @gluon.jit
@@ -417,11 +453,13 @@ def _attn_fwd_kernel(
     # meta (SOFTCAP: the cap c, 0 for none; WINDOW_LEFT: a causal mask's left window, -1 for none;
     # CONSUMERS: 64-row consumer warpgroups, 2 or 3, with CONSUMER_REGS registers each;
     # FIXED_MAX: the softcap's fixed base-2 reference for p, 0 for a running row maximum;
-    # VARLEN: packed sequences; LONGEST_FIRST: the tiles' order, `common._ordered_tile`)
+    # VARLEN: packed sequences; LONGEST_FIRST: the tiles' order, `common._ordered_tile`;
+    # O_BUFFER: O staged in shared memory of its own rather than in Q's, so that a tile's Q
+    # buffer is free for the next tile's Q before this tile's epilogue, `_consumer_tile`)
     CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
     DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr,
-    LONGEST_FIRST: gl.constexpr,
+    LONGEST_FIRST: gl.constexpr, O_BUFFER: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -432,6 +470,10 @@ def _attn_fwd_kernel(
     smem_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
     kv_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
     q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_DIM], smem_2d)
+    if O_BUFFER:
+        o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_DIM], smem_2d)
+    else:
+        o_smem = q_smem
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
     q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
@@ -457,18 +499,18 @@ def _attn_fwd_kernel(
     # arguments does not carry the constexprs into the partitions (tried, with gl.constexpr too).
     if CONSUMERS == 3:
         gl.warp_specialize([
-            (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
+            (_consumer, (0, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
                           tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
                           Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
-                          FIXED_MAX, VARLEN)),
-            (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
+                          FIXED_MAX, VARLEN, O_BUFFER)),
+            (_consumer, (1, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
                           tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
                           Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
-                          FIXED_MAX, VARLEN)),
-            (_consumer, (2, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
+                          FIXED_MAX, VARLEN, O_BUFFER)),
+            (_consumer, (2, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
                           tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
                           Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
-                          FIXED_MAX, VARLEN)),
+                          FIXED_MAX, VARLEN, O_BUFFER)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
                          v_empty, tile_ids, SCHED, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H, GROUP, Nq, Nk, CU_Q,
                          CU_K, SEQS, CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)),
@@ -476,14 +518,14 @@ def _attn_fwd_kernel(
     else:
         gl.static_assert(CONSUMERS == 2)
         gl.warp_specialize([
-            (_consumer, (0, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
+            (_consumer, (0, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
                           tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
                           Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
-                          FIXED_MAX, VARLEN)),
-            (_consumer, (1, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
+                          FIXED_MAX, VARLEN, O_BUFFER)),
+            (_consumer, (1, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
                           tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
                           Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
-                          FIXED_MAX, VARLEN)),
+                          FIXED_MAX, VARLEN, O_BUFFER)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
                          v_empty, tile_ids, SCHED, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H, GROUP, Nq, Nk, CU_Q,
                          CU_K, SEQS, CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)),
