@@ -82,8 +82,9 @@ def _load_tile(t, c, ti, b, hk, h, q_row, k0, lo, count, q_desc, k_desc, v_desc,
     BLOCK_N: gl.constexpr = k_bufs.shape[1]
     CONSUMERS: gl.constexpr = tile_ids.shape[0]
     BLOCK_M: gl.constexpr = q_smem.shape[1]
-    # The tile's first K/V blocks go before its Q, whose buffer holds the previous tile's
-    # O until that store is done: they load while the consumers finish that tile.
+    # The tile's first K/V blocks go before its Q, whose buffer the previous tile holds until
+    # its last S product has retired (or, with O staged in Q's buffer, until O's store has
+    # read it): they load while the consumers finish that tile.
     n_pre = gl.minimum(count, STAGES)
     for j in range(n_pre):
         _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
@@ -365,11 +366,11 @@ def _empty_rows(WG: gl.constexpr, q, LSE, O, stride_oh, stride_on, h, m0, q0, nq
 
 
 @gluon.jit
-def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, o_buf, k_bufs, v_bufs, k_ready, v_ready, k_empty,
-                  v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H,
-                  Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr,
-                  SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr,
-                  O_BUFFER: gl.constexpr):
+def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, o_buf, k_bufs, v_bufs, k_ready,
+                  v_ready, k_empty, v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN,
+                  LONGEST_FIRST: gl.constexpr, H, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr,
+                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr,
+                  VARLEN: gl.constexpr, O_BUFFER: gl.constexpr):
     # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it, with Q's
     # buffer released (q_free).
     BLOCK_M: gl.constexpr = q.shape[0]
@@ -402,11 +403,11 @@ def _posted_tile(tile_ids, WG: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-              tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H,
-              Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
-              WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr,
-              O_BUFFER: gl.constexpr):
+def _consumer(WG: gl.constexpr, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+              turn, tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN,
+              LONGEST_FIRST: gl.constexpr, H, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr,
+              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr,
+              FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr, O_BUFFER: gl.constexpr):
     CONSUMERS: gl.constexpr = turn.shape[0]
     q = q_smem.index(WG)
     o_buf = o_smem.index(WG)
