@@ -5,8 +5,10 @@ one tree a process (PYTHONPATH picks it): the forward shapes of issue 16's bars 
 Gluon kernels with head dim 64 or 128, through the dispatch and autograd's no-grad road, beside
 SDPA's cuDNN; TFLOP/s medians of three rounds on the work needed, graphed (the GPU's time alone)
 for the short shape; every output checked against SDPA's math backend in float32 first.
-    PYTHONPATH=TREE/src python3 benchmarks/results/2026-12-05-h200-s24-o_buffer_ab.py"""
+    PYTHONPATH=TREE/src python3 benchmarks/results/2026-12-05-h200-s24-o_buffer_ab.py [HEAD_DIM ...]
+(the head dims to run, all by default)"""
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +32,9 @@ DENSE = [(8, 16, 16, 1024, 64, False), (4, 32, 32, 4096, 64, False), (4, 32, 32,
          (2, 32, 32, 8192, 64, True), (4, 32, 32, 16384, 64, True),
          (4, 32, 32, 4096, 128, False), (4, 32, 32, 4096, 128, True), (4, 32, 32, 16384, 128, False),
          (4, 32, 32, 16384, 128, True), (4, 32, 8, 4096, 128, True)]
+DIMS = {int(a) for a in sys.argv[1:]} or {64, 128}
 with torch.no_grad():
-    for B, H, Hkv, N, D, causal in DENSE:
+    for B, H, Hkv, N, D, causal in (case for case in DENSE if case[4] in DIMS):
         q = torch.randn(B, H, N, D, dtype=torch.bfloat16, device=dev)
         k, v = (torch.randn(B, Hkv, N, D, dtype=torch.bfloat16, device=dev) for _ in range(2))
         if N <= 4096:
@@ -56,7 +59,7 @@ with torch.no_grad():
               f"cuDNN {med['cuDNN']:.1f}  ({med['tritonkit'] / med['cuDNN']:.3f}x; max err {err:.1e})", flush=True)
         del q, k, v
 
-    for D in (128, 64):
+    for D in sorted(DIMS, reverse=True):
         lengths = lognormal_lengths(16, 1024)
         cu = cu_seqlens(lengths, dev)
         total = sum(lengths)

@@ -83,12 +83,14 @@ def tile_config(head_dim: int) -> tuple[int, int]:
     """(BLOCK_N, STAGES, O_BUFFER): keys a block, ring stages, and whether O is staged for its
     store in a buffer of its own (else in Q's). Shared memory holds Q (64 rows a consumer),
     STAGES buffers of K and V (BLOCK_N x D each) and with O_BUFFER as much again as Q, within
-    Hopper's 227 KB: D=128: 32 + 2 x 64 + 32 KB; D=64 with three consumers 24 + 2 x 32 + 24 KB;
-    D=256: 64 KB + 2 x 64 KB (64-key blocks, so that S (32 registers) beside O (128) and P fit
-    the 240-register budget), which leaves no room for O's own 64 KB. With its own buffer, a
-    tile's Q is released once its last S product retires, and the next tile's Q loads under
-    this one's last block and epilogue rather than after its store."""
-    return {64: (128, 2, True), 128: (128, 2, True), 256: (64, 2, False)}[head_dim]
+    Hopper's 227 KB: D=128: 32 + 2 x 64 + 32 KB; D=256: 64 KB + 2 x 64 KB (64-key blocks, so
+    that S (32 registers) beside O (128) and P fit the 240-register budget), which leaves no
+    room for O's own 64 KB; D=64 with three consumers 24 KB + 2 x 32 KB. With its own buffer a
+    tile's Q is released once its last S product retires, so that the next tile's Q loads
+    under this one's last block and epilogue rather than after O's store (measured faster at
+    D=128; at D=64 slower, with the three-warpgroup tile's registers too tight for the release:
+    BENCHMARKS.md, notes/gluon_attention.md)."""
+    return {64: (128, 2, False), 128: (128, 2, True), 256: (64, 2, False)}[head_dim]
 
 
 # The largest cap whose scores the softmax measures from a fixed reference (`fixed_reference`):

@@ -292,34 +292,21 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
     pb = gl.convert_layout(p.to(q.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
-    # With O_BUFFER the tile's last block releases Q. At three warpgroups' 160 registers the
-    # predicate that picks it in the loops spills, so the last block is taken out of them
-    # instead (and masked whatever it holds, as one copy of the block's code; a masked and an
-    # unmasked copy spill too); at 240 registers the copy spills and the predicate does not.
-    PEEL: gl.constexpr = O_BUFFER and ROWS > 2 * BLOCK_M
-    IN_LOOP: gl.constexpr = O_BUFFER and not PEEL
-    end = count - 1 if PEEL else count
-    for j in range(1, gl.minimum(edge, end)):
+    for j in range(1, edge):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, q_free, j + 1 == count, WG, row0,
                                             nk, qk_scale, True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
-                                            IN_LOOP)
-    for j in range(gl.maximum(edge, 1), gl.minimum(band, end)):
+                                            O_BUFFER)
+    for j in range(gl.maximum(edge, 1), band):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, q_free, j + 1 == count, WG, row0,
                                             nk, qk_scale, False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
-                                            IN_LOOP)
-    for j in range(gl.maximum(band, 1), end):
+                                            O_BUFFER)
+    for j in range(gl.maximum(band, 1), count):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
                                             k_empty, v_empty, my_turn, next_turn, q_free, j + 1 == count, WG, row0,
                                             nk, qk_scale, True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
-                                            IN_LOOP)
-    if PEEL:
-        if end > 0:
-            acc, pb, m_i, l_i = _consumer_block(c + end, lo + end, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready,
-                                                v_ready, k_empty, v_empty, my_turn, next_turn, q_free, True, WG, row0,
-                                                nk, qk_scale, True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
-                                                True)
+                                            O_BUFFER)
 
     # The last block's P V, then O = acc / l through shared memory (o_buf) and a TMA store
     # that drops rows past Nq; in a packed batch a warpgroup's rows that reach past their
@@ -342,13 +329,13 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
             _store_rows(O, acc.to(q.dtype), h * stride_oh, q0 + row0, nq - row0, stride_on)
     else:
         _store_tile(o_buf, o_desc, acc, b, h, row0, 0)
-    if not O_BUFFER:
-        tma.store_wait(pendings=0)          # O has left Q's buffer: a next Q may land
-        mbarrier.arrive(q_free, count=1)
 
     rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     lse = (m_i + gl.log2(l_i)) * 0.6931471805599453          # natural-log units
     gl.store(LSE + (b * H + h).to(gl.int64) * Nq + q0 + rows, lse, mask=rows < nq)
+    if not O_BUFFER:
+        tma.store_wait(pendings=0)          # O has left Q's buffer: a next Q may land
+        mbarrier.arrive(q_free, count=1)
 
 
 @gluon.jit
