@@ -12,7 +12,7 @@ shipped one where shared memory allows, by launching the kernel with launch_args
 and FlashAttention-2 backward (autograd through SDPA with the backend forced) and the Triton
 backward: TFLOP/s count 10*B*H*Nq*Nk*D (2.5 forwards, halved when causal), medians of a few
 CUDA-event-timed calls (a call at N=16384 takes about a second). Each Gluon stage (preprocess,
-dK/dV, dQ) is also timed alone.
+dK/dV, dQ) is also timed alone, and up to N=2048 from a CUDA graph too (its GPU time alone).
 """
 import argparse
 import math
@@ -69,6 +69,7 @@ BWD_CASES = [  # (B, H, N, D, causal)
     (4, 32, 4096, 128, False), (4, 32, 4096, 128, True),
     (4, 32, 16384, 128, False), (4, 32, 16384, 128, True),
     (4, 32, 4096, 64, False), (4, 32, 4096, 64, True),
+    (8, 16, 1024, 64, False), (8, 16, 1024, 64, True),     # issue 16's short shape
 ]
 
 
@@ -89,6 +90,7 @@ def _time_ms(fn, warmup: int, reps: int) -> float:
 def backward_main(opts) -> None:
     from tritonkit.gluon import attention_bwd as gluon_bwd
     from tritonkit.ops.attention import attention_bwd
+    from tritonkit.bench.timing import graphed_ms
     from tritonkit.ops.attention.backward import _attn_bwd_preprocess_kernel
 
     t_start = time.time()
@@ -150,7 +152,10 @@ def backward_main(opts) -> None:
         alone = []
         for name, fn in stages.items():
             try:
-                alone.append(f"{name} {_time_ms(fn, warmup, reps):.3f}")
+                ms = _time_ms(fn, warmup, reps)
+                # A short stage's launch is a large share of its eager time: its GPU time alone too.
+                graphed = f" (graphed {graphed_ms(fn, ms):.3f})" if N <= 2048 else ""
+                alone.append(f"{name} {ms:.3f}{graphed}")
             except Exception as e:
                 alone.append(f"{name} {type(e).__name__}")
         g = tf["gluon"]
