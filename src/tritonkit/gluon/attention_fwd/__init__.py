@@ -79,7 +79,7 @@ def consumer_count(head_dim: int, causal: bool, n_rows: int, softcap: float = 0.
 
 
 @functools.lru_cache(maxsize=None)
-def tile_config(head_dim: int) -> tuple[int, int]:
+def tile_config(head_dim: int) -> tuple[int, int, bool]:
     """(BLOCK_N, STAGES, O_BUFFER): keys a block, ring stages, and whether O is staged for its
     store in a buffer of its own (else in Q's). Shared memory holds Q (64 rows a consumer),
     STAGES buffers of K and V (BLOCK_N x D each) and with O_BUFFER as much again as Q, within
