@@ -88,9 +88,9 @@ def _time_ms(fn, warmup: int, reps: int) -> float:
 
 
 def backward_main(opts) -> None:
+    from tritonkit.bench.timing import graphed_ms
     from tritonkit.gluon import attention_bwd as gluon_bwd
     from tritonkit.ops.attention import attention_bwd
-    from tritonkit.bench.timing import graphed_ms
     from tritonkit.ops.attention.backward import _attn_bwd_preprocess_kernel
 
     t_start = time.time()
