@@ -25,7 +25,7 @@ import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tritonkit._counters import zeroed_counters
-from tritonkit.gluon import attention_fwd as gluon_fwd
+from tritonkit.ops.attention.gluon import attention_fwd as gluon_fwd
 from tritonkit.ops.attention.order import num_sms
 from tritonkit.ops.attention import attention_fwd
 
@@ -89,7 +89,7 @@ def _time_ms(fn, warmup: int, reps: int) -> float:
 
 def backward_main(opts) -> None:
     from tritonkit.bench.timing import graphed_ms
-    from tritonkit.gluon import attention_bwd as gluon_bwd
+    from tritonkit.ops.attention.gluon import attention_bwd as gluon_bwd
     from tritonkit.ops.attention import attention_bwd
     from tritonkit.ops.attention.backward import _attn_bwd_preprocess_kernel
 

@@ -9,7 +9,7 @@ import triton.testing
 
 from tritonkit._launch import Launch
 from tritonkit.bench.timing import host_ms
-from tritonkit.gluon import attention_fwd as G
+from tritonkit.ops.attention.gluon import attention_fwd as G
 from tritonkit.ops.attention import attention_fwd
 
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tritonkit.bench.timing import time_ms
-from tritonkit.gluon import attention_fwd as gluon_fwd
+from tritonkit.ops.attention.gluon import attention_fwd as gluon_fwd
 from tritonkit.ops.attention import attention_fwd
 
 variant = sys.argv[1]

@@ -20,6 +20,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 import tritonkit
 from tritonkit._launch import record_launches
+from tritonkit.ops.attention.score import Score
 from tritonkit.ops import attention as attention_module
 from tritonkit.ops.attention import plans as attention_plans
 from tritonkit.ops.attention import TileConfig, attention_fwd, attention_reference
@@ -400,9 +401,9 @@ def test_tuner_tries_the_configs_of_the_chosen_path():
         for block_d, n_bucket in [(d, n) for d in (64, 128, 256) for n in (1024, 16384)]:
             named = {"Nq": n_bucket, "Nk": n_bucket}  # runtime arguments reach the pruner by name
             tma = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, named,
-                                              BLOCK_D=block_d, USE_TMA=True, CAUSAL=False)
+                                              BLOCK_D=block_d, USE_TMA=True, SCORE=Score())
             pointer = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, named,
-                                                  BLOCK_D=block_d, USE_TMA=False)
+                                                  BLOCK_D=block_d, USE_TMA=False, SCORE=Score())
             fixed = attention_module.fixed_configs(block_d, n_bucket)
             assert tma[0] == fixed["fwd_tma"].triton_config() and pointer[0] == fixed["fwd"].triton_config()
             assert tma and {str(c) for c in tma} <= {str(c.triton_config()) for c in attention_module.autotune_configs("fwd_tma")}

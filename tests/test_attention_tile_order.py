@@ -13,10 +13,11 @@ between SMs and nothing else.
 import pytest
 import torch
 
-from tritonkit.gluon import attention_bwd as gluon_bwd
-from tritonkit.gluon import attention_fwd as gluon_fwd
-from tritonkit.gluon.compile import compile_sm90
+from tritonkit.ops.attention.gluon import attention_bwd as gluon_bwd
+from tritonkit.ops.attention.gluon import attention_fwd as gluon_fwd
+from tritonkit.inspector.gluon import compile_sm90
 from tritonkit.ops.attention import attention_bwd, attention_fwd, order, plans
+from tritonkit.ops.attention.score import Score
 
 from test_gluon_attention import needs_hopper
 from test_gluon_attention_bwd import DKDV_SPILL_BOUND
@@ -140,7 +141,7 @@ def test_triton_orders_agree_bitwise(B, H, Hkv, N, D, device, monkeypatch):
     results = []
     for longest in (False, True):
         monkeypatch.setattr(order, "LONGEST_FIRST_MAX_TILES_PER_SM", 1 << 20 if longest else -1)
-        assert plans._head_span((True, -1, -1, 0.0), None, B * H, 4, q.device) == (6 if longest else 0)
+        assert plans._head_span(Score(causal=True), None, B * H, 4, q.device) == (6 if longest else 0)
         plans.clear()
         o, lse = attention_fwd(q, k, v, True, gluon=False)
         results.append((o, lse, *attention_bwd(do, q, k, v, o, lse, True, gluon=False)))

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from tritonkit._counters import zeroed_counters
-from tritonkit.gluon import attention_fwd as gluon_fwd, host
-from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT, compile_sm90
+from tritonkit.ops.attention.gluon import attention_fwd as gluon_fwd, host
+from tritonkit.inspector.gluon import HOPPER_SHARED_LIMIT, compile_sm90
 from tritonkit.ops.attention import attention_fwd, attention_reference
 
 from _tolerance import assert_close_to_reference

@@ -11,10 +11,11 @@ import re
 import pytest
 import torch
 
-from tritonkit.gluon import attention_bwd as gluon_bwd
-from tritonkit.gluon import host
-from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT, compile_sm90
+from tritonkit.ops.attention.gluon import attention_bwd as gluon_bwd
+from tritonkit.ops.attention.gluon import host
+from tritonkit.inspector.gluon import HOPPER_SHARED_LIMIT, compile_sm90
 from tritonkit.ops.attention import attention_bwd, attention_fwd, attention_reference
+from tritonkit.ops.attention.score import Score
 
 from _tolerance import assert_close_to_reference, eps_for
 from test_attention import sdpa
@@ -263,10 +264,10 @@ def test_window_dispatch():
     # The Gluon kernels take a causal mask's left window where every row sees a key; the
     # Triton kernels take the rest (rows with no key, a right window, full attention).
     from tritonkit.ops.attention.paths import _plain
-    assert _plain((True, 100, -1, 0.0), None, None, None, causal_window=(600, 600)) is None
-    assert _plain((True, 100, -1, 0.0), None, None, None, causal_window=(601, 500)) is not None
-    assert _plain((True, 100, -1, 0.0), None, None, None) is not None           # no (Nq, Nk) given
-    assert _plain((False, 100, 100, 0.0), None, None, None, causal_window=(600, 600)) is not None
+    assert _plain(Score(True, 100, -1, 0.0), None, None, None, causal_window=(600, 600)) is None
+    assert _plain(Score(True, 100, -1, 0.0), None, None, None, causal_window=(601, 500)) is not None
+    assert _plain(Score(True, 100, -1, 0.0), None, None, None) is not None           # no (Nq, Nk) given
+    assert _plain(Score(False, 100, 100, 0.0), None, None, None, causal_window=(600, 600)) is not None
 
 
 @pytest.mark.gpu

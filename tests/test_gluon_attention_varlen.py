@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from tritonkit._launch import record_launches
-from tritonkit.gluon import attention_fwd as gluon_fwd
-from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT, compile_sm90
+from tritonkit.ops.attention.gluon import attention_fwd as gluon_fwd
+from tritonkit.inspector.gluon import HOPPER_SHARED_LIMIT, compile_sm90
 from tritonkit.ops.attention import attention_varlen_fwd, attention_varlen_reference, paths
+from tritonkit.ops.attention.score import Score
 
 from _tolerance import assert_close_to_reference
 from test_attention_varlen import cu
@@ -51,10 +52,10 @@ def test_varlen_dispatch_for_sm90():
     T, H, D = 4000, 4, 128
     q, k = _views(T, H, D), _views(T, 2, D)
     with record_launches(execute=False, capability=90):
-        chosen = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (5, False), None, None, None)
-        windowed = paths.gluon_forward(q, k, k, D ** -0.5, (True, 1000, -1, 0.0), (5, False), None, None, None)
-        short = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (20, False), None, None, None)
-        forced = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (20, False), None, None, True)
+        chosen = paths.gluon_forward(q, k, k, D ** -0.5, Score(True, -1, -1, 0.0), (5, False), None, None, None)
+        windowed = paths.gluon_forward(q, k, k, D ** -0.5, Score(True, 1000, -1, 0.0), (5, False), None, None, None)
+        short = paths.gluon_forward(q, k, k, D ** -0.5, Score(True, -1, -1, 0.0), (20, False), None, None, None)
+        forced = paths.gluon_forward(q, k, k, D ** -0.5, Score(True, -1, -1, 0.0), (20, False), None, None, True)
     assert chosen.path == "gluon" and "5 packed sequences" in chosen.reason
     # Sequences of 200 rows on average: the Triton forward unless asked for the Gluon one.
     assert short.path == "triton" and "200 query rows on average" in short.reason
@@ -62,17 +63,17 @@ def test_varlen_dispatch_for_sm90():
     assert windowed.path == "triton" and "packed sequences with a sliding window" in windowed.reason
     with pytest.raises(ValueError, match="packed sequences with a sliding window"), \
             record_launches(execute=False, capability=90):
-        paths.gluon_forward(q, k, k, D ** -0.5, (True, 1000, -1, 0.0), (5, False), None, None, True)
+        paths.gluon_forward(q, k, k, D ** -0.5, Score(True, 1000, -1, 0.0), (5, False), None, None, True)
     # One cu_seqlens for queries and keys (varlen's second field): every row sees itself, so a
     # causal mask's left window runs on the Gluon kernel; another window does not.
     with record_launches(execute=False, capability=90):
-        one_cu = paths.gluon_forward(q, k, k, D ** -0.5, (True, 1000, -1, 0.0), (5, True), None, None, None)
-        right = paths.gluon_forward(q, k, k, D ** -0.5, (False, 1000, 1000, 0.0), (5, True), None, None, None)
+        one_cu = paths.gluon_forward(q, k, k, D ** -0.5, Score(True, 1000, -1, 0.0), (5, True), None, None, None)
+        right = paths.gluon_forward(q, k, k, D ** -0.5, Score(False, 1000, 1000, 0.0), (5, True), None, None, None)
     assert one_cu.path == "gluon" and "5 packed sequences, left window 1000" in one_cu.reason
     assert right.path == "triton" and "packed sequences with a sliding window" in right.reason
     # A 100-key window: a walk too short for the Gluon forward (the Triton one measured faster).
     with record_launches(execute=False, capability=90):
-        narrow = paths.gluon_forward(q, k, k, D ** -0.5, (True, 100, -1, 0.0), (5, True), None, None, None)
+        narrow = paths.gluon_forward(q, k, k, D ** -0.5, Score(True, 100, -1, 0.0), (5, True), None, None, None)
     assert narrow.path == "triton" and "about 101 keys a row" in narrow.reason
 
 
@@ -185,8 +186,8 @@ def test_varlen_views_at_odd_offsets_take_the_triton_kernels():
     q, k = (t.permute(1, 0, 2).unsqueeze(0) for t in (qkv[:, :H], qkv[:, H:]))
     assert q.data_ptr() % 16 != 0
     with record_launches(execute=False, capability=90):
-        forward = paths.gluon_forward(q, k, k, D ** -0.5, (True, -1, -1, 0.0), (5, True), None, None, None)
-        backward = paths.gluon_backward(q, q, k, k, q, torch.empty(1, H, T), D ** -0.5, (True, -1, -1, 0.0),
+        forward = paths.gluon_forward(q, k, k, D ** -0.5, Score(True, -1, -1, 0.0), (5, True), None, None, None)
+        backward = paths.gluon_backward(q, q, k, k, q, torch.empty(1, H, T), D ** -0.5, Score(True, -1, -1, 0.0),
                                         (5, True), None, None, None, None, 2**40)
     assert forward.path == backward.path == "triton"
     assert "TMA" in forward.reason or "descriptor" in forward.reason, forward.reason

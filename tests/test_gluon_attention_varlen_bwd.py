@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from tritonkit._launch import record_launches
-from tritonkit.gluon import attention_bwd as gluon_bwd
-from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT, compile_sm90
+from tritonkit.ops.attention.gluon import attention_bwd as gluon_bwd
+from tritonkit.inspector.gluon import HOPPER_SHARED_LIMIT, compile_sm90
 from tritonkit.ops.attention import attention_varlen_bwd, attention_varlen_fwd, attention_varlen_reference, paths
+from tritonkit.ops.attention.score import Score
 
 from _tolerance import assert_close_to_reference, eps_for
 from test_attention_varlen import cu, grads
@@ -69,7 +70,7 @@ def test_varlen_softcap_structure_for_sm90():
 def test_varlen_dispatch_for_sm90():
     # The inspector's target: the choice made on an H100/H200, without a GPU.
     T, H = 4000, 4
-    flags, window = (True, -1, -1, 0.0), (True, 100, -1, 0.0)
+    flags, window = Score(True, -1, -1, 0.0), Score(True, 100, -1, 0.0)
     with record_launches(execute=False, capability=90):
         chosen = {}
         for D in (128, 256):

@@ -209,7 +209,7 @@ def test_attention_uses_wgmma_on_hopper():
 @pytest.mark.parametrize("tma", [None, False], ids=["descriptors", "pointers"])
 def test_attention_softcap_uses_the_tanh_instruction_and_a_spill_free_dkdv_tile(tma):
     # Compiled for the GPU, the softcap's tanh is one tanh.approx.f32 an element (the
-    # interpreter, which cannot run PTX, takes the exact formula: ops/attention/scores.py), in
+    # interpreter, which cannot run PTX, takes the exact formula: ops/attention/triton_score.py), in
     # every pass; at D=128 its dK/dV tile streams 32-row query blocks past 128 keys on two
     # warpgroups, without spilling. (The Triton kernels: on sm_90 the Gluon forward takes this
     # call; tests/test_inspector_gluon.py has its softcap.)
@@ -219,7 +219,7 @@ def test_attention_softcap_uses_the_tanh_instruction_and_a_spill_free_dkdv_tile(
                if r.launch in ("attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq")]
     assert {r.launch for r in reports} == {"attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq"}
     for r in reports:
-        assert r.constexprs["TANH_APPROX"] == "True", r.kernel
+        assert "tanh_approx=True" in r.constexprs["SCORE"], r.kernel
         assert "tanh.approx.f32" in r.asm["ptx"], r.kernel
     dkdv = only(reports, "attention_bwd_dkdv")
     assert (dkdv.constexprs["BLOCK_M"], dkdv.constexprs["BLOCK_N"], dkdv.num_warps) == ("32", "128", 8)

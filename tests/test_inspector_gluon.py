@@ -12,8 +12,8 @@ import json
 import pytest
 
 from tritonkit import _launch
-from tritonkit.gluon import attention_fwd as gluon_fwd, host
-from tritonkit.gluon.compile import HOPPER_SHARED_LIMIT
+from tritonkit.ops.attention.gluon import attention_fwd as gluon_fwd, host
+from tritonkit.inspector.gluon import HOPPER_SHARED_LIMIT
 from tritonkit.inspector import compile_report, explain, format_report, main, record
 from tritonkit.registry import InspectRequest
 

@@ -119,7 +119,7 @@ def test_key_of_gluon_tensor_descriptors(jit_kernel):
 
 def test_gluon_kernels_take_the_cached_path(fake_driver):
     # A Gluon kernel's compiled launcher is called as a Triton kernel's is.
-    from tritonkit.gluon import attention_fwd
+    from tritonkit.ops.attention.gluon import attention_fwd
 
     kernel = attention_fwd._attn_fwd_kernel
     q = torch.zeros(1, 2, 64, 64, dtype=torch.float16)
@@ -505,7 +505,7 @@ def test_gluon_plans_bind_their_launches(monkeypatch, cuda_standin):
     # call makes a key, later calls with new tensors of the layout launch the bound kernel
     # straight, each with descriptors of its own tensors; the backward's two passes share the
     # descriptors of q, do, k and v (the same boxes at D=128).
-    from tritonkit.gluon import attention_bwd, attention_fwd
+    from tritonkit.ops.attention.gluon import attention_bwd, attention_fwd
 
     key = _launch._specialization_key
     keys = []

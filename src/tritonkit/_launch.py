@@ -50,7 +50,9 @@ except ImportError:  # a Triton without knobs is outside the verified range: no 
 
 _recorders: list[tuple["Recording", bool, int | None]] = []
 MAX_CACHED_LAUNCHES = 4096  # per kernel; keys hold exact shapes, so start afresh past this many
-_PLAIN = (int, float, bool, type(None))  # arguments a key may hold by value
+# Arguments a key may hold by value; tuples are of ints and floats (kernels take strides and
+# sizes bundled), which Triton specialises element by element as it does the plain ones.
+_PLAIN = (int, float, bool, type(None), tuple)
 _DESCRIPTORS = (TensorDescriptor, GluonTensorDescriptor)
 # The kernel classes whose launches the cached path takes: Triton's and Gluon's JIT functions
 # (a Gluon kernel differs in how it is parsed, not in how its compiled launcher is called).
@@ -255,8 +257,8 @@ def _specialization_key(launch: Launch, device: int | None = None) -> tuple | No
     the driver); the kernel itself holds the cache (`_cache_of`). It runs on every
     launch, so where each kind of argument sits is worked out once per (kernel, argument
     types). None (take Triton's path) for anything but a plain JITFunction given all its
-    arguments as tensors, tensor descriptors, ints, floats, bools or None (a Gluon kernel
-    counts as one). The kernel's pre-run hooks, which may change its arguments (descriptors'
+    arguments as tensors, tensor descriptors, ints, floats, bools, None or tuples of ints and
+    floats (a Gluon kernel counts as one). The kernel's pre-run hooks, which may change its arguments (descriptors'
     tile shapes), must have run."""
     kernel, args = launch.kernel, launch.args
     if type(kernel).__name__ not in _JIT_CLASSES:

@@ -257,15 +257,34 @@ class _Compiled:
     mbarrier_waits: int
 
 
+# The modules whose Triton functions a Gluon kernel calls (Gluon's library wraps Triton's):
+# under the interpreter they hold InterpretedFunctions, swapped for compilable ones meanwhile.
+GLUON_MODULES = ("triton.language", "triton.experimental.gluon", "tritonkit")
+
+
+def is_gluon(kernel: Any) -> bool:
+    """Whether `kernel` is a Gluon kernel (@gluon.jit), which `ast_source` must parse as Gluon."""
+    from triton.experimental.gluon._runtime import GluonJITFunction
+    return isinstance(kernel, GluonJITFunction)
+
+
+def ast_source(kernel: Any, signature: dict, constexprs: dict, attrs: dict) -> Any:
+    """What `triton.compile` compiles `kernel` from: `GluonASTSource` for a Gluon kernel,
+    Triton's `ASTSource` for a @triton.jit one."""
+    if is_gluon(kernel):
+        from triton.experimental.gluon._runtime import GluonASTSource
+        return GluonASTSource(kernel, signature, constexprs, attrs)
+    from triton.compiler import ASTSource
+    return ASTSource(kernel, signature, constexprs, attrs)
+
+
 _compiled_cache: dict[tuple, _Compiled] = {}
 
 
 def _compile(jit, signature, constexprs, attrs, options, arch: int) -> _Compiled:
     """Compile for sm_`arch`: a @triton.jit kernel from Triton's ASTSource, a Gluon kernel from
-    GluonASTSource (`tritonkit.gluon.compile.ast_source`), which parses it as Gluon."""
+    GluonASTSource (`ast_source`), which parses it as Gluon."""
     import triton
-
-    from ..gluon.compile import GLUON_MODULES, ast_source, is_gluon
 
     target, _ = _backend(arch)
     gluon = is_gluon(jit)

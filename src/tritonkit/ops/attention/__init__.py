@@ -12,7 +12,8 @@ says how to use it.
 The package, one concept a module:
 - mask: which key blocks a query block visits, which query blocks see a key block, the
   per-element mask and where a program's tile lies in packed sequences, shared by the passes;
-- scores: the softcap; loads: tile loads through pointers or tensor descriptors (TMA);
+- score: what happens to a score (the one description every pass and backend is compiled for);
+  triton_score: its Triton helpers (the softcap's tanh); loads: tile loads through pointers or tensor descriptors (TMA);
 - forward, backward: the @triton.jit kernels;
 - configs: tile configs, autotune spaces and pruners; order: the order a causal pass hands out
   its tiles (head after head, or longest first in spans of heads), for both kernel families;
@@ -31,7 +32,7 @@ from ..._autocast import autocast_inputs
 from ..._op import Op
 from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel
 from .checks import (_block_d, _check_max_seqlen, _check_qkv, _check_varlen, _empty_like_order,
-                     _head_dim_innermost, _mask_flags, _resolve_scale, _softcap_arg, _window_arg)
+                     _head_dim_innermost, _resolve_scale, _softcap_arg, _window_arg)
 from .configs import (TileConfig, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _attn_fwd_tuned, _prune_dkdv,
                       _prune_dq, _prune_fwd, _row_keys, autotune_configs, fixed_configs)
 from .descriptors import (_descriptor, _descriptor_maker, _fit_descriptors, _fit_dkdv_descriptors,
@@ -39,6 +40,7 @@ from .descriptors import (_descriptor, _descriptor_maker, _fit_descriptors, _fit
 from .forward import _attn_fwd_kernel
 from .launch import attention_bwd, attention_fwd, attention_fwd_eager, attention_varlen_bwd, attention_varlen_fwd
 from .reference import attention_reference, attention_varlen_reference
+from .score import score_of
 
 __all__ = ["attention", "attention_varlen", "attention_reference", "attention_varlen_reference",
            "attention_fwd", "attention_bwd", "attention_varlen_fwd", "attention_varlen_bwd", "TileConfig",
@@ -85,7 +87,7 @@ def _attention_bwd_fake(do, q, k, v, o, lse, causal, scale, window_left=-1, wind
 
 def _attention_check(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0):
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
-    _mask_flags(causal, window_left, window_right, softcap, Nq, Nk)  # validates
+    score_of(causal, window_left, window_right, softcap, Nq, Nk)  # validates
     return q, k, v, bool(causal), _resolve_scale(scale, D), window_left, window_right, float(softcap)
 
 
@@ -116,7 +118,7 @@ def _varlen_bwd_fake(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, causal, sc
 def _varlen_check(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1,
                   softcap=0.0):
     Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
-    _mask_flags(causal, window_left, window_right, softcap, Tq, Tk)  # validates
+    score_of(causal, window_left, window_right, softcap, Tq, Tk)  # validates
     return (q, k, v, cu_seqlens_q, cu_seqlens_k, bool(causal), _resolve_scale(scale, D), window_left,
             window_right, float(softcap))
 

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from .loads import _head_sources, _key_block, _load
 from .mask import _key_range, _program_tile, _query_range, _visible
-from .scores import _softcap_tanh
+from .triton_score import _softcap_tanh
 
 
 @triton.jit
@@ -60,11 +60,10 @@ def _attn_bwd_preprocess_kernel(
 def _attn_bwd_dkdv_tiles(
     dk, dv, k, v,
     Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
-    stride_qb, stride_qh, stride_qn, stride_dob, stride_doh, stride_don, q_offs, do_offs,
+    stride_q, stride_do, q_offs, do_offs,
     offs_n, offs_m0, d_row,
     lo, hi, Nq, NqTotal, Nk, qk_scale,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-    WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
     CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # For query blocks [lo, hi) of each of the group's query heads, with the key block's K, V
@@ -79,7 +78,12 @@ def _attn_bwd_dkdv_tiles(
     # heads around two loops over query blocks was slower on the H200: notes/attention.md).
     # Q and DO: pointers, or (USE_TMA) tensor descriptors of the whole tensors, read at
     # [b, h, q0 + row, 0] (zeros past the tensor's rows and D). NqTotal: the row count of
-    # LSE and DELTA per head (Nq itself in a dense batch).
+    # LSE and DELTA per head (Nq itself in a dense batch). stride_q, stride_do: (batch, head,
+    # seq) strides of Q and DO.
+    stride_qb, stride_qh, stride_qn = stride_q
+    stride_dob, stride_doh, stride_don = stride_do
+    SOFTCAP: tl.constexpr = SCORE.softcap
+    WINDOW_LEFT: tl.constexpr = SCORE.window_left
     start_m = lo
     g = 0
     for _ in tl.range(0, tl.cdiv(hi - lo, BLOCK_M) * GROUP):
@@ -111,15 +115,14 @@ def _attn_bwd_dkdv_tiles(
             delta = tl.load(DELTA + row_base + offs_m)
         qkT = tl.dot(k, tl.trans(q))
         if SOFTCAP > 0:
-            thT = _softcap_tanh(qkT, qk_scale, TANH_APPROX)
+            thT = _softcap_tanh(qkT, qk_scale, SCORE.tanh_approx)
             pT = tl.math.exp2(thT * (SOFTCAP * 1.4426950408889634) - lse2[None, :])
         else:
             pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
         if MASKED:
             # Keys past Nk: their rows are never stored, but where a row may see no key at all
             # (lse = -inf) its P there would be inf, and inf * 0 = NaN in those rows' sums.
-            ok = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT,
-                          VARLEN or WINDOW_LEFT >= 0, VARLEN)
+            ok = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, SCORE, VARLEN or WINDOW_LEFT >= 0, VARLEN)
             pT = tl.where(ok, pT, 0.0)
         pT_in = pT.to(do.dtype)
         if SOFTCAP > 0:
@@ -139,22 +142,27 @@ def _attn_bwd_dkdv_tiles(
 def _attn_bwd_dkdv_kernel(
     # pointers (CU_Q, CU_K: packed sequences' cumulative lengths, or None; see forward.py)
     Q, K, V, DO, DK, DV, LSE, DELTA, CU_Q, CU_K,
-    # shapes and scales (qk_scale as in the forward; sm_scale = scale)
-    Nq, Nk, D, GROUP, qk_scale, sm_scale, SEQS,
-    # strides of (batch, head, seq, head_dim)
-    stride_qb, stride_qh, stride_qn, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_dob, stride_doh, stride_don, stride_dod,
-    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-    # meta
-    CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
-    SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
+    # shapes and scales (dims = (D, GROUP); scales = (qk_scale as in the forward, sm_scale = scale))
+    Nq, Nk, dims, scales, SEQS,
+    # strides of (batch, head, seq, head_dim): q's, k's, v's, do's, dk's, dv's
+    strides,
+    # meta (SCORE: `score.Score`)
+    SCORE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, HEAD_SPAN: tl.constexpr,
 ):
     # With USE_TMA, Q and DO are tensor descriptors of the whole (B, H, Nq, D) tensors.
+    D, GROUP = dims
+    qk_scale, sm_scale = scales
+    stride_qb, stride_qh, stride_qn, stride_qd = strides[0]
+    stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
+    stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
+    stride_dob, stride_doh, stride_don, stride_dod = strides[3]
+    stride_dkb, stride_dkh, stride_dkn, stride_dkd = strides[4]
+    stride_dvb, stride_dvh, stride_dvn, stride_dvd = strides[5]
+    CAUSAL: tl.constexpr = SCORE.causal
+    WINDOW_LEFT: tl.constexpr = SCORE.window_left
+    WINDOW_RIGHT: tl.constexpr = SCORE.window_right
     VARLEN: tl.constexpr = CU_Q is not None
     b, hk, start_n, k0, nk, q0, nq = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False, HEAD_SPAN)
     if VARLEN:
@@ -185,29 +193,29 @@ def _attn_bwd_dkdv_kernel(
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
 
     # The group's query heads are summed in a fixed order: deterministic.
-    lo, full_lo, full_hi, hi = _query_range(start_n, nq, BLOCK_M, BLOCK_N, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, VARLEN)
+    lo, full_lo, full_hi, hi = _query_range(start_n, nq, BLOCK_M, BLOCK_N, SCORE, VARLEN)
     if CAUSAL or WINDOW_RIGHT >= 0:
         dk, dv = _attn_bwd_dkdv_tiles(
             dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
-            stride_qb, stride_qh, stride_qn, stride_dob, stride_doh, stride_don, q_offs, do_offs,
+            (stride_qb, stride_qh, stride_qn), (stride_dob, stride_doh, stride_don), q_offs, do_offs,
             offs_n, offs_m0, d_row, lo, full_lo, nq, Nq, nk, qk_scale,
-            BLOCK_M, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, CHECK_M, PAD_D,
+            BLOCK_M, BLOCK_D, True, SCORE, CHECK_M, PAD_D,
             USE_TMA, VARLEN)
     # Packed sequences: the unmasked query blocks end at the sequence's last full block
     # (`_query_range`), so only the masked ones can hold rows past it (CHECK_M there only).
     CHECK_FULL_M: tl.constexpr = CHECK_M and not VARLEN
     dk, dv = _attn_bwd_dkdv_tiles(
         dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
-        stride_qb, stride_qh, stride_qn, stride_dob, stride_doh, stride_don, q_offs, do_offs,
+        (stride_qb, stride_qh, stride_qn), (stride_dob, stride_doh, stride_don), q_offs, do_offs,
         offs_n, offs_m0, d_row, full_lo, full_hi, nq, Nq, nk, qk_scale,
-        BLOCK_M, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, CHECK_FULL_M, PAD_D,
+        BLOCK_M, BLOCK_D, False, SCORE, CHECK_FULL_M, PAD_D,
         USE_TMA, VARLEN)
     if WINDOW_LEFT >= 0 or VARLEN:
         dk, dv = _attn_bwd_dkdv_tiles(
             dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
-            stride_qb, stride_qh, stride_qn, stride_dob, stride_doh, stride_don, q_offs, do_offs,
+            (stride_qb, stride_qh, stride_qn), (stride_dob, stride_doh, stride_don), q_offs, do_offs,
             offs_n, offs_m0, d_row, full_hi, hi, nq, Nq, nk, qk_scale,
-            BLOCK_M, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, CHECK_M, PAD_D,
+            BLOCK_M, BLOCK_D, True, SCORE, CHECK_M, PAD_D,
             USE_TMA, VARLEN)
 
     dk = dk * sm_scale
@@ -229,8 +237,7 @@ def _attn_bwd_dq_tiles(
     k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0,
     offs_m, offs_n0, d_col,
     lo, hi, Nk, qk_scale,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-    WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
     PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # For key blocks [lo, hi):  P = 2^(s - lse2),  dP = dO V^T,
@@ -239,6 +246,7 @@ def _attn_bwd_dq_tiles(
     # could overflow, and a row that sees no key has lse2 = -inf). k_src, v_src: the kv
     # head's base pointers, or (USE_TMA) descriptors of all of K and V, read at
     # [b, hk, key0 + key, 0].
+    SOFTCAP: tl.constexpr = SCORE.softcap
     for start_n in tl.range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         kT = _key_block(k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
@@ -247,12 +255,12 @@ def _attn_bwd_dq_tiles(
                         BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True, VARLEN)
         qk = tl.dot(q, kT)
         if SOFTCAP > 0:
-            th = _softcap_tanh(qk, qk_scale, TANH_APPROX)
+            th = _softcap_tanh(qk, qk_scale, SCORE.tanh_approx)
             p = tl.math.exp2(th * (SOFTCAP * 1.4426950408889634) - lse2[:, None])
         else:
             p = tl.math.exp2(qk * qk_scale - lse2[:, None])
         if MASKED:
-            ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, True, False)
+            ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, SCORE, True, False)
             p = tl.where(ok, p, 0.0)
         if SOFTCAP > 0:
             p = p * (1.0 - th * th)
@@ -266,21 +274,25 @@ def _attn_bwd_dq_tiles(
 def _attn_bwd_dq_kernel(
     # pointers (CU_Q, CU_K: packed sequences' cumulative lengths, or None; see forward.py)
     Q, K, V, DO, DQ, LSE, DELTA, CU_Q, CU_K,
-    # shapes and scales (qk_scale as in the forward; sm_scale = scale)
-    Nq, Nk, D, GROUP, qk_scale, sm_scale, SEQS,
-    # strides of (batch, head, seq, head_dim)
-    stride_qb, stride_qh, stride_qn, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_dob, stride_doh, stride_don, stride_dod,
-    stride_dqb, stride_dqh, stride_dqn, stride_dqd,
-    # meta
-    CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
-    SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
+    # shapes and scales (dims = (D, GROUP); scales = (qk_scale as in the forward, sm_scale = scale))
+    Nq, Nk, dims, scales, SEQS,
+    # strides of (batch, head, seq, head_dim): q's, k's, v's, do's, dq's
+    strides,
+    # meta (SCORE: `score.Score`)
+    SCORE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PAD_D: tl.constexpr, USE_TMA: tl.constexpr, HEAD_SPAN: tl.constexpr,
 ):
     # With USE_TMA, K and V are tensor descriptors of the whole (B, Hkv, Nk, D) tensors.
+    D, GROUP = dims
+    qk_scale, sm_scale = scales
+    stride_qb, stride_qh, stride_qn, stride_qd = strides[0]
+    stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
+    stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
+    stride_dob, stride_doh, stride_don, stride_dod = strides[3]
+    stride_dqb, stride_dqh, stride_dqn, stride_dqd = strides[4]
+    CAUSAL: tl.constexpr = SCORE.causal
+    WINDOW_LEFT: tl.constexpr = SCORE.window_left
     VARLEN: tl.constexpr = CU_Q is not None
     b, h, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
     if VARLEN:
@@ -319,25 +331,25 @@ def _attn_bwd_dq_kernel(
     vt_offs = offs_d[:, None] * stride_vd + offs_n0[None, :] * stride_vn
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, BLOCK_M, BLOCK_N, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT)
+    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, BLOCK_M, BLOCK_N, SCORE)
     if WINDOW_LEFT >= 0:
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
             offs_m, offs_n0, d_col, lo, full_lo, nk, qk_scale, BLOCK_N, BLOCK_D, True,
-            CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, PAD_D, USE_TMA, VARLEN)
+            SCORE, PAD_D, USE_TMA, VARLEN)
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
             offs_m, offs_n0, d_col, full_lo, full_hi, nk, qk_scale, BLOCK_N, BLOCK_D, False,
-            CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, PAD_D, USE_TMA, VARLEN)
+            SCORE, PAD_D, USE_TMA, VARLEN)
     else:
         dq = _attn_bwd_dq_tiles(
             dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
             offs_m, offs_n0, d_col, 0, full_hi, nk, qk_scale, BLOCK_N, BLOCK_D, False,
-            CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, PAD_D, USE_TMA, VARLEN)
+            SCORE, PAD_D, USE_TMA, VARLEN)
     dq = _attn_bwd_dq_tiles(
         dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
         offs_m, offs_n0, d_col, full_hi, hi, nk, qk_scale, BLOCK_N, BLOCK_D, True,
-        CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, PAD_D, USE_TMA, VARLEN)
+        SCORE, PAD_D, USE_TMA, VARLEN)
 
     dq = dq * sm_scale
     if PAD_D:

@@ -9,6 +9,7 @@ import torch
 from ..._checks import check_same_device, check_tensor, dtype_name, is_finite
 from ..._op import tracing
 from ..._layout import next_power_of_2
+from .score import window_side
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 MAX_GRID_YZ = 65535  # CUDA's limit on grid dims 1 and 2 (heads, batch)
@@ -195,15 +196,7 @@ def _window_arg(window: object) -> tuple[int, int]:
         return -1, -1
     if not isinstance(window, (tuple, list)) or len(window) != 2:
         raise TypeError(f"window must be None or a pair (left, right) of ints, got {window!r}")
-    return _window_side("window", window[0]), _window_side("window", window[1])
-
-
-def _window_side(name: str, side: object) -> int:
-    if isinstance(side, bool) or not isinstance(side, int):
-        raise TypeError(f"{name} sides must be ints (-1: unbounded), got {side!r}")
-    if side < -1:
-        raise ValueError(f"{name} sides must be >= 0, or -1 for unbounded; got {side}")
-    return side
+    return window_side("window", window[0]), window_side("window", window[1])
 
 
 def _softcap_arg(softcap: object) -> float:
@@ -215,24 +208,3 @@ def _softcap_arg(softcap: object) -> float:
     if not (is_finite(softcap) and softcap > 0):
         raise ValueError(f"softcap must be a positive, finite float or None, got {softcap}")
     return float(softcap)
-
-
-def _mask_flags(causal: bool, window_left: int, window_right: int, softcap: float,
-                Nq: int, Nk: int) -> tuple[bool, int, int, float]:
-    """The kernels' CAUSAL, WINDOW_LEFT, WINDOW_RIGHT and SOFTCAP for these arguments, each
-    bound folded away where it cannot hide a key, so that equal masks compile to one kernel:
-    a right bound under causal (causal already hides every key right of the diagonal), a right
-    bound of 0 (that is causal), and bounds at least as wide as the sequence (query i < Nq
-    sees key 0 when left >= Nq - 1, key Nk - 1 when right >= Nk - 1; for packed sequences
-    the totals, which bound every sequence's length)."""
-    window_left = _window_side("window_left", window_left)
-    window_right = _window_side("window_right", window_right)
-    softcap = float(softcap)
-    if not (is_finite(softcap) and softcap >= 0):
-        raise ValueError(f"softcap must be a positive, finite float (0: none), got {softcap}")
-    causal = bool(causal) or window_right == 0
-    if causal or window_right >= max(Nk - 1, 0):
-        window_right = -1
-    if window_left >= max(Nq - 1, 0):
-        window_left = -1
-    return causal, window_left, window_right, softcap

@@ -149,7 +149,7 @@ def _pruner(kind: str):
     def prune(configs, named_args, **kwargs):
         block_d = kwargs["BLOCK_D"]
         fixed_kind = kind + "_tma" if kwargs.get("USE_TMA") else kind
-        busy, packed = bool(kwargs.get("SOFTCAP")), named_args.get("CU_Q") is not None
+        busy, packed = bool(kwargs["SCORE"].softcap), named_args.get("CU_Q") is not None
         return _fixed_first([c for c in configs if _fits(kind, c, block_d)], fixed_kind, block_d,
                             busy_dkdv=busy, packed=packed) or configs[:1]
     return prune
@@ -166,8 +166,8 @@ def _prune_fwd(configs, named_args, **kwargs):
     block_d = kwargs["BLOCK_D"]
     mine = [c for c in configs if c in _FWD_SPACES[kind]]
     lengths = named_args.get("Nq"), named_args.get("Nk")
-    row_keys = None if None in lengths else _row_keys(*lengths, kwargs.get("CAUSAL", False),
-                                                      kwargs.get("WINDOW_LEFT", -1), kwargs.get("WINDOW_RIGHT", -1))
+    score = kwargs["SCORE"]
+    row_keys = None if None in lengths else _row_keys(*lengths, score.causal, score.window_left, score.window_right)
     return _fixed_first([c for c in mine if _fits("fwd", c, block_d)], kind, block_d, row_keys) or mine[:1]
 
 
@@ -256,7 +256,7 @@ def _autotuned(kernel, kinds: str | tuple[str, ...], prune, flags: list[str]) ->
 _FWD_SPACES = {kind: [c.triton_config() for c in autotune_configs(kind)] for kind in ("fwd", "fwd_tma")}
 # USE_TMA keys the forward: with descriptors, O and LSE are the tensors whose dtypes it adds.
 # Packed sequences key themselves: their cu_seqlens add an int32 dtype to the key.
-_FLAGS = ["BLOCK_D", "CAUSAL", "WINDOW_LEFT", "WINDOW_RIGHT", "SOFTCAP", "GROUP", "USE_TMA"]
+_FLAGS = ["BLOCK_D", "SCORE", "dims", "USE_TMA"]
 _attn_fwd_tuned = _autotuned(_attn_fwd_kernel, ("fwd", "fwd_tma"), _prune_fwd, _FLAGS)
 _attn_bwd_dkdv_tuned = _autotuned(_attn_bwd_dkdv_kernel, "dkdv", _prune_dkdv, _FLAGS)
 _attn_bwd_dq_tuned = _autotuned(_attn_bwd_dq_kernel, "dq", _prune_dq, _FLAGS)

@@ -14,7 +14,7 @@ import triton.language as tl
 
 from .loads import _head_sources, _key_block, _load
 from .mask import _key_range, _program_tile, _row_base, _rows_lse, _rows_out, _visible
-from .scores import _softcap_tanh
+from .triton_score import _softcap_tanh
 
 
 @triton.jit
@@ -32,31 +32,31 @@ def _attn_fwd_qk(
 @triton.jit
 def _attn_fwd_softmax(
     qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale,
-    MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
-    SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr, SCALE_POS: tl.constexpr, EMPTY_ROWS: tl.constexpr,
+    MASKED: tl.constexpr, SCORE: tl.constexpr, EMPTY_ROWS: tl.constexpr,
 ):
     # The online-softmax step of the key block at start_n (see the module docstring).
     # MASKED blocks hide the keys `_visible` hides; only they can leave a row with no key
     # seen yet (EMPTY_ROWS), which `_row_base` keeps finite.
+    SOFTCAP: tl.constexpr = SCORE.softcap
     if SOFTCAP > 0:
         # The row max is taken on tanh (c log2(e) > 0 keeps the order), so that the score
         # th c log2(e) - base is one FMA an element.
-        th = _softcap_tanh(qk, qk_scale, TANH_APPROX)
+        th = _softcap_tanh(qk, qk_scale, SCORE.tanh_approx)
         if MASKED:
             offs_n = start_n + offs_n0
-            ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, True, False)
+            ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, SCORE, True, False)
             th = tl.where(ok, th, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(th, 1) * (SOFTCAP * 1.4426950408889634))
         base = _row_base(m_new, EMPTY_ROWS and MASKED)
         qk = th * (SOFTCAP * 1.4426950408889634) - base[:, None]
     elif MASKED:
         offs_n = start_n + offs_n0
-        ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, True, False)
+        ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, SCORE, True, False)
         qk = tl.where(ok, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         base = _row_base(m_new, EMPTY_ROWS)
         qk = qk - base[:, None]
-    elif SCALE_POS:
+    elif SCORE.scale_positive:
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         base = m_new
         qk = qk * qk_scale - m_new[:, None]
@@ -90,10 +90,8 @@ def _attn_fwd_tiles(
     k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, key0,
     offs_m, offs_n0, d_row, d_col,
     lo, hi, Nk, qk_scale,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-    WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, TANH_APPROX: tl.constexpr,
-    SCALE_POS: tl.constexpr, EMPTY_ROWS: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
-    VARLEN: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
+    EMPTY_ROWS: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # The key blocks [lo, hi): per block S = Q K^T, the softmax step, acc = acc alpha + P V.
     # k_src, v_src: the kv head's base pointers, or (USE_TMA) descriptors of all of K and V,
@@ -102,8 +100,7 @@ def _attn_fwd_tiles(
         qk = _attn_fwd_qk(q, k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
                           BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, VARLEN)
         p, alpha, l_i, m_i = _attn_fwd_softmax(qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale,
-                                               MASKED, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP,
-                                               TANH_APPROX, SCALE_POS, EMPTY_ROWS)
+                                               MASKED, SCORE, EMPTY_ROWS)
         acc = _attn_fwd_pv(acc, alpha, p, v_src, stride_vn, v_offs, b, hk, key0, start_n,
                            offs_n0, d_row, Nk, BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, VARLEN)
     return acc, l_i, m_i
@@ -115,21 +112,23 @@ def _attn_fwd_kernel(
     # tensors. Packed sequences: B = 1, N the total, and CU_Q, CU_K their int32 cumulative
     # lengths (SEQS + 1 each); None for a dense batch.
     Q, K, V, O, LSE, CU_Q, CU_K,
-    # shapes and scale (GROUP = query heads per kv head; qk_scale = scale * log2(e), or with
-    # SOFTCAP = c > 0 the softcap's 2 scale log2(e) / c)
-    Nq, Nk, D, GROUP, qk_scale, SEQS,
-    # strides, in elements, of (batch, head, seq, head_dim)
-    stride_qb, stride_qh, stride_qn, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_on, stride_od,
-    # meta: the mask (`mask.py`; -1: that side of the window unbounded), the softcap and its
-    # tanh (`scores.py`), tiles
-    CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
-    TANH_APPROX: tl.constexpr, SCALE_POS: tl.constexpr,
+    # shapes and scale: dims = (D, GROUP), GROUP = query heads per kv head; qk_scale = scale *
+    # log2(e), or with a softcap c > 0 the tanh's input factor scale / c (`score.kernel_qk_scale`)
+    Nq, Nk, dims, qk_scale, SEQS,
+    # strides, in elements, of (batch, head, seq, head_dim): q's, k's, v's, o's
+    strides,
+    # meta: what happens to a score (`score.Score`: the mask of `mask.py`, the softcap), tiles
+    SCORE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
     HEAD_SPAN: tl.constexpr,
 ):
+    D, GROUP = dims
+    stride_qb, stride_qh, stride_qn, stride_qd = strides[0]
+    stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
+    stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
+    stride_ob, stride_oh, stride_on, stride_od = strides[3]
+    CAUSAL: tl.constexpr = SCORE.causal
+    WINDOW_LEFT: tl.constexpr = SCORE.window_left
     VARLEN: tl.constexpr = CU_Q is not None
     EMPTY_ROWS: tl.constexpr = VARLEN or WINDOW_LEFT >= 0
     b, h, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
@@ -169,28 +168,28 @@ def _attn_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, BLOCK_M, BLOCK_N, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT)
+    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, BLOCK_M, BLOCK_N, SCORE)
     if WINDOW_LEFT >= 0:
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
             offs_m, offs_n0, d_row, d_col, lo, full_lo, nk, qk_scale,
-            BLOCK_N, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, SCALE_POS, EMPTY_ROWS,
+            BLOCK_N, BLOCK_D, True, SCORE, EMPTY_ROWS,
             PAD_D, USE_TMA, VARLEN)
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
             offs_m, offs_n0, d_row, d_col, full_lo, full_hi, nk, qk_scale,
-            BLOCK_N, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, SCALE_POS, EMPTY_ROWS,
+            BLOCK_N, BLOCK_D, False, SCORE, EMPTY_ROWS,
             PAD_D, USE_TMA, VARLEN)
     else:
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
             offs_m, offs_n0, d_row, d_col, 0, full_hi, nk, qk_scale,
-            BLOCK_N, BLOCK_D, False, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, SCALE_POS, EMPTY_ROWS,
+            BLOCK_N, BLOCK_D, False, SCORE, EMPTY_ROWS,
             PAD_D, USE_TMA, VARLEN)
     acc, l_i, m_i = _attn_fwd_tiles(
         acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
         offs_m, offs_n0, d_row, d_col, full_hi, hi, nk, qk_scale,
-        BLOCK_N, BLOCK_D, True, CAUSAL, WINDOW_LEFT, WINDOW_RIGHT, SOFTCAP, TANH_APPROX, SCALE_POS, EMPTY_ROWS,
+        BLOCK_N, BLOCK_D, True, SCORE, EMPTY_ROWS,
         PAD_D, USE_TMA, VARLEN)
 
     o = _rows_out(acc, l_i, EMPTY_ROWS)

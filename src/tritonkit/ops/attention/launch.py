@@ -32,7 +32,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     that sees no key, whose o is 0).
 
     causal, window_left, window_right (-1: unbounded), softcap (0: none): the mask and score
-    function of `tritonkit.attention` (mask.py, scores.py).
+    function of `tritonkit.attention` (mask.py, score.py).
     config: a TileConfig to launch with; None autotunes on a GPU (unless TRITONKIT_AUTOTUNE=0)
     and uses `fixed_configs` otherwise.
     tma: None reads q, k, v through tensor descriptors (TMA) wherever `_tma_ok` allows it and

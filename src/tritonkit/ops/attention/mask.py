@@ -24,13 +24,15 @@ import triton.language as tl
 
 
 @triton.jit
-def _visible(q, k, Nq, Nk, CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr,
-             CHECK_KEYS: tl.constexpr, CHECK_QUERIES: tl.constexpr):
+def _visible(q, k, Nq, Nk, SCORE: tl.constexpr, CHECK_KEYS: tl.constexpr, CHECK_QUERIES: tl.constexpr):
     # Whether query q sees key k: index tensors that broadcast to the tile ([M, 1] against
     # [1, N] in the forward and dQ pass, the transpose in the dK/dV pass). CHECK_KEYS hides
     # keys past Nk (the dK/dV pass never stores their rows); CHECK_QUERIES hides queries past
     # Nq (packed sequences, whose tiles may reach into the next one). The first bound that is
-    # on starts the mask; the caller asks only where at least one is.
+    # on starts the mask; the caller asks only where at least one is. SCORE: `score.Score`.
+    CAUSAL: tl.constexpr = SCORE.causal
+    WINDOW_LEFT: tl.constexpr = SCORE.window_left
+    WINDOW_RIGHT: tl.constexpr = SCORE.window_right
     if CHECK_KEYS:
         ok = k < Nk
         if CAUSAL:
@@ -54,8 +56,7 @@ def _visible(q, k, Nq, Nk, CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WIND
 
 
 @triton.jit
-def _key_range(start_m, Nq, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               CAUSAL: tl.constexpr, WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr):
+def _key_range(start_m, Nq, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCORE: tl.constexpr):
     # Forward and dQ pass: the keys the query block [start_m, start_m + BLOCK_M) visits,
     # lo <= full_lo <= full_hi <= hi: [lo, full_lo) masked (the left window edge), [full_lo,
     # full_hi) whole BLOCK_N blocks every row sees, [full_hi, hi) masked (the causal diagonal
@@ -63,6 +64,9 @@ def _key_range(start_m, Nq, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     # Without a left bound lo = full_lo = 0. The right end follows the block's last real row
     # (< Nq), not its last padding row: a key block only padding rows would see is never
     # loaded (its values, whatever they hold, would otherwise meet P = 0 in P V: 0 * inf).
+    CAUSAL: tl.constexpr = SCORE.causal
+    WINDOW_LEFT: tl.constexpr = SCORE.window_left
+    WINDOW_RIGHT: tl.constexpr = SCORE.window_right
     rows_end = tl.minimum(start_m + BLOCK_M, Nq)
     if CAUSAL:
         hi = tl.minimum(Nk, rows_end)
@@ -85,14 +89,17 @@ def _key_range(start_m, Nq, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 
 
 @triton.jit
-def _query_range(start_n, Nq, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                 WINDOW_LEFT: tl.constexpr, WINDOW_RIGHT: tl.constexpr, VARLEN: tl.constexpr):
+def _query_range(start_n, Nq, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCORE: tl.constexpr,
+                 VARLEN: tl.constexpr):
     # dK/dV pass: the queries that see the key block [start_n, start_n + BLOCK_N),
     # lo <= full_lo <= full_hi <= hi: [lo, full_lo) masked (the causal diagonal or right
     # window edge), [full_lo, full_hi) whole BLOCK_M blocks that see every key of the block,
     # [full_hi, hi) masked (the left window edge; in packed sequences the ragged tail, whose
     # rows may belong to the next sequence). In a dense batch, rows past Nq load as zeros with
     # lse = delta = 0 and add nothing, so the tail needs no mask there (full_hi = Nq).
+    CAUSAL: tl.constexpr = SCORE.causal
+    WINDOW_LEFT: tl.constexpr = SCORE.window_left
+    WINDOW_RIGHT: tl.constexpr = SCORE.window_right
     if CAUSAL:
         lo = start_n // BLOCK_M * BLOCK_M
         full_lo = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, Nq)

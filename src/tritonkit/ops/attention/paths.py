@@ -1,5 +1,5 @@
 """Which kernels run an attention pass: the Gluon kernels written for Hopper
-(`tritonkit.gluon`, FlashAttention-3's warp-specialized structure), or the Triton kernels of
+(`gluon/`, FlashAttention-3's warp-specialized structure), or the Triton kernels of
 this package, which run everywhere else: other GPUs, the interpreter, layouts a tensor
 descriptor cannot read, explicit tiles, windows other than a causal mask's left one, and
 packed sequences with a window unless queries and keys share their cu_seqlens. Both take a
@@ -24,6 +24,7 @@ import torch
 
 from ..._launch import PathChoice
 from .configs import _row_keys
+from .score import Score
 
 GLUON_FORWARD_HEAD_DIMS = (128, 256)
 # Only where the forward runs three consumer warpgroups (`gluon.attention_fwd.consumer_count`).
@@ -46,18 +47,17 @@ GLUON_BACKWARD_MIN_WORK = {64: 2**34, 128: 0, 256: 0}
 GLUON_BACKWARD_HEAD_DIMS = tuple(GLUON_BACKWARD_MIN_WORK)
 
 
-def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None,
+def _plain(score: Score, varlen: tuple | None, config: object, tma: bool | None,
            causal_window: tuple[int, int] | None = None) -> str | None:
     """Why the call is not one the Gluon kernels take (no tile forced, descriptors allowed, no
     window; a softcap they take), or None. causal_window: (Nq, Nk) for a causal pass, which takes
     a causal mask's left window where every row sees a key: dense, Nq <= Nk + window_left; packed
     (`varlen` = (sequences, one cu_seqlens)), where each sequence's lengths are not known on the
     host, only where queries and keys share one cu_seqlens (each row then sees itself)."""
-    _, window_left, window_right, _ = flags
-    window = window_left >= 0 or window_right >= 0
-    if window and causal_window is not None and window_right < 0:
+    window = score.window
+    if window and causal_window is not None and score.window_right < 0:
         if varlen is None:
-            window = causal_window[0] > causal_window[1] + window_left   # rows left with no key
+            window = causal_window[0] > causal_window[1] + score.window_left   # rows left with no key
         else:
             window = not varlen[1]
     for refused, why in ((varlen is not None and window, "packed sequences with a sliding window other than a "
@@ -71,22 +71,22 @@ def _plain(flags: tuple, varlen: tuple | None, config: object, tma: bool | None,
     return None
 
 
-def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, flags: tuple,
+def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, score: Score,
                   varlen: tuple | None, config: object, tma: bool | None, gluon: bool | None) -> PathChoice:
     """Which kernels run the forward, and why (`.gluon`: the Gluon kernel). gluon: None chooses by
     the measured head dims, False never the Gluon kernel, True always (a ValueError where it
     cannot take the call)."""
     if gluon is False:
         return _chosen("forward", False, "gluon=False forces the Triton kernels")
-    causal, window_left, _, softcap = flags
+    causal, window_left, softcap = score.causal, score.window_left, score.softcap
     D = q.shape[-1]
     if gluon is None and D not in GLUON_FORWARD_HEAD_DIMS + GLUON_FORWARD_WIDE_TILE_HEAD_DIMS:
         return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen at head dims "
                        f"{_dims(GLUON_FORWARD_HEAD_DIMS + GLUON_FORWARD_WIDE_TILE_HEAD_DIMS)}, where it "
                        "measured faster")
-    from ...gluon import attention_fwd as kernels
+    from .gluon import attention_fwd as kernels
     rows = q.shape[-2] if varlen is None else q.shape[-2] // max(varlen[0], 1)
-    row_keys = _row_keys(rows, rows, causal, window_left, flags[2])
+    row_keys = _row_keys(rows, rows, causal, window_left, score.window_right)
     if gluon is None and varlen is not None and row_keys < GLUON_VARLEN_FORWARD_MIN_ROW_KEYS:
         return _chosen("forward", False, f"{varlen[0]} packed sequences of {rows} query rows on average, about "
                        f"{row_keys} keys a row: the Gluon forward is chosen for packed sequences from "
@@ -97,21 +97,21 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
                        "three-warpgroup tile (full attention, or causal from "
                        f"{kernels.THREE_CONSUMERS_CAUSAL_ROWS} query rows; no softcap or window), where "
                        "it measured faster")
-    refused = (_plain(flags, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if flags[0] else None)
-               or kernels.refusal(q, k, v, flags[0], scale))
+    refused = (_plain(score, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
+               or kernels.refusal(q, k, v, causal, scale))
     if refused:
         return _refused("forward", refused, gluon)
-    window = _packed_window(flags, varlen)
+    window = _packed_window(score, varlen)
     return _chosen("forward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {window}head dim "
-                   f"{q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v readable by TMA")
+                   f"{q.shape[-1]}, {_dtype(q)}, {_softcap(score)}q, k, v readable by TMA")
 
 
 def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                   lse: torch.Tensor, scale: float, flags: tuple, varlen: tuple | None, dkdv_config: object,
+                   lse: torch.Tensor, scale: float, score: Score, varlen: tuple | None, dkdv_config: object,
                    dq_config: object, tma: bool | None, gluon: bool | None, work: int) -> PathChoice:
     """Which kernels run the dK/dV and dQ passes, and why; gluon as in `gluon_forward`. work: the
     multiply-adds of the Q K^T the mask leaves visible (B H Nq D times the keys a row sees)."""
-    causal = flags[0]
+    causal = score.causal
     if gluon is False:
         return _chosen("backward", False, "gluon=False forces the Triton kernels")
     if gluon is None and q.shape[-1] not in GLUON_BACKWARD_HEAD_DIMS:
@@ -121,16 +121,16 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
         return _chosen("backward", False, f"head dim {q.shape[-1]} with {work} multiply-adds of Q K^T, under "
                        f"{GLUON_BACKWARD_MIN_WORK[q.shape[-1]]}, below which the Gluon backward did not measure "
                        "faster")
-    from ...gluon import attention_bwd as kernels
-    refused = (_plain(flags, varlen, dkdv_config if dq_config is None else dq_config, tma,
+    from .gluon import attention_bwd as kernels
+    refused = (_plain(score, varlen, dkdv_config if dq_config is None else dq_config, tma,
                       causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
                or kernels.refusal(do, q, k, v, o, lse, causal, scale))
     if refused:
         return _refused("backward", refused, gluon)
-    window = _packed_window(flags, varlen)
+    window = _packed_window(score, varlen)
     dq_pass = "" if q.shape[-1] in kernels.HEAD_DIMS else "; the dQ pass in Triton (no Gluon dQ kernel there)"
     return _chosen("backward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {'causal, ' if causal else ''}"
-                   f"{window}head dim {q.shape[-1]}, {_dtype(q)}, {_softcap(flags)}q, k, v, do readable by TMA"
+                   f"{window}head dim {q.shape[-1]}, {_dtype(q)}, {_softcap(score)}q, k, v, do readable by TMA"
                    f"{dq_pass}")
 
 
@@ -150,18 +150,18 @@ def _chosen(which: str, gluon: bool, reason: str) -> PathChoice:
     return PathChoice(f"attention {which}", "gluon" if gluon else "triton", reason)
 
 
-def _packed_window(flags: tuple, varlen: tuple | None) -> str:
+def _packed_window(score: Score, varlen: tuple | None) -> str:
     """The reason's words for packed sequences and a causal mask's left window."""
     return ((f"{varlen[0]} packed sequences, " if varlen is not None else "")
-            + (f"left window {flags[1]}, " if flags[1] >= 0 else ""))
+            + (f"left window {score.window_left}, " if score.window_left >= 0 else ""))
 
 
 def _dims(dims: tuple[int, ...]) -> str:
     return " and ".join(map(str, dims))
 
 
-def _softcap(flags: tuple) -> str:
-    return f"softcap {flags[3]:g}, " if flags[3] else ""
+def _softcap(score: Score) -> str:
+    return f"softcap {score.softcap:g}, " if score.softcap else ""
 
 
 def _dtype(t: torch.Tensor) -> str:

@@ -37,14 +37,14 @@ from ..._streams import beside_the_current_stream
 from ..._layout import cdiv
 from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel, _attn_bwd_preprocess_kernel
 from .checks import (_block_d, _check_cu_values, _check_qkv, _check_saved, _check_varlen, _empty_like_order,
-                     _head_dim_innermost, _mask_flags, _needs_copy, _packed, _resolve_scale)
+                     _head_dim_innermost, _needs_copy, _packed, _resolve_scale)
 from .configs import (DKDV_TUNED_ROWS, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _attn_fwd_tuned,
                       _autotune_enabled, _interpreting, _row_keys, fixed_configs)
 from .descriptors import _descriptor_maker, _use_tma
 from .forward import _attn_fwd_kernel
 from .order import longest_first_span, num_sms
 from .paths import gluon_backward, gluon_forward
-from .scores import kernel_qk_scale
+from .score import Score, kernel_qk_scale, score_of
 
 MAX_PLANS = 512  # layouts kept; past this many the cache starts afresh (packed batches of new totals)
 _PLANS: dict[tuple, Any] = {}
@@ -159,21 +159,15 @@ def _copies(*tensors: torch.Tensor) -> tuple[bool, ...] | None:
     return copies if any(copies) else None
 
 
-def _score_flags(causal: bool, window_left: int, window_right: int, softcap: float) -> dict:
-    """The constexprs of the mask and the score function that every pass's kernel takes.
-    TANH_APPROX: the softcap's tanh through the GPU's tanh.approx instruction, except where the
-    kernels run through the interpreter, which cannot run PTX (scores.py); plain kernels keep
-    False, so they compile as one variant whatever runs them."""
-    return dict(CAUSAL=causal, WINDOW_LEFT=window_left, WINDOW_RIGHT=window_right, SOFTCAP=softcap,
-                TANH_APPROX=softcap > 0 and not _interpreting())
+def _score(causal, window_left, window_right, softcap, Nq: int, Nk: int, scale: float) -> Score:
+    """The call's `Score`, for kernels compiled here or run through the interpreter."""
+    return score_of(causal, window_left, window_right, softcap, Nq, Nk, scale > 0, _interpreting())
 
 
-def _head_span(flags: tuple, varlen: tuple | None, heads: int, blocks: int, device: torch.device) -> int:
-    """A Triton pass's HEAD_SPAN (`order.longest_first_span`): heads x blocks programs, flags as
-    `_score_flags` takes them (any window gives its programs about one length)."""
-    causal, window_left, window_right, _ = flags
-    return longest_first_span(causal, window_left >= 0 or window_right >= 0, varlen is not None, heads, blocks,
-                              num_sms(device))
+def _head_span(score: Score, varlen: tuple | None, heads: int, blocks: int, device: torch.device) -> int:
+    """A Triton pass's HEAD_SPAN (`order.longest_first_span`): heads x blocks programs (any
+    window gives its programs about one length)."""
+    return longest_first_span(score.causal, score.window, varlen is not None, heads, blocks, num_sms(device))
 
 
 def _query_grid(n: int, block: int, heads: int, batch: int, seqs: int | None) -> tuple[int, int, int]:
@@ -183,13 +177,12 @@ def _query_grid(n: int, block: int, heads: int, batch: int, seqs: int | None) ->
     return (cdiv(n, block), heads, batch) if seqs is None else (cdiv(n, block) + seqs, heads, 1)
 
 
-def _keys_a_row_sees(Nq: int, Nk: int, flags: tuple, varlen: tuple | None) -> int:
+def _keys_a_row_sees(Nq: int, Nk: int, score: Score, varlen: tuple | None) -> int:
     """About how many keys a query row sees (`configs._row_keys`); for packed sequences the
     mean length stands for a row's."""
-    causal, window_left, window_right, _ = flags
     if varlen is not None:
         Nq = Nk = max(Nq, Nk) // max(varlen[0], 1)
-    return _row_keys(Nq, Nk, causal, window_left, window_right)
+    return _row_keys(Nq, Nk, score.causal, score.window_left, score.window_right)
 
 
 # ---------------------------------------------------------------------------------------
@@ -216,7 +209,7 @@ class _ForwardLaunch:
         self.template(q, k, v, o, lse, cu_q, cu_k)
 
 
-def _forward_launch(q, k, v, o_stride: tuple, scale: float, flags: tuple, varlen: tuple | None, config, tma,
+def _forward_launch(q, k, v, o_stride: tuple, scale: float, score: Score, varlen: tuple | None, config, tma,
                     gluon) -> _ForwardLaunch | None:
     """The forward of (B, H, N, D) q, k, v (packed: B = 1 and `varlen` = (number of sequences,
     whether queries and keys share one cu_seqlens: `_one_cu_seqlens`)) writing o of these
@@ -225,21 +218,21 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, flags: tuple, varlen
     Hkv, Nk = k.shape[1], k.shape[2]
     if B == 0 or Nq == 0 or Nk == 0:
         return None
-    causal, window_left, window_right, softcap = flags
-    choice = gluon_forward(q, k, v, scale, flags, varlen, config, tma, gluon)
+    causal, window_left, softcap = score.causal, score.window_left, score.softcap
+    choice = gluon_forward(q, k, v, scale, score, varlen, config, tma, gluon)
     if choice.path == "gluon":
-        from ...gluon.attention_fwd import ForwardLaunch
+        from .gluon.attention_fwd import ForwardLaunch
         return _ForwardLaunch(choice, gluon=ForwardLaunch(q, k, causal, scale, softcap, window_left,
                                                           None if varlen is None else varlen[0], o_stride))
     block_d = _block_d(D)
     use_tma = _use_tma(tma, q, k, v)
-    row_keys = _keys_a_row_sees(Nq, Nk, flags, varlen)
+    row_keys = _keys_a_row_sees(Nq, Nk, score, varlen)
     tile = config or fixed_configs(block_d, row_keys)["fwd_tma" if use_tma else "fwd"]
     seqs = None if varlen is None else varlen[0]
-    tail = (Nq, Nk, D, H // Hkv, kernel_qk_scale(scale, softcap), seqs,
-            *q.stride(), *k.stride(), *v.stride(), *o_stride)
-    constexprs = dict(_score_flags(*flags), SCALE_POS=scale > 0, BLOCK_D=block_d, PAD_D=block_d != D,
-                      USE_TMA=use_tma, HEAD_SPAN=_head_span(flags, varlen, B * H, cdiv(Nq, tile.block_m), q.device))
+    tail = (Nq, Nk, (D, H // Hkv), kernel_qk_scale(scale, softcap), seqs,
+            (q.stride(), k.stride(), v.stride(), tuple(o_stride)))
+    constexprs = dict(SCORE=score, BLOCK_D=block_d, PAD_D=block_d != D, USE_TMA=use_tma,
+                      HEAD_SPAN=_head_span(score, varlen, B * H, cdiv(Nq, tile.block_m), q.device))
     if config is None and _autotune_enabled():
         template = LaunchTemplate("attention_fwd", _attn_fwd_tuned,
                                   lambda meta: _query_grid(Nq, meta["BLOCK_M"], H, B, seqs), tail, constexprs,
@@ -294,13 +287,13 @@ class ForwardPlan:
 
 def build_forward(q, k, v, causal, scale, window_left, window_right, softcap, config, tma, gluon) -> ForwardPlan:
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
-    flags = _mask_flags(causal, window_left, window_right, softcap, Nq, Nk)
     scale = _resolve_scale(scale, D)
+    score = _score(causal, window_left, window_right, softcap, Nq, Nk, scale)
     copies = _copies(q, k, v)
     q, k, v = (_head_dim_innermost(t) for t in (q, k, v))
     o_stride = _strides_like(q, (B, H, Nq, D))
     return ForwardPlan((B, H, Nq, D), o_stride, (B, H, Nq), q.dtype, q.device, copies, Nk == 0,
-                       _forward_launch(q, k, v, o_stride, scale, flags, None, config, tma, gluon))
+                       _forward_launch(q, k, v, o_stride, scale, score, None, config, tma, gluon))
 
 
 class VarlenForwardPlan:
@@ -329,14 +322,14 @@ class VarlenForwardPlan:
 def build_varlen_forward(q, k, v, cu_q, cu_k, causal, scale, window_left, window_right, softcap, config,
                          tma, gluon) -> VarlenForwardPlan:
     Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_q, cu_k)
-    flags = _mask_flags(causal, window_left, window_right, softcap, Tq, Tk)
     scale = _resolve_scale(scale, D)
+    score = _score(causal, window_left, window_right, softcap, Tq, Tk, scale)
     views = [_packed(t) for t in (q, k, v)]
     copies = tuple(_needs_copy(t) for t in views)
     q4, k4, v4 = (_head_dim_innermost(t) for t in views)
     o_stride = _packed(torch.empty((Tq, H, D), device="meta")).stride()
     varlen = (S, _one_cu_seqlens(cu_q, cu_k))
-    launch = None if Tk == 0 else _forward_launch(q4, k4, v4, o_stride, scale, flags, varlen, config, tma, gluon)
+    launch = None if Tk == 0 else _forward_launch(q4, k4, v4, o_stride, scale, score, varlen, config, tma, gluon)
     return VarlenForwardPlan((Tq, H, D), (H, Tq), (Tq, Tk), copies, Tk == 0, launch)
 
 
@@ -390,14 +383,14 @@ class _BackwardLaunches:
 
 
 def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, dv_stride: tuple, scale: float,
-                       flags: tuple, varlen: tuple | None, dkdv_config, dq_config, tma, concurrent_dq,
+                       score: Score, varlen: tuple | None, dkdv_config, dq_config, tma, concurrent_dq,
                        gluon) -> _BackwardLaunches:
     """The backward of (B, H, N, D) tensors with B, Nq > 0 (packed: B = 1, `varlen` as in
     `_forward_launch`), writing dq, dk, dv of these strides."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    causal, window_left, _, softcap = flags
-    row_keys = _keys_a_row_sees(Nq, Nk, flags, varlen)
+    causal, window_left, softcap = score.causal, score.window_left, score.softcap
+    row_keys = _keys_a_row_sees(Nq, Nk, score, varlen)
     block_d = _block_d(D)
     pad_d = block_d != D
     group = H // Hkv
@@ -405,10 +398,10 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     fixed = fixed_configs(block_d, busy_dkdv=softcap > 0, packed=varlen is not None)
     seqs = None if varlen is None else varlen[0]
     work = B * H * Nq * row_keys * D
-    choice = gluon_backward(do, q, k, v, o, lse, scale, flags, varlen, dkdv_config, dq_config, tma, gluon, work)
+    choice = gluon_backward(do, q, k, v, o, lse, scale, score, varlen, dkdv_config, dq_config, tma, gluon, work)
     gluon_plan = None
     if choice.path == "gluon":
-        from ...gluon.attention_bwd import BackwardLaunches
+        from .gluon.attention_bwd import BackwardLaunches
         gluon_plan = BackwardLaunches(q, k, causal, scale, softcap, window_left, seqs, dq_stride, dk_stride)
         if gluon_plan.dq is not None:     # its dQ pass forms delta: no preprocess
             return _BackwardLaunches(None, choice, gluon=gluon_plan)
@@ -420,13 +413,13 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
         concurrent_dq = work >= CONCURRENT_DQ_MIN_WORK
     concurrent = bool(concurrent_dq) and q.device.type == "cuda" and _launch.launches_execute()
 
-    common = dict(_score_flags(*flags), BLOCK_D=block_d, PAD_D=pad_d)
+    common = dict(SCORE=score, BLOCK_D=block_d, PAD_D=pad_d)
     qk_scale = kernel_qk_scale(scale, softcap)
     tma_dkdv, tma_dq = _use_tma(tma, q, do), _use_tma(tma, k, v)
     dkdv_cfg = dkdv_config or fixed["dkdv_tma" if tma_dkdv else "dkdv"]
-    dkdv_span = _head_span(flags, varlen, B * Hkv, cdiv(Nk, dkdv_cfg.block_n), q.device)
-    dkdv_tail = (Nq, Nk, D, group, qk_scale, scale, seqs,
-                 *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk_stride, *dv_stride)
+    dkdv_span = _head_span(score, varlen, B * Hkv, cdiv(Nk, dkdv_cfg.block_n), q.device)
+    dkdv_tail = (Nq, Nk, (D, group), (qk_scale, scale), seqs,
+                 (q.stride(), k.stride(), v.stride(), do.stride(), tuple(dk_stride), tuple(dv_stride)))
     # Query rows are masked (CHECK_M) unless every query block is full: always for packed
     # sequences, whose lengths the host does not know (the kernel then masks only the query
     # blocks that may reach past their sequence's end).
@@ -445,9 +438,9 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
                                    USE_TMA=tma_dkdv, HEAD_SPAN=dkdv_span, **dkdv_cfg.meta()),
                               dkdv_cfg.num_warps, dkdv_cfg.num_stages)
     dq_cfg = dq_config or fixed["dq_tma" if tma_dq else "dq"]
-    dq_span = _head_span(flags, varlen, B * H, cdiv(Nq, dq_cfg.block_m), q.device)
-    dq_tail = (Nq, Nk, D, group, qk_scale, scale, seqs,
-               *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq_stride)
+    dq_span = _head_span(score, varlen, B * H, cdiv(Nq, dq_cfg.block_m), q.device)
+    dq_tail = (Nq, Nk, (D, group), (qk_scale, scale), seqs,
+               (q.stride(), k.stride(), v.stride(), do.stride(), tuple(dq_stride)))
     if dq_config is None and tuned:
         dq = LaunchTemplate("attention_bwd_dq", _attn_bwd_dq_tuned,
                             lambda meta: _query_grid(Nq, meta["BLOCK_M"], H, B, seqs), dq_tail,
@@ -498,8 +491,8 @@ def build_backward(do, q, k, v, o, lse, causal, scale, window_left, window_right
                    dq_config, tma, concurrent_dq, gluon) -> BackwardPlan:
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
     _check_saved(do, o, lse, dlse, q, (B, H, Nq))
-    flags = _mask_flags(causal, window_left, window_right, softcap, Nq, Nk)
     scale = _resolve_scale(scale, D)
+    score = _score(causal, window_left, window_right, softcap, Nq, Nk, scale)
     copies = _copies(do, q, k, v, o)
     if copies is not None or not lse.is_contiguous() or not (dlse is None or dlse.is_contiguous()):
         copies = (*(copies or (False,) * 5), True)  # lse (and dlse): the kernels read them flat
@@ -508,7 +501,7 @@ def build_backward(do, q, k, v, o, lse, causal, scale, window_left, window_right
     strides = tuple(_strides_like(t, shape) for t, shape in zip((q, k, v), shapes))
     launches = None
     if B > 0 and Nq > 0 and Nk > 0:
-        launches = _backward_launches(do, q, k, v, o, lse, *strides, scale, flags, None, dkdv_config, dq_config, tma,
+        launches = _backward_launches(do, q, k, v, o, lse, *strides, scale, score, None, dkdv_config, dq_config, tma,
                                       concurrent_dq, gluon)
     return BackwardPlan(tuple(zip(shapes, strides)), q.dtype, q.device, copies, launches, B > 0 and Nq == 0,
                         B > 0 and Nq > 0 and Nk == 0)
@@ -545,8 +538,8 @@ def build_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window
                           dlse, dkdv_config, dq_config, tma, concurrent_dq, gluon) -> VarlenBackwardPlan:
     Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_q, cu_k)
     _check_saved(do, o, lse, dlse, q, (H, Tq))
-    flags = _mask_flags(causal, window_left, window_right, softcap, Tq, Tk)
     scale = _resolve_scale(scale, D)
+    score = _score(causal, window_left, window_right, softcap, Tq, Tk, scale)
     views = [_packed(t) for t in (do, q, k, v, o)]
     copies = tuple(_needs_copy(t) for t in views)
     do4, q4, k4, v4, o4 = (_head_dim_innermost(t) for t in views)
@@ -555,6 +548,6 @@ def build_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window
         grads = [_packed(torch.empty(shape, device="meta")).stride()
                  for shape in ((Tq, H, D), (Tk, Hkv, D), (Tk, Hkv, D))]
         varlen = (S, _one_cu_seqlens(cu_q, cu_k))
-        launches = _backward_launches(do4, q4, k4, v4, o4, lse.unsqueeze(0), *grads, scale, flags, varlen,
+        launches = _backward_launches(do4, q4, k4, v4, o4, lse.unsqueeze(0), *grads, scale, score, varlen,
                                       dkdv_config, dq_config, tma, concurrent_dq, gluon)
     return VarlenBackwardPlan((Tq, Tk), copies, Tk == 0, launches)

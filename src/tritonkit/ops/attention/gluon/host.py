@@ -11,7 +11,7 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ..ops.attention.descriptors import tma_layout_ok
+from ..descriptors import tma_layout_ok
 
 ROWS_PER_WARPGROUP = 64      # wgmma's M per warpgroup: 4 warps x 16 rows
 # Registers per thread: 64K per SM over the consumer warpgroups' threads and the producer's

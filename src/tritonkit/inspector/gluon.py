@@ -1,8 +1,8 @@
-"""Compile a Gluon kernel for a GPU target without a GPU (the CPU CI and the inspector).
+"""Compile a Gluon kernel for a GPU target without a GPU (the CPU tests of the Gluon kernels).
 
-`triton.compile` needs Gluon's own AST source (`GluonASTSource`): Triton's `ASTSource` would
-parse the kernel as plain Triton. Arguments are specialised by Triton's binder exactly as a
-launch on the GPU would, so the compiled kernel is the one a launch with these arguments gets.
+`triton.compile` needs Gluon's own AST source (`compiling.ast_source`): Triton's `ASTSource`
+would parse the kernel as plain Triton. Arguments are specialised by Triton's binder exactly as
+a launch on the GPU would, so the compiled kernel is the one a launch with these arguments gets.
 """
 
 from __future__ import annotations
@@ -31,39 +31,18 @@ class CompiledGluon:
 
     def setmaxnreg(self) -> list[tuple[str, int]]:
         """('inc' or 'dec', registers) of each setmaxnreg in the PTX, in order."""
-        from ..inspector.assembly import _setmaxnreg
+        from .assembly import _setmaxnreg
         return _setmaxnreg(self.ptx)
 
     def wgmma_waits(self) -> list[int]:
         """The pending-group count of each wgmma.wait_group in the PTX."""
-        from ..inspector.assembly import _WGMMA_WAIT
+        from .assembly import _WGMMA_WAIT
         return [int(n) for n in _WGMMA_WAIT.findall(self.ptx)]
 
     def spills(self) -> dict[str, int]:
         """Bytes of spill stores and loads, and the stack frame, that ptxas reports."""
-        from ..inspector.assembly import _ptxas_usage
+        from .assembly import _ptxas_usage
         return _ptxas_usage(self.ptx, self.arch, self.options)
-
-
-# The modules whose Triton functions a Gluon kernel calls (Gluon's library wraps Triton's):
-# under the interpreter they hold InterpretedFunctions, swapped for compilable ones meanwhile.
-GLUON_MODULES = ("triton.language", "triton.experimental.gluon", "tritonkit")
-
-
-def is_gluon(kernel: Any) -> bool:
-    """Whether `kernel` is a Gluon kernel (@gluon.jit), which `ast_source` must parse as Gluon."""
-    from triton.experimental.gluon._runtime import GluonJITFunction
-    return isinstance(kernel, GluonJITFunction)
-
-
-def ast_source(kernel: Any, signature: dict, constexprs: dict, attrs: dict) -> Any:
-    """What `triton.compile` compiles `kernel` from: `GluonASTSource` for a Gluon kernel,
-    Triton's `ASTSource` for a @triton.jit one."""
-    if is_gluon(kernel):
-        from triton.experimental.gluon._runtime import GluonASTSource
-        return GluonASTSource(kernel, signature, constexprs, attrs)
-    from triton.compiler import ASTSource
-    return ASTSource(kernel, signature, constexprs, attrs)
 
 
 def compile_sm90(kernel: Any, args: tuple, kwargs: dict, arch: int = 90) -> CompiledGluon:
@@ -73,7 +52,7 @@ def compile_sm90(kernel: Any, args: tuple, kwargs: dict, arch: int = 90) -> Comp
     from triton.compiler import make_backend
     from triton.runtime.jit import create_function_from_signature
 
-    from ..inspector.compiling import _jit_functions_visible
+    from .compiling import GLUON_MODULES, _jit_functions_visible, ast_source
 
     target = GPUTarget("cuda", arch, 32)
     backend = make_backend(target)

@@ -1,5 +1,5 @@
-"""Score modifications applied before the softmax, shared by the forward and both backward
-passes: the logit softcap of Gemma 2, s -> c tanh(s / c).
+"""The Triton kernels' side of `score.py`, shared by the forward and both backward passes: the
+logit softcap of Gemma 2, s -> c tanh(s / c).
 
 With x = scale * q.k and cap_in = scale / c (what the launcher passes as qk_scale), y = cap_in q.k
 = x / c; the base-2 score the softmax uses is tanh(y) c log2(e), and the gradient of the capped
@@ -21,15 +21,6 @@ tanh(y) comes from one of two formulas, chosen by a constexpr (TANH_APPROX):
 
 import triton
 import triton.language as tl
-
-LOG2E = 1.4426950408889634
-
-
-def kernel_qk_scale(scale: float, softcap: float) -> float:
-    """What the kernels (Triton and Gluon) multiply Q K^T by: scale log2(e), or with a softcap
-    c > 0 the tanh's input factor scale / c."""
-    return scale / softcap if softcap else scale * LOG2E
-
 
 @triton.jit
 def _softcap_tanh(qk, cap_in, TANH_APPROX: tl.constexpr):

@@ -52,10 +52,10 @@ import functools
 
 import torch
 
-from ..._launch import LaunchTemplate
-from ..._layout import cdiv
-from ...ops.attention.scores import kernel_qk_scale
-from ...ops.attention.order import longest_first_span, num_sms
+from ....._launch import LaunchTemplate
+from ....._layout import cdiv
+from ...score import kernel_qk_scale
+from ...order import longest_first_span, num_sms
 from ..host import CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, descriptor, tma_refusal
 from .dkdv import _dkdv_kernel
 from .dq import _dq_kernel

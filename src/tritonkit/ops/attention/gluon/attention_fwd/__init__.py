@@ -6,7 +6,7 @@ hk = h // (H // Hkv), causal top-left aligned (query i sees keys j <= i, as SDPA
 lse[b, h, i] = log sum_j exp(s_ij) in natural-log units, float32, which both backwards read.
 With a softcap c (Gemma 2; SOFTCAP = c, a constexpr, 0 for none) the scores are c tanh(s_ij / c),
 in the softmax and in lse alike; tanh is the GPU's `tanh.approx.f32`, as in the Triton kernels
-(`tritonkit.ops.attention.scores` has the formula and its accuracy). In bfloat16, for caps up
+(`tritonkit.ops.attention.triton_score` has the formula and its accuracy). In bfloat16, for caps up
 to FIXED_REFERENCE_MAX_CAP, the softcap kernel measures p from a fixed reference instead of a
 running row maximum (`fixed_reference`): the softcap's scores are bounded, and the score loop,
 which the softcap makes issue-bound, loses the row maximum and the rescaling.
@@ -48,11 +48,11 @@ import functools
 import math
 
 import torch
-from ..._counters import zeroed_counters
-from ..._launch import LaunchTemplate, target_capability
-from ..._layout import cdiv
-from ...ops.attention.scores import LOG2E, kernel_qk_scale
-from ...ops.attention.order import longest_first_span, num_sms
+from ....._counters import zeroed_counters
+from ....._launch import LaunchTemplate, target_capability
+from ....._layout import cdiv
+from ...score import LOG2E, kernel_qk_scale
+from ...order import longest_first_span, num_sms
 from ..host import GL_DTYPES, PRODUCER_REGS, ROWS_PER_WARPGROUP, consumer_regs, descriptor, tma_refusal
 from .kernel import _attn_fwd_kernel
 
@@ -220,7 +220,7 @@ def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
                 causal: bool, scale: float, softcap: float = 0.0, window_left: int = -1,
                 cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args with num_warps) of one forward launch, as
-    `ForwardLaunch` makes it: what `tritonkit.gluon.compile` compiles for sm_90 without a GPU.
+    `ForwardLaunch` makes it: what `tritonkit.inspector.gluon.compile_sm90` compiles for sm_90 without a GPU.
     Packed sequences: q, k, v, o the (1, H, total, D) views, cu_q and cu_k their offsets."""
     seqs = None if cu_q is None else cu_q.numel() - 1
     plan = ForwardLaunch(q, k, causal, scale, softcap, window_left, seqs, None if cu_q is None else o.stride())
