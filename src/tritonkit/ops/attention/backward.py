@@ -16,8 +16,8 @@ import triton
 import triton.language as tl
 
 from .loads import _head_sources, _key_block, _load
-from .mask import _key_range, _program_tile, _query_range, _visible
-from .triton_score import _softcap_tanh
+from .mask import _diag, _key_range, _program_tile, _query_range, _visible
+from .triton_score import _alibi_slope, _score2
 
 
 @triton.jit
@@ -59,10 +59,8 @@ def _attn_bwd_preprocess_kernel(
 @triton.jit
 def _attn_bwd_dkdv_tiles(
     dk, dv, k, v,
-    Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
-    stride_q, stride_do, q_offs, do_offs,
-    offs_n, offs_m0, d_row,
-    lo, hi, Nq, NqTotal, Nk, qk_scale,
+    Q, DO, LSE, DELTA, ALIBI, head, loads, tile,
+    lo, hi, lengths, qk_scale, diag,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
     CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
@@ -77,11 +75,16 @@ def _attn_bwd_dkdv_tiles(
     # with the head counted along rather than divided out of the loop index (a loop over the
     # heads around two loops over query blocks was slower on the H200: notes/attention.md).
     # Q and DO: pointers, or (USE_TMA) tensor descriptors of the whole tensors, read at
-    # [b, h, q0 + row, 0] (zeros past the tensor's rows and D). NqTotal: the row count of
-    # LSE and DELTA per head (Nq itself in a dense batch). stride_q, stride_do: (batch, head,
-    # seq) strides of Q and DO.
-    stride_qb, stride_qh, stride_qn = stride_q
-    stride_dob, stride_doh, stride_don = stride_do
+    # [b, h, q0 + row, 0] (zeros past the tensor's rows and D).
+    # head = (b, b64, hk64, GROUP, H, q0, seq): the batch entry, kv head, query heads a kv head,
+    # all query heads, the sequence's first query row and its index; loads = ((batch, head, seq)
+    # strides of Q, of DO), their tile offsets); tile = (offs_n, offs_m0, d_row); lengths = (Nq,
+    # NqTotal, Nk), NqTotal the row count of LSE and DELTA per head (Nq itself in a dense batch);
+    # diag: `mask._diag`.
+    b, b64, hk64, GROUP, H, q0, seq = head
+    (stride_qb, stride_qh, stride_qn), (stride_dob, stride_doh, stride_don), q_offs, do_offs = loads
+    offs_n, offs_m0, d_row = tile
+    Nq, NqTotal, Nk = lengths
     SOFTCAP: tl.constexpr = SCORE.softcap
     WINDOW_LEFT: tl.constexpr = SCORE.window_left
     start_m = lo
@@ -114,15 +117,14 @@ def _attn_bwd_dkdv_tiles(
             lse2 = tl.load(LSE + row_base + offs_m) * 1.4426950408889634
             delta = tl.load(DELTA + row_base + offs_m)
         qkT = tl.dot(k, tl.trans(q))
-        if SOFTCAP > 0:
-            thT = _softcap_tanh(qkT, qk_scale, SCORE.tanh_approx)
-            pT = tl.math.exp2(thT * (SOFTCAP * 1.4426950408889634) - lse2[None, :])
-        else:
-            pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])
+        slope2 = _alibi_slope(ALIBI, seq, h64, H, SCORE)
+        s2T, thT = _score2(qkT, qk_scale, offs_m[None, :], offs_n[:, None], diag, slope2, SCORE)
+        pT = tl.math.exp2(s2T - lse2[None, :])
         if MASKED:
             # Keys past Nk: their rows are never stored, but where a row may see no key at all
             # (lse = -inf) its P there would be inf, and inf * 0 = NaN in those rows' sums.
-            ok = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, SCORE, VARLEN or WINDOW_LEFT >= 0, VARLEN)
+            ok = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, diag, SCORE,
+                          VARLEN or WINDOW_LEFT >= 0 or SCORE.bottom_right, VARLEN)
             pT = tl.where(ok, pT, 0.0)
         pT_in = pT.to(do.dtype)
         if SOFTCAP > 0:
@@ -141,7 +143,7 @@ def _attn_bwd_dkdv_tiles(
 @triton.jit
 def _attn_bwd_dkdv_kernel(
     # pointers (CU_Q, CU_K: packed sequences' cumulative lengths, or None; see forward.py)
-    Q, K, V, DO, DK, DV, LSE, DELTA, CU_Q, CU_K,
+    Q, K, V, DO, DK, DV, LSE, DELTA, CU_Q, CU_K, ALIBI,
     # shapes and scales (dims = (D, GROUP); scales = (qk_scale as in the forward, sm_scale = scale))
     Nq, Nk, dims, scales, SEQS,
     # strides of (batch, head, seq, head_dim): q's, k's, v's, do's, dk's, dv's
@@ -164,7 +166,7 @@ def _attn_bwd_dkdv_kernel(
     WINDOW_LEFT: tl.constexpr = SCORE.window_left
     WINDOW_RIGHT: tl.constexpr = SCORE.window_right
     VARLEN: tl.constexpr = CU_Q is not None
-    b, hk, start_n, k0, nk, q0, nq = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False, HEAD_SPAN)
+    b, hk, start_n, k0, nk, q0, nq, seq = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False, HEAD_SPAN)
     if VARLEN:
         if start_n >= nk:
             return
@@ -193,28 +195,27 @@ def _attn_bwd_dkdv_kernel(
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
 
     # The group's query heads are summed in a fixed order: deterministic.
-    lo, full_lo, full_hi, hi = _query_range(start_n, nq, BLOCK_M, BLOCK_N, SCORE, VARLEN)
+    diag = _diag(nq, nk, SCORE)
+    head = (b, b64, hk64, GROUP, H, q0, seq)
+    loads = ((stride_qb, stride_qh, stride_qn), (stride_dob, stride_doh, stride_don), q_offs, do_offs)
+    tile = (offs_n, offs_m0, d_row)
+    lengths = (nq, Nq, nk)
+    lo, full_lo, full_hi, hi = _query_range(start_n, nq, diag, BLOCK_M, BLOCK_N, SCORE, VARLEN)
     if CAUSAL or WINDOW_RIGHT >= 0:
         dk, dv = _attn_bwd_dkdv_tiles(
-            dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
-            (stride_qb, stride_qh, stride_qn), (stride_dob, stride_doh, stride_don), q_offs, do_offs,
-            offs_n, offs_m0, d_row, lo, full_lo, nq, Nq, nk, qk_scale,
+            dk, dv, k, v, Q, DO, LSE, DELTA, ALIBI, head, loads, tile, lo, full_lo, lengths, qk_scale, diag,
             BLOCK_M, BLOCK_D, True, SCORE, CHECK_M, PAD_D,
             USE_TMA, VARLEN)
     # Packed sequences: the unmasked query blocks end at the sequence's last full block
     # (`_query_range`), so only the masked ones can hold rows past it (CHECK_M there only).
     CHECK_FULL_M: tl.constexpr = CHECK_M and not VARLEN
     dk, dv = _attn_bwd_dkdv_tiles(
-        dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
-        (stride_qb, stride_qh, stride_qn), (stride_dob, stride_doh, stride_don), q_offs, do_offs,
-        offs_n, offs_m0, d_row, full_lo, full_hi, nq, Nq, nk, qk_scale,
+        dk, dv, k, v, Q, DO, LSE, DELTA, ALIBI, head, loads, tile, full_lo, full_hi, lengths, qk_scale, diag,
         BLOCK_M, BLOCK_D, False, SCORE, CHECK_FULL_M, PAD_D,
         USE_TMA, VARLEN)
     if WINDOW_LEFT >= 0 or VARLEN:
         dk, dv = _attn_bwd_dkdv_tiles(
-            dk, dv, k, v, Q, DO, LSE, DELTA, b, b64, hk64, GROUP, H, q0,
-            (stride_qb, stride_qh, stride_qn), (stride_dob, stride_doh, stride_don), q_offs, do_offs,
-            offs_n, offs_m0, d_row, full_hi, hi, nq, Nq, nk, qk_scale,
+            dk, dv, k, v, Q, DO, LSE, DELTA, ALIBI, head, loads, tile, full_hi, hi, lengths, qk_scale, diag,
             BLOCK_M, BLOCK_D, True, SCORE, CHECK_M, PAD_D,
             USE_TMA, VARLEN)
 
@@ -233,9 +234,7 @@ def _attn_bwd_dkdv_kernel(
 
 @triton.jit
 def _attn_bwd_dq_tiles(
-    dq, q, do, lse2, delta,
-    k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0,
-    offs_m, offs_n0, d_col,
+    dq, q, do, lse2, delta, keys, rows, score_at,
     lo, hi, Nk, qk_scale,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
     PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
@@ -243,9 +242,13 @@ def _attn_bwd_dq_tiles(
     # For key blocks [lo, hi):  P = 2^(s - lse2),  dP = dO V^T,
     #   dS = P [(1 - tanh^2)] * (dP - delta),  dQ += dS K  (times scale at the end).
     # MASKED blocks zero P where `_visible` hides a key (past Nk K loads as 0, but 2^(-lse2)
-    # could overflow, and a row that sees no key has lse2 = -inf). k_src, v_src: the kv
-    # head's base pointers, or (USE_TMA) descriptors of all of K and V, read at
-    # [b, hk, key0 + key, 0].
+    # could overflow, and a row that sees no key has lse2 = -inf). keys = (k_src, v_src,
+    # stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0): the kv head's base pointers (or,
+    # with USE_TMA, descriptors of all of K and V, read at [b, hk, key0 + key, 0]), their key
+    # strides and tile offsets; rows = (offs_m, offs_n0, d_col); score_at = (diag, ALiBi slope).
+    k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0 = keys
+    offs_m, offs_n0, d_col = rows
+    diag, slope2 = score_at
     SOFTCAP: tl.constexpr = SCORE.softcap
     for start_n in tl.range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
@@ -254,13 +257,10 @@ def _attn_bwd_dq_tiles(
         vT = _key_block(v_src, stride_vn, vt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
                         BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True, VARLEN)
         qk = tl.dot(q, kT)
-        if SOFTCAP > 0:
-            th = _softcap_tanh(qk, qk_scale, SCORE.tanh_approx)
-            p = tl.math.exp2(th * (SOFTCAP * 1.4426950408889634) - lse2[:, None])
-        else:
-            p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        s2, th = _score2(qk, qk_scale, offs_m[:, None], offs_n[None, :], diag, slope2, SCORE)
+        p = tl.math.exp2(s2 - lse2[:, None])
         if MASKED:
-            ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, SCORE, True, False)
+            ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, diag, SCORE, True, False)
             p = tl.where(ok, p, 0.0)
         if SOFTCAP > 0:
             p = p * (1.0 - th * th)
@@ -273,7 +273,7 @@ def _attn_bwd_dq_tiles(
 @triton.jit
 def _attn_bwd_dq_kernel(
     # pointers (CU_Q, CU_K: packed sequences' cumulative lengths, or None; see forward.py)
-    Q, K, V, DO, DQ, LSE, DELTA, CU_Q, CU_K,
+    Q, K, V, DO, DQ, LSE, DELTA, CU_Q, CU_K, ALIBI,
     # shapes and scales (dims = (D, GROUP); scales = (qk_scale as in the forward, sm_scale = scale))
     Nq, Nk, dims, scales, SEQS,
     # strides of (batch, head, seq, head_dim): q's, k's, v's, do's, dq's
@@ -294,7 +294,7 @@ def _attn_bwd_dq_kernel(
     CAUSAL: tl.constexpr = SCORE.causal
     WINDOW_LEFT: tl.constexpr = SCORE.window_left
     VARLEN: tl.constexpr = CU_Q is not None
-    b, h, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
+    b, h, start_m, q0, nq, k0, nk, seq = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
     if VARLEN:
         if start_m >= nq:
             return
@@ -331,24 +331,24 @@ def _attn_bwd_dq_kernel(
     vt_offs = offs_d[:, None] * stride_vd + offs_n0[None, :] * stride_vn
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, BLOCK_M, BLOCK_N, SCORE)
+    diag = _diag(nq, nk, SCORE)
+    keys = (k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0)
+    rows = (offs_m, offs_n0, d_col)
+    score_at = (diag, _alibi_slope(ALIBI, seq, h, H, SCORE))
+    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, diag, BLOCK_M, BLOCK_N, SCORE)
     if WINDOW_LEFT >= 0:
         dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
-            offs_m, offs_n0, d_col, lo, full_lo, nk, qk_scale, BLOCK_N, BLOCK_D, True,
+            dq, q, do, lse2, delta, keys, rows, score_at, lo, full_lo, nk, qk_scale, BLOCK_N, BLOCK_D, True,
             SCORE, PAD_D, USE_TMA, VARLEN)
         dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
-            offs_m, offs_n0, d_col, full_lo, full_hi, nk, qk_scale, BLOCK_N, BLOCK_D, False,
+            dq, q, do, lse2, delta, keys, rows, score_at, full_lo, full_hi, nk, qk_scale, BLOCK_N, BLOCK_D, False,
             SCORE, PAD_D, USE_TMA, VARLEN)
     else:
         dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
-            offs_m, offs_n0, d_col, 0, full_hi, nk, qk_scale, BLOCK_N, BLOCK_D, False,
+            dq, q, do, lse2, delta, keys, rows, score_at, 0, full_hi, nk, qk_scale, BLOCK_N, BLOCK_D, False,
             SCORE, PAD_D, USE_TMA, VARLEN)
     dq = _attn_bwd_dq_tiles(
-        dq, q, do, lse2, delta, k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0,
-        offs_m, offs_n0, d_col, full_hi, hi, nk, qk_scale, BLOCK_N, BLOCK_D, True,
+        dq, q, do, lse2, delta, keys, rows, score_at, full_hi, hi, nk, qk_scale, BLOCK_N, BLOCK_D, True,
         SCORE, PAD_D, USE_TMA, VARLEN)
 
     dq = dq * sm_scale

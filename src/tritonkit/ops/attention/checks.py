@@ -208,3 +208,43 @@ def _softcap_arg(softcap: object) -> float:
     if not (is_finite(softcap) and softcap > 0):
         raise ValueError(f"softcap must be a positive, finite float or None, got {softcap}")
     return float(softcap)
+
+
+def _check_score_tensors(alibi_slopes: object, sinks: object, batch: int, heads: int,
+                         device: torch.device) -> int:
+    """alibi_slopes: None, or a float tensor of (heads,) or (batch, heads) slopes; sinks: None, or
+    a float tensor of (heads,) logits; both on `device` (for packed sequences batch is their
+    count). Returns the kernels' ALiBi kind (`score.Score.alibi`): 0 none, 1 a slope a head, 2 a
+    slope a (batch, head) pair."""
+    for name, t, shapes in (("alibi_slopes", alibi_slopes, ((heads,), (batch, heads))), ("sinks", sinks, ((heads,),))):
+        if t is None:
+            continue
+        check_tensor(name, t, (torch.float32, torch.float16, torch.bfloat16, torch.float64))
+        if tuple(t.shape) not in shapes:
+            raise ValueError(f"{name} must have shape {' or '.join(map(str, shapes))} (a value a query head"
+                             f"{' or a (batch, head) pair' if len(shapes) > 1 else ''}), got {tuple(t.shape)}")
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device} but q is on {device}")
+    if alibi_slopes is None:
+        return 0
+    return 1 if alibi_slopes.dim() == 1 else 2
+
+
+ALIGNMENTS = ("top_left", "bottom_right")
+
+
+def _alignment_arg(alignment: object) -> bool:
+    """The public causal_alignment as the kernels' bottom_right flag."""
+    if not isinstance(alignment, str):
+        raise TypeError(f"causal_alignment must be one of {ALIGNMENTS}, got {type(alignment).__name__}")
+    if alignment not in ALIGNMENTS:
+        raise ValueError(f"causal_alignment must be one of {ALIGNMENTS}, got {alignment!r}")
+    return alignment == "bottom_right"
+
+
+def _flag_arg(name: str, value: object) -> bool:
+    """A public on/off argument: a bool (numpy's and 0-d tensors' truth is refused as well as
+    strings', so that causal="no" cannot pass for True)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value

@@ -1,20 +1,21 @@
 """The attention forward kernel: one program per (query block, head, batch), streaming key
 blocks through an online softmax (FlashAttention-2).
 
-Per key block, in base 2 (s = Q K^T qk_scale with qk_scale = scale * log2(e), or with a
-softcap s = tanh(scale Q K^T / c) c log2(e)):
+Per key block, in base 2 (s = the base-2 score of `triton_score._score2`: Q K^T qk_scale with
+qk_scale = scale * log2(e), or with a softcap tanh(scale Q K^T / c) c log2(e); ALiBi's bias):
     m' = max(m, rowmax(s)),  p = 2^(s - m'),  alpha = 2^(m - m'),
     l' = l alpha + rowsum(p),  acc' = acc alpha + p V,
-and at the end o = acc / l, lse = (m + log2 l) ln 2 (natural-log units, for the backward and
-for callers that merge partial attentions).
+from m = -inf, l = 0 (or a learnable sink's logit and 1: `triton_score._row_start`), and at the
+end o = acc / l, lse = (m + log2 l) ln 2 (natural-log units, for the backward and for callers
+that merge partial attentions).
 """
 
 import triton
 import triton.language as tl
 
 from .loads import _head_sources, _key_block, _load
-from .mask import _key_range, _program_tile, _row_base, _rows_lse, _rows_out, _visible
-from .triton_score import _softcap_tanh
+from .mask import _diag, _key_range, _program_tile, _row_base, _rows_lse, _rows_out, _visible
+from .triton_score import _alibi_slope, _row_start, _score2, _softcap_tanh
 
 
 @triton.jit
@@ -31,27 +32,39 @@ def _attn_fwd_qk(
 
 @triton.jit
 def _attn_fwd_softmax(
-    qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale,
+    qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale, score_at,
     MASKED: tl.constexpr, SCORE: tl.constexpr, EMPTY_ROWS: tl.constexpr,
 ):
     # The online-softmax step of the key block at start_n (see the module docstring).
     # MASKED blocks hide the keys `_visible` hides; only they can leave a row with no key
-    # seen yet (EMPTY_ROWS), which `_row_base` keeps finite.
+    # seen yet (EMPTY_ROWS), which `_row_base` keeps finite. score_at: the tile's (diag,
+    # ALiBi slope) (`mask._diag`, `triton_score._alibi_slope`).
+    diag, slope2 = score_at
     SOFTCAP: tl.constexpr = SCORE.softcap
-    if SOFTCAP > 0:
+    if SCORE.alibi > 0:
+        # The bias differs by key: the scores in full first, then their row max.
+        offs_n = start_n + offs_n0
+        s2, _ = _score2(qk, qk_scale, offs_m[:, None], offs_n[None, :], diag, slope2, SCORE)
+        if MASKED:
+            ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, diag, SCORE, True, False)
+            s2 = tl.where(ok, s2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s2, 1))
+        base = _row_base(m_new, EMPTY_ROWS and MASKED)
+        qk = s2 - base[:, None]
+    elif SOFTCAP > 0:
         # The row max is taken on tanh (c log2(e) > 0 keeps the order), so that the score
         # th c log2(e) - base is one FMA an element.
         th = _softcap_tanh(qk, qk_scale, SCORE.tanh_approx)
         if MASKED:
             offs_n = start_n + offs_n0
-            ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, SCORE, True, False)
+            ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, diag, SCORE, True, False)
             th = tl.where(ok, th, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(th, 1) * (SOFTCAP * 1.4426950408889634))
         base = _row_base(m_new, EMPTY_ROWS and MASKED)
         qk = th * (SOFTCAP * 1.4426950408889634) - base[:, None]
     elif MASKED:
         offs_n = start_n + offs_n0
-        ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, SCORE, True, False)
+        ok = _visible(offs_m[:, None], offs_n[None, :], 0, Nk, diag, SCORE, True, False)
         qk = tl.where(ok, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         base = _row_base(m_new, EMPTY_ROWS)
@@ -86,20 +99,22 @@ def _attn_fwd_pv(
 
 @triton.jit
 def _attn_fwd_tiles(
-    acc, l_i, m_i, q,
-    k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, key0,
-    offs_m, offs_n0, d_row, d_col,
+    acc, l_i, m_i, q, keys, rows, score_at,
     lo, hi, Nk, qk_scale,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
     EMPTY_ROWS: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # The key blocks [lo, hi): per block S = Q K^T, the softmax step, acc = acc alpha + P V.
-    # k_src, v_src: the kv head's base pointers, or (USE_TMA) descriptors of all of K and V,
-    # read at [b, hk, key0 + key, 0].
+    # keys = (k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, key0): the kv head's
+    # base pointers (or, with USE_TMA, descriptors of all of K and V, read at [b, hk, key0 + key,
+    # 0]), their key strides and tile offsets; rows = (offs_m, offs_n0, d_row, d_col): the tile's
+    # query rows, key columns and head-dim masks; score_at: as `_attn_fwd_softmax` takes it.
+    k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, key0 = keys
+    offs_m, offs_n0, d_row, d_col = rows
     for start_n in tl.range(lo, hi, BLOCK_N):
         qk = _attn_fwd_qk(q, k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
                           BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, VARLEN)
-        p, alpha, l_i, m_i = _attn_fwd_softmax(qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale,
+        p, alpha, l_i, m_i = _attn_fwd_softmax(qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale, score_at,
                                                MASKED, SCORE, EMPTY_ROWS)
         acc = _attn_fwd_pv(acc, alpha, p, v_src, stride_vn, v_offs, b, hk, key0, start_n,
                            offs_n0, d_row, Nk, BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, VARLEN)
@@ -110,14 +125,16 @@ def _attn_fwd_tiles(
 def _attn_fwd_kernel(
     # pointers; with USE_TMA, Q, K and V are tensor descriptors of the whole (B, H, N, D)
     # tensors. Packed sequences: B = 1, N the total, and CU_Q, CU_K their int32 cumulative
-    # lengths (SEQS + 1 each); None for a dense batch.
-    Q, K, V, O, LSE, CU_Q, CU_K,
+    # lengths (SEQS + 1 each); None for a dense batch. ALIBI: float32 slopes, (H,) or (B, H)
+    # (per sequence when packed), SINKS: a logit a head; None without them (`score.Score`).
+    Q, K, V, O, LSE, CU_Q, CU_K, ALIBI, SINKS,
     # shapes and scale: dims = (D, GROUP), GROUP = query heads per kv head; qk_scale = scale *
     # log2(e), or with a softcap c > 0 the tanh's input factor scale / c (`score.kernel_qk_scale`)
     Nq, Nk, dims, qk_scale, SEQS,
     # strides, in elements, of (batch, head, seq, head_dim): q's, k's, v's, o's
     strides,
-    # meta: what happens to a score (`score.Score`: the mask of `mask.py`, the softcap), tiles
+    # meta: what happens to a score (`score.Score`: the mask of `mask.py`, the softcap, ALiBi,
+    # sinks), tiles
     SCORE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
     HEAD_SPAN: tl.constexpr,
@@ -130,8 +147,8 @@ def _attn_fwd_kernel(
     CAUSAL: tl.constexpr = SCORE.causal
     WINDOW_LEFT: tl.constexpr = SCORE.window_left
     VARLEN: tl.constexpr = CU_Q is not None
-    EMPTY_ROWS: tl.constexpr = VARLEN or WINDOW_LEFT >= 0
-    b, h, start_m, q0, nq, k0, nk = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
+    EMPTY_ROWS: tl.constexpr = VARLEN or WINDOW_LEFT >= 0 or SCORE.bottom_right
+    b, h, start_m, q0, nq, k0, nk, seq = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
     if VARLEN:
         if start_m >= nq:
             return
@@ -164,31 +181,30 @@ def _attn_fwd_kernel(
     kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
     v_offs = offs_n0[:, None] * stride_vn + offs_d[None, :] * stride_vd
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
+    m_i, l_i = _row_start(SINKS, h, BLOCK_M, SCORE)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    diag = _diag(nq, nk, SCORE)
+    keys = (k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0)
+    rows = (offs_m, offs_n0, d_row, d_col)
+    score_at = (diag, _alibi_slope(ALIBI, seq, h, H, SCORE))
 
-    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, BLOCK_M, BLOCK_N, SCORE)
+    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, diag, BLOCK_M, BLOCK_N, SCORE)
     if WINDOW_LEFT >= 0:
         acc, l_i, m_i = _attn_fwd_tiles(
-            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
-            offs_m, offs_n0, d_row, d_col, lo, full_lo, nk, qk_scale,
+            acc, l_i, m_i, q, keys, rows, score_at, lo, full_lo, nk, qk_scale,
             BLOCK_N, BLOCK_D, True, SCORE, EMPTY_ROWS,
             PAD_D, USE_TMA, VARLEN)
         acc, l_i, m_i = _attn_fwd_tiles(
-            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
-            offs_m, offs_n0, d_row, d_col, full_lo, full_hi, nk, qk_scale,
+            acc, l_i, m_i, q, keys, rows, score_at, full_lo, full_hi, nk, qk_scale,
             BLOCK_N, BLOCK_D, False, SCORE, EMPTY_ROWS,
             PAD_D, USE_TMA, VARLEN)
     else:
         acc, l_i, m_i = _attn_fwd_tiles(
-            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
-            offs_m, offs_n0, d_row, d_col, 0, full_hi, nk, qk_scale,
+            acc, l_i, m_i, q, keys, rows, score_at, 0, full_hi, nk, qk_scale,
             BLOCK_N, BLOCK_D, False, SCORE, EMPTY_ROWS,
             PAD_D, USE_TMA, VARLEN)
     acc, l_i, m_i = _attn_fwd_tiles(
-        acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0,
-        offs_m, offs_n0, d_row, d_col, full_hi, hi, nk, qk_scale,
+        acc, l_i, m_i, q, keys, rows, score_at, full_hi, hi, nk, qk_scale,
         BLOCK_N, BLOCK_D, True, SCORE, EMPTY_ROWS,
         PAD_D, USE_TMA, VARLEN)
 

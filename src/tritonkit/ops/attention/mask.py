@@ -3,7 +3,9 @@ where each program's tile lies in packed variable-length batches.
 
 One set of helpers for the forward, the dK/dV pass and the dQ pass, so that the three agree
 on every (query, key) pair. Query i sees key j when every bound that is on allows it:
-- CAUSAL: j <= i (top-left aligned, as SDPA's is_causal=True);
+- CAUSAL: j <= i (top-left aligned, as SDPA's is_causal=True), or under a bottom-right
+  alignment j <= i + Nk - Nq (FlashAttention-2's, and a KV cache's: the last query row sees
+  the last key); diag below is that offset, 0 for top-left;
 - WINDOW_LEFT = L >= 0: j >= i - L;  WINDOW_RIGHT = R >= 0: j <= i + R (same alignment;
   -1 leaves that side unbounded; the launcher folds a right bound under CAUSAL away);
 - j < Nk, and in packed batches both i and j inside their own sequence (indices are local
@@ -24,39 +26,64 @@ import triton.language as tl
 
 
 @triton.jit
-def _visible(q, k, Nq, Nk, SCORE: tl.constexpr, CHECK_KEYS: tl.constexpr, CHECK_QUERIES: tl.constexpr):
+def _visible(q, k, Nq, Nk, diag, SCORE: tl.constexpr, CHECK_KEYS: tl.constexpr, CHECK_QUERIES: tl.constexpr):
     # Whether query q sees key k: index tensors that broadcast to the tile ([M, 1] against
     # [1, N] in the forward and dQ pass, the transpose in the dK/dV pass). CHECK_KEYS hides
     # keys past Nk (the dK/dV pass never stores their rows); CHECK_QUERIES hides queries past
     # Nq (packed sequences, whose tiles may reach into the next one). The first bound that is
-    # on starts the mask; the caller asks only where at least one is. SCORE: `score.Score`.
+    # on starts the mask; the caller asks only where at least one is. SCORE: `score.Score`;
+    # diag: where query 0 sits among the keys under a bottom-right alignment (`_diag`).
     CAUSAL: tl.constexpr = SCORE.causal
     WINDOW_LEFT: tl.constexpr = SCORE.window_left
     WINDOW_RIGHT: tl.constexpr = SCORE.window_right
+    if SCORE.bottom_right:
+        at = q + diag
+    else:
+        at = q
     if CHECK_KEYS:
         ok = k < Nk
         if CAUSAL:
-            ok = ok & (k <= q)
+            ok = ok & (k <= at)
     elif CAUSAL:
-        ok = q >= k
+        ok = at >= k
     elif CHECK_QUERIES:
         ok = q < Nq
     elif WINDOW_RIGHT >= 0:
-        ok = k <= q + WINDOW_RIGHT
+        ok = k <= at + WINDOW_RIGHT
     else:
-        ok = k >= q - WINDOW_LEFT
+        ok = k >= at - WINDOW_LEFT
     started: tl.constexpr = CHECK_KEYS or CAUSAL or CHECK_QUERIES
     if WINDOW_RIGHT >= 0 and started:
-        ok = ok & (k <= q + WINDOW_RIGHT)
+        ok = ok & (k <= at + WINDOW_RIGHT)
     if WINDOW_LEFT >= 0 and (started or WINDOW_RIGHT >= 0):
-        ok = ok & (k >= q - WINDOW_LEFT)
+        ok = ok & (k >= at - WINDOW_LEFT)
     if CHECK_QUERIES and (CHECK_KEYS or CAUSAL):
         ok = ok & (q < Nq)
     return ok
 
 
 @triton.jit
-def _key_range(start_m, Nq, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCORE: tl.constexpr):
+def _diag(nq, nk, SCORE: tl.constexpr):
+    # Where query row 0 sits among the keys: nk - nq of its sequence under a bottom-right
+    # alignment (row i at key position i + nk - nq), else 0 (`score.Score.bottom_right`).
+    if SCORE.bottom_right:
+        diag = nk - nq
+    else:
+        diag = 0
+    return diag
+
+
+@triton.jit
+def _at_least_0(x, SCORE: tl.constexpr):
+    # A block bound clamped at 0 where a bottom-right alignment can make it negative (rows that
+    # sit before key 0 see no key); top-left bounds never are.
+    if SCORE.bottom_right:
+        x = tl.maximum(x, 0)
+    return x
+
+
+@triton.jit
+def _key_range(start_m, Nq, Nk, diag, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCORE: tl.constexpr):
     # Forward and dQ pass: the keys the query block [start_m, start_m + BLOCK_M) visits,
     # lo <= full_lo <= full_hi <= hi: [lo, full_lo) masked (the left window edge), [full_lo,
     # full_hi) whole BLOCK_N blocks every row sees, [full_hi, hi) masked (the causal diagonal
@@ -64,22 +91,28 @@ def _key_range(start_m, Nq, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SC
     # Without a left bound lo = full_lo = 0. The right end follows the block's last real row
     # (< Nq), not its last padding row: a key block only padding rows would see is never
     # loaded (its values, whatever they hold, would otherwise meet P = 0 in P V: 0 * inf).
+    # Bounds are in key positions: a row's position is its index plus diag (`_diag`).
     CAUSAL: tl.constexpr = SCORE.causal
     WINDOW_LEFT: tl.constexpr = SCORE.window_left
     WINDOW_RIGHT: tl.constexpr = SCORE.window_right
     rows_end = tl.minimum(start_m + BLOCK_M, Nq)
+    if SCORE.bottom_right:
+        first = start_m + diag
+        rows_end += diag
+    else:
+        first = start_m
     if CAUSAL:
-        hi = tl.minimum(Nk, rows_end)
-        full_hi = tl.minimum(start_m, Nk) // BLOCK_N * BLOCK_N
+        hi = _at_least_0(tl.minimum(Nk, rows_end), SCORE)
+        full_hi = _at_least_0(tl.minimum(first, Nk), SCORE) // BLOCK_N * BLOCK_N
     elif WINDOW_RIGHT >= 0:
-        hi = tl.minimum(Nk, rows_end + WINDOW_RIGHT)
-        full_hi = tl.minimum(start_m + (WINDOW_RIGHT + 1), Nk) // BLOCK_N * BLOCK_N
+        hi = _at_least_0(tl.minimum(Nk, rows_end + WINDOW_RIGHT), SCORE)
+        full_hi = _at_least_0(tl.minimum(first + (WINDOW_RIGHT + 1), Nk), SCORE) // BLOCK_N * BLOCK_N
     else:
         hi = Nk
         full_hi = Nk // BLOCK_N * BLOCK_N
     if WINDOW_LEFT >= 0:
-        lo = tl.maximum(start_m - WINDOW_LEFT, 0) // BLOCK_N * BLOCK_N
-        full_lo = tl.cdiv(tl.maximum(start_m + (BLOCK_M - 1 - WINDOW_LEFT), 0), BLOCK_N) * BLOCK_N
+        lo = tl.maximum(first - WINDOW_LEFT, 0) // BLOCK_N * BLOCK_N
+        full_lo = tl.cdiv(tl.maximum(first + (BLOCK_M - 1 - WINDOW_LEFT), 0), BLOCK_N) * BLOCK_N
         full_lo = tl.minimum(full_lo, hi)
         full_hi = tl.maximum(full_hi, full_lo)
     else:
@@ -89,7 +122,7 @@ def _key_range(start_m, Nq, Nk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SC
 
 
 @triton.jit
-def _query_range(start_n, Nq, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCORE: tl.constexpr,
+def _query_range(start_n, Nq, diag, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCORE: tl.constexpr,
                  VARLEN: tl.constexpr):
     # dK/dV pass: the queries that see the key block [start_n, start_n + BLOCK_N),
     # lo <= full_lo <= full_hi <= hi: [lo, full_lo) masked (the causal diagonal or right
@@ -97,22 +130,27 @@ def _query_range(start_n, Nq, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCOR
     # [full_hi, hi) masked (the left window edge; in packed sequences the ragged tail, whose
     # rows may belong to the next sequence). In a dense batch, rows past Nq load as zeros with
     # lse = delta = 0 and add nothing, so the tail needs no mask there (full_hi = Nq).
+    # Bounds are in query rows: key j sits at row j - diag (`_diag`).
     CAUSAL: tl.constexpr = SCORE.causal
     WINDOW_LEFT: tl.constexpr = SCORE.window_left
     WINDOW_RIGHT: tl.constexpr = SCORE.window_right
+    if SCORE.bottom_right:
+        first = start_n - diag
+    else:
+        first = start_n
     if CAUSAL:
-        lo = start_n // BLOCK_M * BLOCK_M
-        full_lo = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, Nq)
+        lo = _at_least_0(first, SCORE) // BLOCK_M * BLOCK_M
+        full_lo = tl.minimum(tl.cdiv(_at_least_0(first + BLOCK_N, SCORE), BLOCK_M) * BLOCK_M, Nq)
     elif WINDOW_RIGHT >= 0:
-        lo = tl.maximum(start_n - WINDOW_RIGHT, 0) // BLOCK_M * BLOCK_M
-        full_lo = tl.cdiv(tl.maximum(start_n + (BLOCK_N - 1 - WINDOW_RIGHT), 0), BLOCK_M) * BLOCK_M
+        lo = tl.maximum(first - WINDOW_RIGHT, 0) // BLOCK_M * BLOCK_M
+        full_lo = tl.cdiv(tl.maximum(first + (BLOCK_N - 1 - WINDOW_RIGHT), 0), BLOCK_M) * BLOCK_M
         full_lo = tl.minimum(full_lo, Nq)
     else:
         lo = 0
         full_lo = 0
     if WINDOW_LEFT >= 0:
-        hi = tl.minimum(Nq, start_n + (BLOCK_N + WINDOW_LEFT))
-        full_hi = (start_n + (WINDOW_LEFT + 1)) // BLOCK_M * BLOCK_M
+        hi = _at_least_0(tl.minimum(Nq, first + (BLOCK_N + WINDOW_LEFT)), SCORE)
+        full_hi = _at_least_0(first + (WINDOW_LEFT + 1), SCORE) // BLOCK_M * BLOCK_M
         if VARLEN:
             full_hi = tl.minimum(full_hi, Nq // BLOCK_M * BLOCK_M)
         full_lo = tl.minimum(full_lo, hi)
@@ -129,9 +167,10 @@ def _query_range(start_n, Nq, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCOR
 @triton.jit
 def _program_tile(CU_A, CU_B, SEQS, Na, Nb, BLOCK: tl.constexpr, REVERSE: tl.constexpr, HEAD_SPAN: tl.constexpr):
     # The tile this program owns along its own axis (queries in the forward and dQ pass, keys
-    # in the dK/dV pass; "b" is the other operand): (batch, head, start, a0, na, b0, nb), with
-    # `head` the index along the grid's head axis, `start` local to the sequence, a0, b0 the
-    # sequence's first row in the packed tensors and na, nb its lengths. REVERSE: the last
+    # in the dK/dV pass; "b" is the other operand): (batch, head, start, a0, na, b0, nb, seq),
+    # with `head` the index along the grid's head axis, `start` local to the sequence, a0, b0 the
+    # sequence's first row in the packed tensors, na, nb its lengths, and seq the sequence's
+    # index (the batch's in a dense batch, where every batch entry is one). REVERSE: the last
     # tiles (the longest causal rows) start first.
     # Dense batches: program (i, head, batch), a0 = b0 = 0. Packed sequences (CU_A given):
     # sequence s owns tiles [cu_a[s] // BLOCK + s, ...), one per BLOCK rows; these ranges
@@ -181,6 +220,7 @@ def _program_tile(CU_A, CU_B, SEQS, Na, Nb, BLOCK: tl.constexpr, REVERSE: tl.con
         start = (pid - (tl.load(CU_A + lo) // BLOCK + lo)) * BLOCK
         start = tl.where(start < 0, na, start)  # only with cu_seqlens[0] > 0
         batch = 0
+        seq = lo
     else:
         a0 = 0
         na = Na
@@ -191,7 +231,8 @@ def _program_tile(CU_A, CU_B, SEQS, Na, Nb, BLOCK: tl.constexpr, REVERSE: tl.con
             batch = head_of_batch // tl.num_programs(1)
         else:
             batch = tl.program_id(2)
-    return batch, head, start, a0, na, b0, nb
+        seq = batch
+    return batch, head, start, a0, na, b0, nb, seq
 
 
 @triton.jit

@@ -50,7 +50,7 @@ GLUON_BACKWARD_HEAD_DIMS = tuple(GLUON_BACKWARD_MIN_WORK)
 def _plain(score: Score, varlen: tuple | None, config: object, tma: bool | None,
            causal_window: tuple[int, int] | None = None) -> str | None:
     """Why the call is not one the Gluon kernels take (no tile forced, descriptors allowed, no
-    window; a softcap they take), or None. causal_window: (Nq, Nk) for a causal pass, which takes
+    window, alignment, ALiBi or sinks; a softcap they take), or None. causal_window: (Nq, Nk) for a causal pass, which takes
     a causal mask's left window where every row sees a key: dense, Nq <= Nk + window_left; packed
     (`varlen` = (sequences, one cu_seqlens)), where each sequence's lengths are not known on the
     host, only where queries and keys share one cu_seqlens (each row then sees itself)."""
@@ -65,7 +65,9 @@ def _plain(score: Score, varlen: tuple | None, config: object, tma: bool | None,
                          (config is not None, "an explicit tile"),
                          (tma is False, "tma=False (the pointer path)"),
                          (window, "a sliding window" if causal_window is None else
-                          "a sliding window other than a causal mask's left one that leaves every row a key")):
+                          "a sliding window other than a causal mask's left one that leaves every row a key"),
+                         (score.bottom_right, "a bottom-right alignment of queries and keys of unequal lengths"),
+                         (score.alibi > 0, "ALiBi"), (score.sinks, "learnable sinks")):
         if refused:
             return f"{why}: only the Triton kernels have it"
     return None

@@ -37,7 +37,7 @@ from ..._streams import beside_the_current_stream
 from ..._layout import cdiv
 from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel, _attn_bwd_preprocess_kernel
 from .checks import (_block_d, _check_cu_values, _check_qkv, _check_saved, _check_varlen, _empty_like_order,
-                     _head_dim_innermost, _needs_copy, _packed, _resolve_scale)
+                     _check_score_tensors, _head_dim_innermost, _needs_copy, _packed, _resolve_scale)
 from .configs import (DKDV_TUNED_ROWS, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _attn_fwd_tuned,
                       _autotune_enabled, _interpreting, _row_keys, fixed_configs)
 from .descriptors import _descriptor_maker, _use_tma
@@ -100,9 +100,16 @@ def _flags_key(*flags: Any) -> tuple:
     return (*flags, *map(type, flags))
 
 
-def forward_key(q, k, v, causal, scale, window_left, window_right, softcap, config, tma, gluon) -> tuple:
-    return ("fwd", _layout(q), _layout(k), _layout(v),
-            _flags_key(causal, scale, window_left, window_right, softcap, config, tma, gluon), _setting())
+def _score_key(score_args: tuple, alibi, sinks) -> tuple:
+    """The score's part of a plan key: its flags (`launch.py`'s score_args) and the layouts of
+    its tensors (None where not given)."""
+    return (_flags_key(*score_args), None if alibi is None else _layout(alibi),
+            None if sinks is None else _layout(sinks))
+
+
+def forward_key(q, k, v, score_args, alibi, sinks, config, tma, gluon) -> tuple:
+    return ("fwd", _layout(q), _layout(k), _layout(v), _score_key(score_args, alibi, sinks),
+            _flags_key(config, tma, gluon), _setting())
 
 
 def _one_cu_seqlens(cu_q, cu_k) -> bool:
@@ -115,27 +122,25 @@ def _one_cu_seqlens(cu_q, cu_k) -> bool:
                          and cu_q.dtype == cu_k.dtype))
 
 
-def varlen_forward_key(q, k, v, cu_q, cu_k, causal, scale, window_left, window_right, softcap, config,
-                       tma, gluon) -> tuple:
+def varlen_forward_key(q, k, v, cu_q, cu_k, score_args, alibi, sinks, config, tma, gluon) -> tuple:
     return ("varlen_fwd", _layout(q), _layout(k), _layout(v), _layout(cu_q), _layout(cu_k),
-            _one_cu_seqlens(cu_q, cu_k),
-            _flags_key(causal, scale, window_left, window_right, softcap, config, tma, gluon), _setting())
+            _one_cu_seqlens(cu_q, cu_k), _score_key(score_args, alibi, sinks), _flags_key(config, tma, gluon),
+            _setting())
 
 
-def backward_key(do, q, k, v, o, lse, causal, scale, window_left, window_right, softcap, dlse, dkdv_config,
-                 dq_config, tma, concurrent_dq, gluon) -> tuple:
+def backward_key(do, q, k, v, o, lse, score_args, alibi, sinks, dlse, dkdv_config, dq_config, tma, concurrent_dq,
+                 gluon) -> tuple:
     return ("bwd", _layout(do), _layout(q), _layout(k), _layout(v), _layout(o), _layout(lse),
-            None if dlse is None else _layout(dlse),
-            _flags_key(causal, scale, window_left, window_right, softcap, dkdv_config, dq_config, tma,
-                       concurrent_dq, gluon), _setting())
+            None if dlse is None else _layout(dlse), _score_key(score_args, alibi, sinks),
+            _flags_key(dkdv_config, dq_config, tma, concurrent_dq, gluon), _setting())
 
 
-def varlen_backward_key(do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window_left, window_right, softcap,
-                        dlse, dkdv_config, dq_config, tma, concurrent_dq, gluon) -> tuple:
+def varlen_backward_key(do, q, k, v, o, lse, cu_q, cu_k, score_args, alibi, sinks, dlse, dkdv_config, dq_config,
+                        tma, concurrent_dq, gluon) -> tuple:
     return ("varlen_bwd", _layout(do), _layout(q), _layout(k), _layout(v), _layout(o), _layout(lse),
             _layout(cu_q), _layout(cu_k), _one_cu_seqlens(cu_q, cu_k), None if dlse is None else _layout(dlse),
-            _flags_key(causal, scale, window_left, window_right, softcap, dkdv_config, dq_config, tma,
-                       concurrent_dq, gluon), _setting())
+            _score_key(score_args, alibi, sinks), _flags_key(dkdv_config, dq_config, tma, concurrent_dq, gluon),
+            _setting())
 
 
 def _empty(shape: tuple, stride: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -159,9 +164,31 @@ def _copies(*tensors: torch.Tensor) -> tuple[bool, ...] | None:
     return copies if any(copies) else None
 
 
-def _score(causal, window_left, window_right, softcap, Nq: int, Nk: int, scale: float) -> Score:
-    """The call's `Score`, for kernels compiled here or run through the interpreter."""
-    return score_of(causal, window_left, window_right, softcap, Nq, Nk, scale > 0, _interpreting())
+def _score(score_args: tuple, alibi, sinks, Nq: int, Nk: int, D: int, batch: int, heads: int, device,
+           equal_lengths: bool) -> tuple[Score, float]:
+    """The call's `Score` (for kernels compiled here or run through the interpreter) and scale,
+    from `launch.py`'s score_args and the score's tensors, all validated (`batch`: the
+    sequences of a packed batch). equal_lengths: every sequence has as many queries as keys."""
+    causal, scale, window_left, window_right, softcap, bottom_right = score_args
+    scale = _resolve_scale(scale, D)
+    alibi_kind = _check_score_tensors(alibi, sinks, batch, heads, device)
+    return score_of(causal, window_left, window_right, softcap, Nq, Nk, scale > 0, _interpreting(), bottom_right,
+                    alibi_kind, sinks is not None, equal_lengths), scale
+
+
+def _score_tensors(alibi, sinks) -> tuple:
+    """alibi_slopes and sinks as the kernels read them: float32 contiguous slopes, contiguous
+    sinks (a logit a head, in their own dtype)."""
+    return (None if alibi is None else alibi.to(torch.float32).contiguous(),
+            None if sinks is None else sinks.contiguous())
+
+
+def _sinks_grad(sinks: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """d(loss)/d(sinks): a sink is a key of logit sinks[h] and no value, so its dS is
+    p (0 - delta) with p = exp(sink - lse) (delta = rowsum(dO O) - dlse), summed over every
+    row of the head in a fixed order (torch's reduction: deterministic). lse, delta: (B, H, N)."""
+    p = torch.exp(sinks.float()[None, :, None] - lse)
+    return (-(p * delta).sum((0, 2))).to(sinks.dtype)
 
 
 def _head_span(score: Score, varlen: tuple | None, heads: int, blocks: int, device: torch.device) -> int:
@@ -198,15 +225,15 @@ class _ForwardLaunch:
     def __init__(self, choice, gluon=None, template=None, descriptors=None):
         self.choice, self.gluon, self.template, self.descriptors = choice, gluon, template, descriptors
 
-    def __call__(self, q, k, v, o, lse, cu_q=None, cu_k=None) -> None:
+    def __call__(self, q, k, v, o, lse, cu_q=None, cu_k=None, alibi=None, sinks=None) -> None:
         record_choice(self.choice)
-        if self.gluon is not None:
+        if self.gluon is not None:     # (never with ALiBi or sinks: `paths.gluon_forward`)
             self.gluon(q, k, v, o, lse, cu_q, cu_k)
             return
         if self.descriptors is not None:
             of_q, of_k, of_v = self.descriptors
             q, k, v = of_q(q), of_k(k), of_v(v)
-        self.template(q, k, v, o, lse, cu_q, cu_k)
+        self.template(q, k, v, o, lse, cu_q, cu_k, alibi, sinks)
 
 
 def _forward_launch(q, k, v, o_stride: tuple, scale: float, score: Score, varlen: tuple | None, config, tma,
@@ -258,19 +285,19 @@ class ForwardPlan:
         self.o_shape, self.o_stride, self.lse_shape = o_shape, o_stride, lse_shape
         self.dtype, self.device, self.copies, self.no_keys, self.launch = dtype, device, copies, no_keys, launch
 
-    def run(self, q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(self, q, k, v, alibi=None, sinks=None) -> tuple[torch.Tensor, torch.Tensor]:
         o = _empty(self.o_shape, self.o_stride, self.dtype, self.device)
         lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
         if self.no_keys:
-            return o.zero_(), lse.fill_(float("-inf"))
+            return o.zero_(), _no_keys_lse(lse, sinks, 1)
         if self.copies is not None:
             q, k, v = (_copy(t, copy) for t, copy in zip((q, k, v), self.copies))
         if self.launch is not None:
-            self.launch(q, k, v, o, lse)
+            self.launch(q, k, v, o, lse, None, None, *_score_tensors(alibi, sinks))
         return o, lse
 
-    def backward(self, do, q, k, v, o, lse, causal, scale, window_left, window_right, softcap,
-                 dlse) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def backward(self, do, q, k, v, o, lse, causal, scale, window_left, window_right, softcap, dlse,
+                 bottom_right=False, alibi=None, sinks=None) -> tuple[torch.Tensor, ...]:
         """`attention_bwd` with its default options, for a call that this plan's call saved:
         q, k, v and the flags it was planned for, o and lse as `run` made them (fresh, so
         aligned). Of `backward_key` only do's and dlse's layouts and the setting can differ
@@ -279,16 +306,26 @@ class ForwardPlan:
         key = (self, _layout(do), None if dlse is None else _layout(dlse), _setting())
         plan = _PLANS.get(key)
         if plan is None:
-            plan = planned(backward_key, build_backward, do, q, k, v, o, lse, causal, scale, window_left,
-                           window_right, softcap, dlse, None, None, None, None, None)
+            score_args = (causal, scale, window_left, window_right, softcap, bottom_right)
+            plan = planned(backward_key, build_backward, do, q, k, v, o, lse, score_args, alibi, sinks, dlse, None,
+                           None, None, None, None)
             _keep(key, plan)
-        return plan.run(do, q, k, v, o, lse, dlse)
+        return plan.run(do, q, k, v, o, lse, dlse, alibi, sinks)
 
 
-def build_forward(q, k, v, causal, scale, window_left, window_right, softcap, config, tma, gluon) -> ForwardPlan:
+def _no_keys_lse(lse: torch.Tensor, sinks, head_dim: int) -> torch.Tensor:
+    """The lse of rows that see no key: -inf, or with sinks the head's sink (its only term);
+    `head_dim`: lse's dim of heads."""
+    if sinks is None:
+        return lse.fill_(float("-inf"))
+    shape = [1] * lse.dim()
+    shape[head_dim] = -1
+    return lse.copy_(sinks.float().view(shape).expand_as(lse))
+
+
+def build_forward(q, k, v, score_args, alibi, sinks, config, tma, gluon) -> ForwardPlan:
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
-    scale = _resolve_scale(scale, D)
-    score = _score(causal, window_left, window_right, softcap, Nq, Nk, scale)
+    score, scale = _score(score_args, alibi, sinks, Nq, Nk, D, B, H, q.device, Nq == Nk)
     copies = _copies(q, k, v)
     q, k, v = (_head_dim_innermost(t) for t in (q, k, v))
     o_stride = _strides_like(q, (B, H, Nq, D))
@@ -306,24 +343,22 @@ class VarlenForwardPlan:
         self.o_shape, self.lse_shape, self.totals, self.copies = o_shape, lse_shape, totals, copies
         self.no_keys, self.launch = no_keys, launch
 
-    def run(self, q, k, v, cu_q, cu_k) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(self, q, k, v, cu_q, cu_k, alibi=None, sinks=None) -> tuple[torch.Tensor, torch.Tensor]:
         _check_cu_values("cu_seqlens_q", cu_q, self.totals[0])
         _check_cu_values("cu_seqlens_k", cu_k, self.totals[1])
         o = torch.empty(self.o_shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
         if self.no_keys:
-            return o.zero_(), lse.fill_(float("-inf"))
+            return o.zero_(), _no_keys_lse(lse, sinks, 0)
         if self.launch is not None:
             q4, k4, v4 = (_copy(_packed(t), c) for t, c in zip((q, k, v), self.copies))
-            self.launch(q4, k4, v4, _packed(o), lse.unsqueeze(0), cu_q, cu_k)
+            self.launch(q4, k4, v4, _packed(o), lse.unsqueeze(0), cu_q, cu_k, *_score_tensors(alibi, sinks))
         return o, lse
 
 
-def build_varlen_forward(q, k, v, cu_q, cu_k, causal, scale, window_left, window_right, softcap, config,
-                         tma, gluon) -> VarlenForwardPlan:
+def build_varlen_forward(q, k, v, cu_q, cu_k, score_args, alibi, sinks, config, tma, gluon) -> VarlenForwardPlan:
     Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_q, cu_k)
-    scale = _resolve_scale(scale, D)
-    score = _score(causal, window_left, window_right, softcap, Tq, Tk, scale)
+    score, scale = _score(score_args, alibi, sinks, Tq, Tk, D, S, H, q.device, _one_cu_seqlens(cu_q, cu_k))
     views = [_packed(t) for t in (q, k, v)]
     copies = tuple(_needs_copy(t) for t in views)
     q4, k4, v4 = (_head_dim_innermost(t) for t in views)
@@ -354,14 +389,17 @@ class _BackwardLaunches:
         self.dkdv_descriptors, self.dq_descriptors = dkdv_descriptors, dq_descriptors
         self.concurrent = concurrent
 
-    def __call__(self, do, q, k, v, o, lse, dlse, dq, dk, dv, cu_q=None, cu_k=None) -> None:
-        """lse and dlse contiguous (the plans' runs copy them where they are not)."""
-        if self.gluon is not None:
+    def __call__(self, do, q, k, v, o, lse, dlse, dq, dk, dv, cu_q=None, cu_k=None, alibi=None,
+                 sinks=None) -> torch.Tensor | None:
+        """lse and dlse contiguous (the plans' runs copy them where they are not); alibi and sinks
+        as the kernels read them (`_score_tensors`). Returns d(sinks), or None without them."""
+        if self.gluon is not None:     # (never with ALiBi or sinks: `paths.gluon_backward`)
             record_choice(self.choice)
             self.gluon(do, q, k, v, o, lse, dlse, dq, dk, dv, cu_q, cu_k)
-            return
+            return None
         delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
         self.preprocess(o, do, delta, dlse)
+        dsinks = None if sinks is None else _sinks_grad(sinks, lse, delta)
         record_choice(self.choice)
         if self.gluon_dkdv is not None:
             self.gluon_dkdv.run_dkdv(do, q, k, v, lse, delta, dk, dv, cu_q, cu_k)
@@ -370,16 +408,17 @@ class _BackwardLaunches:
             if self.dkdv_descriptors is not None:
                 of_q, of_do = self.dkdv_descriptors
                 q_in, do_in = of_q(q), of_do(do)
-            self.dkdv(q_in, k, v, do_in, dk, dv, lse, delta, cu_q, cu_k)
+            self.dkdv(q_in, k, v, do_in, dk, dv, lse, delta, cu_q, cu_k, alibi)
         k_in, v_in = k, v
         if self.dq_descriptors is not None:
             of_k, of_v = self.dq_descriptors
             k_in, v_in = of_k(k), of_v(v)
         if self.concurrent:
             with beside_the_current_stream(q.device):
-                self.dq(q, k_in, v_in, do, dq, lse, delta, cu_q, cu_k)
+                self.dq(q, k_in, v_in, do, dq, lse, delta, cu_q, cu_k, alibi)
         else:
-            self.dq(q, k_in, v_in, do, dq, lse, delta, cu_q, cu_k)
+            self.dq(q, k_in, v_in, do, dq, lse, delta, cu_q, cu_k, alibi)
+        return dsinks
 
 
 def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, dv_stride: tuple, scale: float,
@@ -470,7 +509,8 @@ class BackwardPlan:
         self.grads, self.dtype, self.device = grads, dtype, device
         self.copies, self.launches, self.zero_kv, self.zero_q = copies, launches, zero_kv, zero_q
 
-    def run(self, do, q, k, v, o, lse, dlse) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def run(self, do, q, k, v, o, lse, dlse, alibi=None, sinks=None) -> tuple:
+        """(dq, dk, dv, d(sinks) or None)."""
         if self.copies is not None:
             do, q, k, v, o, lse = (_copy(t, copy) for t, copy in zip((do, q, k, v, o, lse), self.copies))
             dlse = None if dlse is None else dlse.contiguous()
@@ -478,21 +518,30 @@ class BackwardPlan:
         dq = _empty(dq_shape, dq_stride, self.dtype, self.device)
         dk = _empty(dk_shape, dk_stride, self.dtype, self.device)
         dv = _empty(dv_shape, dv_stride, self.dtype, self.device)
+        dsinks = None
         if self.launches is not None:
-            self.launches(do, q, k, v, o, lse, dlse, dq, dk, dv)
+            dsinks = self.launches(do, q, k, v, o, lse, dlse, dq, dk, dv, None, None, *_score_tensors(alibi, sinks))
         elif self.zero_kv:
             dk.zero_(), dv.zero_()
         elif self.zero_q:
             dq.zero_()
-        return dq, dk, dv
+        if sinks is not None and dsinks is None:    # no launch: delta from do and o in torch
+            dsinks = _sinks_grad(sinks, lse, _torch_delta(do, o, dlse))
+        return dq, dk, dv, dsinks
 
 
-def build_backward(do, q, k, v, o, lse, causal, scale, window_left, window_right, softcap, dlse, dkdv_config,
-                   dq_config, tma, concurrent_dq, gluon) -> BackwardPlan:
+def _torch_delta(do: torch.Tensor, o: torch.Tensor, dlse) -> torch.Tensor:
+    """delta = rowsum(dO O) - dlse in torch, (B, H, N) of (B, H, N, D) do and o, for the
+    backwards that launch nothing (an empty query or key sequence)."""
+    delta = (do.float() * o.float()).sum(-1)
+    return delta if dlse is None else delta - dlse
+
+
+def build_backward(do, q, k, v, o, lse, score_args, alibi, sinks, dlse, dkdv_config, dq_config, tma, concurrent_dq,
+                   gluon) -> BackwardPlan:
     B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
     _check_saved(do, o, lse, dlse, q, (B, H, Nq))
-    scale = _resolve_scale(scale, D)
-    score = _score(causal, window_left, window_right, softcap, Nq, Nk, scale)
+    score, scale = _score(score_args, alibi, sinks, Nq, Nk, D, B, H, q.device, Nq == Nk)
     copies = _copies(do, q, k, v, o)
     if copies is not None or not lse.is_contiguous() or not (dlse is None or dlse.is_contiguous()):
         copies = (*(copies or (False,) * 5), True)  # lse (and dlse): the kernels read them flat
@@ -516,30 +565,36 @@ class VarlenBackwardPlan:
     def __init__(self, totals, copies, no_keys, launches):
         self.totals, self.copies, self.no_keys, self.launches = totals, copies, no_keys, launches
 
-    def run(self, do, q, k, v, o, lse, dlse, cu_q, cu_k) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def run(self, do, q, k, v, o, lse, dlse, cu_q, cu_k, alibi=None, sinks=None) -> tuple:
+        """(dq, dk, dv, d(sinks) or None)."""
         _check_cu_values("cu_seqlens_q", cu_q, self.totals[0])
         _check_cu_values("cu_seqlens_k", cu_k, self.totals[1])
         dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
         dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+        dsinks = None
         if self.no_keys:
-            return dq.zero_(), dk, dv
-        views = [_copy(_packed(t), c) for t, c in zip((do, q, k, v, o), self.copies)]
-        dq4, dk4, dv4 = _packed(dq), _packed(dk), _packed(dv)
-        if self.launches is not None:
-            self.launches(*views, lse.contiguous().unsqueeze(0),
-                          None if dlse is None else dlse.contiguous().unsqueeze(0), dq4, dk4, dv4, cu_q, cu_k)
-        else:  # no queries: nothing flows back to the keys
-            dk.zero_(), dv.zero_()
-        return dq, dk, dv
+            dq.zero_()
+        else:
+            views = [_copy(_packed(t), c) for t, c in zip((do, q, k, v, o), self.copies)]
+            dq4, dk4, dv4 = _packed(dq), _packed(dk), _packed(dv)
+            if self.launches is not None:
+                dsinks = self.launches(*views, lse.contiguous().unsqueeze(0),
+                                       None if dlse is None else dlse.contiguous().unsqueeze(0), dq4, dk4, dv4, cu_q,
+                                       cu_k, *_score_tensors(alibi, sinks))
+            else:  # no queries: nothing flows back to the keys
+                dk.zero_(), dv.zero_()
+        if sinks is not None and dsinks is None:    # no launch: delta from do and o in torch
+            dsinks = _sinks_grad(sinks, lse[None], _torch_delta(_packed(do), _packed(o),
+                                                                None if dlse is None else dlse[None]))
+        return dq, dk, dv, dsinks
 
 
-def build_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window_left, window_right, softcap,
-                          dlse, dkdv_config, dq_config, tma, concurrent_dq, gluon) -> VarlenBackwardPlan:
+def build_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, score_args, alibi, sinks, dlse, dkdv_config, dq_config,
+                          tma, concurrent_dq, gluon) -> VarlenBackwardPlan:
     Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_q, cu_k)
     _check_saved(do, o, lse, dlse, q, (H, Tq))
-    scale = _resolve_scale(scale, D)
-    score = _score(causal, window_left, window_right, softcap, Tq, Tk, scale)
+    score, scale = _score(score_args, alibi, sinks, Tq, Tk, D, S, H, q.device, _one_cu_seqlens(cu_q, cu_k))
     views = [_packed(t) for t in (do, q, k, v, o)]
     copies = tuple(_needs_copy(t) for t in views)
     do4, q4, k4, v4, o4 = (_head_dim_innermost(t) for t in views)
