@@ -70,7 +70,14 @@ def policy_objective(logp: torch.Tensor, entropy: torch.Tensor | None, mask: tor
     epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
     advantages = advantages.to(logp.dtype)
     advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
-    old = logp.detach() if old_logprobs is None else old_logprobs.to(logp.dtype)
+    # Unscored tokens may hold anything in the per-token inputs (a trainer's padding): they are
+    # replaced before any arithmetic, so that not even a NaN reaches the loss or its gradient.
+    scored = mask > 0
+
+    def at_scored(t: torch.Tensor) -> torch.Tensor:
+        return torch.where(scored, t.to(logp.dtype), logp.detach())
+
+    old = logp.detach() if old_logprobs is None else at_scored(old_logprobs)
     log_ratio = logp - old
     if importance_sampling_level == "sequence":
         log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
@@ -80,9 +87,9 @@ def policy_objective(logp: torch.Tensor, entropy: torch.Tensor | None, mask: tor
         coef_1 = torch.clamp(coef_1, max=delta)
     per_token = -torch.min(coef_1 * advantages, coef_2 * advantages)
     if policy_weights is not None:
-        per_token = per_token * policy_weights.to(logp.dtype)
+        per_token = per_token * torch.where(scored, policy_weights.to(logp.dtype), 0.0)
     if beta != 0.0:
-        per_token = per_token + beta * kl_estimate(logp, ref_logprobs.to(logp.dtype), kl_estimator)
+        per_token = per_token + beta * kl_estimate(logp, at_scored(ref_logprobs), kl_estimator)
     per_token = per_token.expand(mask.shape)
     if loss_type == "grpo":
         loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
