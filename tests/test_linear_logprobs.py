@@ -66,7 +66,7 @@ CASES = [
     (7, 13, 1000, 3, True, 0.7, None, "some", BF16),     # the same from a bf16 model
     (9, 16, 997, None, False, 1.3, 3.0, "some", F32),    # prime vocabulary, softcap then temperature
     (9, 16, 997, None, False, 1.3, 3.0, "some", BF16),
-    (6, 8, 9000, 4, True, 1.0, None, "none", F32),       # vocabulary over one block of the row kernel
+    (3, 8, 9000, 2, True, 1.0, None, "none", F32),       # vocabulary over one block of the row kernel
 ] + ([(4096, 2048, 151936, None, False, 0.9, None, "some", BF16)] if ON_GPU else [])
 
 
@@ -123,24 +123,6 @@ def test_backward_launcher_takes_either_upstream(device):
         linear_logprobs_bwd(g, None, h, w, target, b, lse.float(), entropy)
     with pytest.raises(ValueError, match="grad_entropy"):
         linear_logprobs_bwd(g, g[:2], h, w, target, b, lse, entropy)
-
-
-def test_torch_compile_fullgraph(device):
-    h, w, b = head(6, 16, 300, torch.float32, device)
-    target = targets((6,), 300, "some", device)
-
-    def step(h, w, b):
-        logp, entropy = tritonkit.linear_logprobs(h, w, target, bias=b, temperature=0.8, return_entropy=True)
-        return (logp * torch.arange(6, device=h.device)).sum() - 0.1 * entropy.sum()
-
-    compiled = torch.compile(step, fullgraph=True, backend="inductor")
-    results = []
-    for fn in (step, compiled):
-        leaves = [t.clone().requires_grad_() for t in (h, w, b)]
-        out = fn(*leaves)
-        results.append((out, *torch.autograd.grad(out, leaves)))
-    for a, c in zip(*results):
-        torch.testing.assert_close(a, c)
 
 
 def test_autocast_casts_the_head(device):

@@ -190,3 +190,30 @@ def test_kto(dtype, device):
                dict(hidden=h, weight=w))
     with pytest.raises(ValueError, match="desirable"):
         tritonkit.kto_loss(h, w, target, desirable[:2], ref_logps)
+
+
+def test_torch_compile_fullgraph(device):
+    # One graph holding every custom op of the post-training losses: the fused GRPO loss,
+    # linear_logprobs with its entropy (and DPO on it), distillation with reduction "none"
+    # (recomputed in the backward). Inductor, as users compile.
+    h, w, bias, target, old, ref = policy_inputs(2, 3, 16, 301, F32, device, masked=((0, 2),))
+    th, tw, _ = head((2, 3), 8, 301, F32, device)
+    adv, scale = torch.randn(2, device=device), torch.randn(2, 3, device=device)
+    zeros = torch.zeros(1, device=device)
+
+    def step(h, w, bias):
+        grpo = tritonkit.grpo_loss(h, w, target, adv, bias=bias, old_logprobs=old, ref_logprobs=ref, beta=0.04,
+                                   entropy_coef=0.01)
+        logp, entropy = tritonkit.linear_logprobs(h, w, target, bias=bias, temperature=0.8, return_entropy=True)
+        dpo = tritonkit.dpo_loss(h, w, target, zeros, zeros, bias=bias)
+        distill = tritonkit.distill_loss(h, w, th, tw, target=target, bias=bias, reduction="none")
+        return grpo * 2.0 + (logp * scale).sum() - 0.1 * entropy.sum() + dpo + (distill * scale).sum()
+
+    compiled = torch.compile(step, fullgraph=True, backend="inductor")
+    results = []
+    for fn in (step, compiled):
+        leaves = [t.clone().requires_grad_() for t in (h, w, bias)]
+        out = fn(*leaves)
+        results.append((out, *torch.autograd.grad(out, leaves)))
+    for a, c in zip(*results):
+        torch.testing.assert_close(a, c)
