@@ -60,13 +60,11 @@ def token_weights(mask: torch.Tensor, loss_type: str, max_completion_length: int
     return mask / mask.sum().clamp(min=1.0)   # bnpo, and dapo over this batch alone
 
 
-def policy_objective(logp: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor, advantages: torch.Tensor, *,
-                     old_logprobs=None, ref_logprobs=None, beta=0.0, kl_estimator="k3", epsilon_low=0.2,
-                     epsilon_high=None, delta=None, loss_type="dapo", importance_sampling_level="token",
-                     max_completion_length=None, num_items_in_batch=None, entropy_coef=0.0,
-                     policy_weights=None) -> torch.Tensor:
-    """The GRPO-family loss from (B, L) per-token log-probabilities (and entropies), as TRL's
-    GRPOTrainer computes it; differentiable in logp and entropy."""
+def per_token_policy_loss(logp: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor, *, old_logprobs=None,
+                          ref_logprobs=None, beta=0.0, kl_estimator="k3", epsilon_low=0.2, epsilon_high=None,
+                          delta=None, importance_sampling_level="token", policy_weights=None) -> torch.Tensor:
+    """loss_t of every token (mask's shape, (B, L) or (1, T)), as TRL's GRPOTrainer computes it;
+    differentiable in logp."""
     epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
     advantages = advantages.to(logp.dtype)
     advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
@@ -90,7 +88,16 @@ def policy_objective(logp: torch.Tensor, entropy: torch.Tensor | None, mask: tor
         per_token = per_token * torch.where(scored, policy_weights.to(logp.dtype), 0.0)
     if beta != 0.0:
         per_token = per_token + beta * kl_estimate(logp, at_scored(ref_logprobs), kl_estimator)
-    per_token = per_token.expand(mask.shape)
+    return per_token.expand(mask.shape)
+
+
+def policy_objective(logp: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor, advantages: torch.Tensor, *,
+                     loss_type="dapo", max_completion_length=None, num_items_in_batch=None, entropy_coef=0.0,
+                     **options) -> torch.Tensor:
+    """The GRPO-family loss from (B, L) per-token log-probabilities (and entropies), as TRL's
+    GRPOTrainer computes it; differentiable in logp and entropy. `options`: those of
+    per_token_policy_loss."""
+    per_token = per_token_policy_loss(logp, mask, advantages, **options)
     if loss_type == "grpo":
         loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
     elif loss_type == "bnpo" or (loss_type == "dapo" and num_items_in_batch is None):
