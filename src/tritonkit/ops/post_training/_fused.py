@@ -48,16 +48,17 @@ def gradient_outputs(grads: tuple, hidden: torch.Tensor) -> tuple:
     return tuple(not_computed(hidden) if g is None else g for g in grads)
 
 
-def per_token(name: str, t: torch.Tensor | None, n: int, like: torch.Tensor) -> torch.Tensor | None:
-    """An optional per-token float tensor of shape (n,), as float32, contiguous."""
+def per_token(name: str, t: torch.Tensor | None, n: int, like: torch.Tensor,
+              dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+    """An optional per-token float tensor of shape (n,), in `dtype`, contiguous."""
     if t is None:
         return None
-    check_tensor(name, t)
+    check_tensor(name, t, (torch.float64, torch.float32, torch.float16, torch.bfloat16))
     if t.shape != (n,):
         raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({n},): one value a token")
     if t.device != like.device:
         raise ValueError(f"{name} is on {t.device} but hidden is on {like.device}")
-    return t.to(torch.float32).contiguous()
+    return t.to(dtype).contiguous()
 
 
 def requires_grads(hidden, weight, bias) -> list[bool]:

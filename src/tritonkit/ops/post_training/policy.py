@@ -188,8 +188,9 @@ def grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, 
     options = dict(old_logprobs=old_logprobs, ref_logprobs=ref_logprobs, beta=beta, kl_estimator=kl_estimator,
                    epsilon_low=epsilon_low, epsilon_high=epsilon_high, delta=delta)
     if importance_sampling_level == "token":
-        weights = token_weights(mask, loss_type, max_completion_length, num_items_in_batch)
-        entropy_weights = -entropy_coef * mask / mask.sum().clamp(min=1.0) if entropy_coef != 0.0 else None
+        wide = mask.double()   # the weights' roundings would be amplified by the loss's cancellation
+        weights = token_weights(wide, loss_type, max_completion_length, num_items_in_batch)
+        entropy_weights = -entropy_coef * wide / wide.sum().clamp(min=1.0) if entropy_coef != 0.0 else None
         loss, logp, entropy = fused_policy_loss(hidden, weight, target, bias, advantages, weights, entropy_weights,
                                                 policy_weights, temperature=temperature, softcap=softcap,
                                                 ignore_index=ignore_index, chunk_tokens=chunk_tokens,

@@ -74,16 +74,20 @@ def linear_grpo_loss_fwd(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     check_head_options(temperature, softcap, ignore_index)
     check_target_values(target, weight.shape[0], ignore_index)
     n = hidden.shape[0]
-    advantages, old, ref, policy_weights, token_weights, entropy_weights = (
+    advantages, old, ref, policy_weights = (
         per_token(name, t, n, hidden) for name, t in (
             ("advantages", advantages), ("old_logprobs", old_logprobs), ("ref_logprobs", ref_logprobs),
-            ("policy_weights", policy_weights), ("token_weights", token_weights),
-            ("entropy_weights", entropy_weights)))
+            ("policy_weights", policy_weights)))
+    # The weights (1 / counts) stay in float64: see the loss's sum below.
+    token_weights, entropy_weights = (per_token(name, t, n, hidden, torch.float64) for name, t in (
+        ("token_weights", token_weights), ("entropy_weights", entropy_weights)))
     if advantages is None or token_weights is None:
         raise TypeError("advantages and token_weights are tensors, one value a token")
     if beta != 0.0 and ref is None:
         raise ValueError("beta != 0 needs ref_logprobs")
-    total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    # The loss sums terms of both signs (advantages are centred): float64, so that their
+    # cancellation does not amplify the float32 terms' rounding into the result.
+    total = torch.zeros((), dtype=torch.float64, device=hidden.device)
     want = (want_hidden, want_weight, want_bias and bias is not None)
 
     def rows_after(logits, start, end, logp, entropy, lse):
@@ -101,14 +105,15 @@ def linear_grpo_loss_fwd(hidden: torch.Tensor, weight: torch.Tensor, target: tor
             total.add_((e * entropy).sum())
         if any(want):
             launch_logprob_rows(logits, target[part], ignore_index, temperature, softcap, lse, entropy=entropy,
-                                grad_logp=torch.where(scored, w * grad_t, 0.0), grad_entropy=e, grad=True,
+                                grad_logp=torch.where(scored, w * grad_t, 0.0).float(),
+                                grad_entropy=None if e is None else e.float(), grad=True,
                                 name="linear_grpo_loss")
 
     (logp, entropy, _), grads = logprob_stats(hidden, weight, target, bias, temperature, softcap, ignore_index,
                                               stats or entropy_weights is not None, chunk_tokens, rows_after, want)
     if entropy is None:
         entropy = logp.new_empty((0,))
-    return (total, logp, entropy, *gradient_outputs(grads, hidden))
+    return (total.float(), logp, entropy, *gradient_outputs(grads, hidden))
 
 
 def _setup_context(ctx, inputs, output):
