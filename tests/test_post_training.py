@@ -42,6 +42,7 @@ GRPO_CASES = [
     ("dr_grpo", dict(max_completion_length=9, epsilon_high=0.28), F32),
     ("dapo", dict(beta=0.1, kl_estimator="k2", entropy_coef=0.05, temperature=0.7), F32),
     ("dapo", dict(beta=0.04, entropy_coef=0.01, temperature=1.3), BF16),   # a bf16 model
+    ("cispo", dict(epsilon_high=1.1, beta=0.04), F32),                # clipped, detached ratio weights
 ]
 
 

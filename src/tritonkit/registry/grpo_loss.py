@@ -72,13 +72,13 @@ def _sample(device: torch.device) -> tuple:
     scored = (target != -100).float()
     old, ref = -6 + torch.randn(7, device=device), -6 + torch.randn(7, device=device)
     return (hidden, weight, target, torch.randn(301, device=device), torch.randn(7, device=device), old, ref, None,
-            scored / scored.sum(), -0.01 * scored / scored.sum(), 0.9, None, -100, 0.04, "k3", 0.2, 0.28, 1.5, True,
-            True, True, True, 3)
+            scored / scored.sum(), -0.01 * scored / scored.sum(), 0.9, None, -100, 0.04, "k3", 0.2, 0.28, 1.5, False,
+            True, True, True, True, 3)
 
 
 def _reference(hidden, weight, target, bias, advantages, old_logprobs, ref_logprobs, policy_weights, token_weights,
                entropy_weights, temperature, softcap, ignore_index, beta, kl_estimator, epsilon_low, epsilon_high,
-               delta, stats, want_hidden, want_weight, want_bias, chunk_tokens, upcast=True):
+               delta, cispo, stats, want_hidden, want_weight, want_bias, chunk_tokens, upcast=True):
     """The op's loss (sum_t w_t loss_t + e_t H_t over flat tokens) in torch: OpEntry.reference."""
     logp, entropy = linear_logprobs_reference(hidden, weight, target, bias=bias, temperature=temperature,
                                               softcap=softcap, ignore_index=ignore_index, return_entropy=True,
@@ -87,7 +87,8 @@ def _reference(hidden, weight, target, bias, advantages, old_logprobs, ref_logpr
     per_token = per_token_policy_loss(row(logp), row((target != ignore_index).float()), row(advantages),
                                       old_logprobs=row(old_logprobs), ref_logprobs=row(ref_logprobs), beta=beta,
                                       kl_estimator=kl_estimator, epsilon_low=epsilon_low, epsilon_high=epsilon_high,
-                                      delta=delta, policy_weights=row(policy_weights))
+                                      delta=delta, policy_weights=row(policy_weights),
+                                      loss_type="cispo" if cispo else "dapo")
     loss = (per_token * row(token_weights)).sum()
     return loss if entropy_weights is None else loss + (entropy * entropy_weights.to(logp.dtype)).sum()
 
@@ -105,9 +106,12 @@ def _fuzz_inputs(inputs: FuzzInputs):
     logp = linear_logprobs_reference(tensors["hidden"], tensors["weight"], target).float()
     options = dict(target=target, advantages=inputs.randn((batch,), torch.float32),
                    old_logprobs=logp + 0.3 * inputs.randn(logp.shape, torch.float32) if draw.boolean() else None,
-                   loss_type=draw.choice(("grpo", "bnpo", "dr_grpo", "dapo")),
-                   importance_sampling_level=draw.choice(("token", "token", "sequence")),
+                   loss_type=draw.choice(("grpo", "bnpo", "dr_grpo", "dapo", "cispo")),
                    temperature=draw.choice((1.0, 0.7)), entropy_coef=draw.choice((0.0, 0.01)))
+    options["importance_sampling_level"] = "token" if options["loss_type"] == "cispo" else draw.choice(
+        ("token", "token", "sequence"))
+    if options["loss_type"] == "cispo":
+        options["epsilon_high"] = draw.choice((0.28, 5.0))
     if draw.boolean():
         options.update(ref_logprobs=logp + 0.3 * inputs.randn(logp.shape, torch.float32), beta=0.04,
                        kl_estimator=draw.choice(("k1", "k2", "k3")))

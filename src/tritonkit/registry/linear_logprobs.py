@@ -9,7 +9,7 @@ import torch
 
 from ..ops.cross_entropy import linear_logprobs, linear_logprobs_reference
 from ..ops.cross_entropy.logprob_kernel import launch_logprob_rows
-from ..ops.post_training import dpo_loss
+from ..ops.post_training import dpo_loss, grpo_loss
 from . import BenchCase, InspectRequest, OpEntry
 from ._accuracy import Comparison
 from ._fuzz import FLOATS, FuzzCase, FuzzInputs, compare_gradients, describe
@@ -58,7 +58,16 @@ def _logprob_case(tokens: int, hidden: int, vocab: int, dtype: torch.dtype) -> B
         def fwd_bwd(logprobs):
             return lambda: torch.autograd.grad(pg_objective(*logprobs(h, w, target), target), (h, w))
 
-        providers = {"tritonkit": fwd_bwd(_tritonkit_logprobs), "eager": fwd_bwd(eager_logprobs),
+        def fused():
+            # The same objective through the fused loss (cispo on policy is -A * logp): its
+            # gradients made in the forward, three products instead of four.
+            advantage = (target % 7 - 3).float().unsqueeze(0) / 3
+            loss = grpo_loss(h.unsqueeze(0), w, target.unsqueeze(0), advantage, loss_type="cispo",
+                             epsilon_high=1e9, entropy_coef=0.01)
+            return torch.autograd.grad(loss, (h, w))
+
+        providers = {"tritonkit": fwd_bwd(_tritonkit_logprobs), "tritonkit fused": fused,
+                     "eager": fwd_bwd(eager_logprobs),
                      "torch.compile": fwd_bwd(peer_compile(eager_logprobs)),
                      "TRL-style blocks": fwd_bwd(blockwise_logprobs)}
         trl = trl_logprobs()
@@ -175,7 +184,7 @@ ENTRY = OpEntry(
     summary="per-token log-probabilities and entropy of a linear head without the logits (RL, DPO)",
     passes={"fwd": inspect_stats, "bwd": inspect_grad},
     bench_cases=_bench_cases,
-    peers=("eager", "torch.compile", "TRL-style blocks", "TRL", "Liger"),
+    peers=("tritonkit fused", "eager", "torch.compile", "TRL-style blocks", "TRL", "Liger"),
     op="linear_logprobs",
     sample=_sample,
     reference=_reference,

@@ -9,6 +9,8 @@ old_t (logp_t itself, detached, when not given) and the reference model's ref_t:
     loss_t    = -min(c1 * A, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A) * policy_weight_t
                 + beta * kl_t
       with c1 = ratio_t, or min(ratio_t, delta) with two-sided clipping (delta)
+      or, for loss_type "cispo", -min(ratio_t, eps_high) * A * logp_t with the factor detached:
+      REINFORCE's -A * logp_t on policy (CISPO's clipped importance-sampling weights)
     kl_t      = exp(ref_t - logp_t) - (ref_t - logp_t) - 1           k3 (TRL's), or
                 logp_t - ref_t (k1), (logp_t - ref_t)^2 / 2 (k2)
     loss      = sum_t w_t * loss_t - entropy_coef * (sum of H_t over scored tokens) / their count
@@ -17,6 +19,7 @@ with the token weights w_t of TRL's loss_type:
     "bnpo"    1 / N             the mean over the batch's N scored tokens
     "dr_grpo" 1 / (B * max_completion_length)
     "dapo"    1 / num_items_in_batch (N by default): the mean over the whole (global) batch
+    "cispo"   as "dapo"
 This is TRL's GRPOTrainer._compute_loss for those loss types, written once here as
 `policy_objective`: the float64 reference and the sequence-level path run it on per-token
 log-probabilities; the token-level path (policy_fused.py) runs its derivative in the chunk
@@ -34,7 +37,7 @@ from ..cross_entropy.logprobs import linear_logprobs, linear_logprobs_reference
 from ._sequences import check_choice, check_number, check_per_sequence, check_sequences, completion_mask
 from .policy_fused import fused_policy_loss
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 LEVELS = ("token", "sequence")
 
@@ -55,14 +58,15 @@ def token_weights(mask: torch.Tensor, loss_type: str, max_completion_length: int
         return mask / mask.sum(-1, keepdim=True).clamp(min=1.0) / mask.shape[0]
     if loss_type == "dr_grpo":
         return mask / (mask.shape[0] * (max_completion_length or mask.shape[1]))
-    if loss_type == "dapo" and num_items_in_batch is not None:
+    if loss_type in ("dapo", "cispo") and num_items_in_batch is not None:
         return mask / torch.as_tensor(num_items_in_batch, dtype=mask.dtype, device=mask.device).clamp(min=1.0)
-    return mask / mask.sum().clamp(min=1.0)   # bnpo, and dapo over this batch alone
+    return mask / mask.sum().clamp(min=1.0)   # bnpo, and dapo and cispo over this batch alone
 
 
 def per_token_policy_loss(logp: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor, *, old_logprobs=None,
                           ref_logprobs=None, beta=0.0, kl_estimator="k3", epsilon_low=0.2, epsilon_high=None,
-                          delta=None, importance_sampling_level="token", policy_weights=None) -> torch.Tensor:
+                          delta=None, importance_sampling_level="token", policy_weights=None,
+                          loss_type="dapo") -> torch.Tensor:
     """loss_t of every token (mask's shape, (B, L) or (1, T)), as TRL's GRPOTrainer computes it;
     differentiable in logp."""
     epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
@@ -80,10 +84,13 @@ def per_token_policy_loss(logp: torch.Tensor, mask: torch.Tensor, advantages: to
     if importance_sampling_level == "sequence":
         log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
     coef_1 = torch.exp(log_ratio)
-    coef_2 = torch.clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)
-    if delta is not None:
-        coef_1 = torch.clamp(coef_1, max=delta)
-    per_token = -torch.min(coef_1 * advantages, coef_2 * advantages)
+    if loss_type == "cispo":
+        per_token = -torch.clamp(coef_1, max=epsilon_high).detach() * advantages * logp
+    else:
+        coef_2 = torch.clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)
+        if delta is not None:
+            coef_1 = torch.clamp(coef_1, max=delta)
+        per_token = -torch.min(coef_1 * advantages, coef_2 * advantages)
     if policy_weights is not None:
         per_token = per_token * torch.where(scored, policy_weights.to(logp.dtype), 0.0)
     if beta != 0.0:
@@ -97,10 +104,10 @@ def policy_objective(logp: torch.Tensor, entropy: torch.Tensor | None, mask: tor
     """The GRPO-family loss from (B, L) per-token log-probabilities (and entropies), as TRL's
     GRPOTrainer computes it; differentiable in logp and entropy. `options`: those of
     per_token_policy_loss."""
-    per_token = per_token_policy_loss(logp, mask, advantages, **options)
+    per_token = per_token_policy_loss(logp, mask, advantages, loss_type=loss_type, **options)
     if loss_type == "grpo":
         loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    elif loss_type == "bnpo" or (loss_type == "dapo" and num_items_in_batch is None):
+    elif loss_type == "bnpo" or (loss_type in ("dapo", "cispo") and num_items_in_batch is None):
         loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
     elif loss_type == "dr_grpo":
         loss = (per_token * mask).sum() / (per_token.shape[0] * (max_completion_length or mask.shape[1]))
@@ -142,6 +149,9 @@ def _check(hidden, target, advantages, old_logprobs, ref_logprobs, policy_weight
     check_number("delta", delta, positive=True, optional=True)
     check_choice("loss_type", loss_type, LOSS_TYPES)
     check_choice("importance_sampling_level", importance_sampling_level, LEVELS)
+    if loss_type == "cispo" and importance_sampling_level != "token":
+        raise ValueError("loss_type='cispo' weighs each token's log-probability by its own ratio: "
+                         "importance_sampling_level must be 'token'")
     if max_completion_length is not None and (not isinstance(max_completion_length, int) or max_completion_length < 1):
         raise ValueError(f"max_completion_length must be None or a positive int, got {max_completion_length!r}")
     check_number("entropy_coef", entropy_coef)
@@ -194,7 +204,7 @@ def grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, 
         loss, logp, entropy = fused_policy_loss(hidden, weight, target, bias, advantages, weights, entropy_weights,
                                                 policy_weights, temperature=temperature, softcap=softcap,
                                                 ignore_index=ignore_index, chunk_tokens=chunk_tokens,
-                                                stats=return_logprobs, **options)
+                                                stats=return_logprobs, cispo=loss_type == "cispo", **options)
     else:
         out = linear_logprobs(hidden, weight, target, bias=bias, temperature=temperature, softcap=softcap,
                               ignore_index=ignore_index, return_entropy=entropy_coef != 0.0 or return_logprobs,

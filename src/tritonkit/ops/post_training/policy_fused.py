@@ -13,6 +13,7 @@ d loss_t / d logp_t, with r = exp(logp_t - old_t) (and r's own derivative r):
       dc1 = r (0 above delta), dc2 = r inside [1 - eps_low, 1 + eps_high] (clamp's gradient,
       bounds included), else 0; times policy_weight_t
     beta * kl_t: k3 beta * (1 - exp(ref_t - logp_t)); k1 beta; k2 beta * (logp_t - ref_t)
+    cispo's -min(r, eps_high) * A * logp_t, its factor detached: -min(r, eps_high) * A
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ from ._fused import (GRADS_SCHEMA, eager_saved_gradients_bwd, grad_fakes, gradie
                      requires_grads, saved_gradients_bwd, saved_gradients_fake)
 
 
-def token_terms(logp, advantages, old, ref, policy_weights, beta, kl_estimator, epsilon_low, epsilon_high, delta):
+def token_terms(logp, advantages, old, ref, policy_weights, beta, kl_estimator, epsilon_low, epsilon_high, delta,
+                cispo=False):
     """(loss_t, d loss_t / d logp_t) of each token (float32, (n,) each), before its weight."""
     ratio = torch.ones_like(logp) if old is None else torch.exp(logp - old)
+    if cispo:
+        grad = -torch.clamp(ratio, max=epsilon_high) * advantages
+        return _with_kl(grad * logp, grad, logp, ref, policy_weights, beta, kl_estimator)
     c1, d1 = ratio, ratio
     if delta is not None:
         c1 = torch.clamp(ratio, max=delta)
@@ -40,6 +45,11 @@ def token_terms(logp, advantages, old, ref, policy_weights, beta, kl_estimator, 
     l1, l2 = c1 * advantages, c2 * advantages
     loss = -torch.minimum(l1, l2)
     grad = -advantages * torch.where(l1 < l2, d1, torch.where(l2 < l1, d2, 0.5 * (d1 + d2)))
+    return _with_kl(loss, grad, logp, ref, policy_weights, beta, kl_estimator)
+
+
+def _with_kl(loss, grad, logp, ref, policy_weights, beta, kl_estimator):
+    """The policy term times its per-token weights, plus beta times the KL estimate."""
     if policy_weights is not None:
         loss, grad = loss * policy_weights, grad * policy_weights
     if beta != 0.0:
@@ -61,7 +71,8 @@ def linear_grpo_loss_fwd(hidden: torch.Tensor, weight: torch.Tensor, target: tor
                          token_weights: torch.Tensor, entropy_weights: torch.Tensor | None,
                          temperature: float = 1.0, softcap: float | None = None, ignore_index: int = -100,
                          beta: float = 0.0, kl_estimator: str = "k3", epsilon_low: float = 0.2,
-                         epsilon_high: float = 0.2, delta: float | None = None, stats: bool = False,
+                         epsilon_high: float = 0.2, delta: float | None = None, cispo: bool = False,
+                         stats: bool = False,
                          want_hidden: bool = False, want_weight: bool = False, want_bias: bool = False,
                          chunk_tokens: int | None = None):
     """Launcher for the forward pass. hidden (T, H), weight (V, H), target (T,), bias (V,); the
@@ -95,7 +106,7 @@ def linear_grpo_loss_fwd(hidden: torch.Tensor, weight: torch.Tensor, target: tor
         loss_t, grad_t = token_terms(logp, advantages[part], None if old is None else old[part],
                                      None if ref is None else ref[part],
                                      None if policy_weights is None else policy_weights[part], beta, kl_estimator,
-                                     epsilon_low, epsilon_high, delta)
+                                     epsilon_low, epsilon_high, delta, cispo)
         w = token_weights[part]
         # Unscored tokens (weight 0) may hold anything in old or ref: their terms never count.
         scored = w != 0
@@ -127,15 +138,15 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(bwd, ctx, grad_loss, *_):
     if grad_loss is None:
-        return (None,) * 23
+        return (None,) * 24
     grads = bwd(grad_loss, *ctx.saved_tensors)
     return (grads[0] if ctx.wants[0] else None, grads[1] if ctx.wants[1] else None, None,
-            grads[2] if ctx.wants[2] else None, *([None] * 19))
+            grads[2] if ctx.wants[2] else None, *([None] * 20))
 
 
 def _fake_fwd(hidden, weight, target, bias, advantages, old_logprobs, ref_logprobs, policy_weights, token_weights,
               entropy_weights, temperature, softcap, ignore_index, beta, kl_estimator, epsilon_low, epsilon_high, delta,
-              stats, want_hidden, want_weight, want_bias, chunk_tokens):
+              cispo, stats, want_hidden, want_weight, want_bias, chunk_tokens):
     n = hidden.shape[0]
     f32 = dict(dtype=torch.float32, device=hidden.device)
     return (torch.empty((), **f32), torch.empty(n, **f32),
@@ -154,13 +165,13 @@ _LINEAR_GRPO_LOSS = Op(
     forward_schema=("(Tensor hidden, Tensor weight, Tensor target, Tensor? bias, Tensor advantages, "
                     "Tensor? old_logprobs, Tensor? ref_logprobs, Tensor? policy_weights, Tensor token_weights, "
                     "Tensor? entropy_weights, float temperature, float? softcap, int ignore_index, float beta, "
-                    "str kl_estimator, float epsilon_low, float epsilon_high, float? delta, bool stats, "
+                    "str kl_estimator, float epsilon_low, float epsilon_high, float? delta, bool cispo, bool stats, "
                     "bool want_hidden, bool want_weight, bool want_bias, int? chunk_tokens) "
                     "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"),
     forward_fake=_fake_fwd, setup_context=_setup_context, backward=_backward,
     backward_launcher=saved_gradients_bwd, backward_schema=GRADS_SCHEMA, backward_fake=saved_gradients_fake,
     eager_backward_launcher=eager_saved_gradients_bwd, check=_op_check,
-    returns=lambda *args: 3 if args[18] else 1)
+    returns=lambda *args: 3 if args[19] else 1)
 
 
 def _flat(t: torch.Tensor | None, shape) -> torch.Tensor | None:
@@ -168,8 +179,8 @@ def _flat(t: torch.Tensor | None, shape) -> torch.Tensor | None:
 
 
 def fused_policy_loss(hidden, weight, target, bias, advantages, token_weights, entropy_weights, policy_weights, *,
-                      old_logprobs, ref_logprobs, beta, kl_estimator, epsilon_low, epsilon_high, delta, temperature,
-                      softcap, ignore_index, chunk_tokens, stats):
+                      old_logprobs, ref_logprobs, beta, kl_estimator, epsilon_low, epsilon_high, delta, cispo,
+                      temperature, softcap, ignore_index, chunk_tokens, stats):
     """The fused op on (B, L) sequences: (loss, logp (B, L), entropy (B, L) or None)."""
     shape = target.shape
     adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
@@ -178,7 +189,7 @@ def fused_policy_loss(hidden, weight, target, bias, advantages, token_weights, e
         _flat(old_logprobs, shape), _flat(ref_logprobs, shape), _flat(policy_weights, shape),
         _flat(token_weights, shape), _flat(entropy_weights, shape), float(temperature),
         None if softcap is None else float(softcap), ignore_index, float(beta), kl_estimator, float(epsilon_low),
-        float(epsilon_high), None if delta is None else float(delta), bool(stats),
+        float(epsilon_high), None if delta is None else float(delta), bool(cispo), bool(stats),
         *requires_grads(hidden, weight, bias), chunk_tokens)
     if not stats:
         return out, None, None
