@@ -66,12 +66,15 @@ def _sample(device: torch.device) -> tuple:
     # reference log-probabilities, two-sided clipping, an entropy bonus, temperature, the stats,
     # chunks of 3 tokens over 7.
     hidden = torch.randn(7 * 24 + 1, device=device)[1:].view(7, 24)
-    weight = torch.randn(24, 301, device=device).t()
+    weight = torch.randn(24, 301, device=device).t() * 0.6
+    bias = torch.randn(301, device=device)
     target = torch.randint(0, 301, (7,), device=device)
     target[::3] = -100
     scored = (target != -100).float()
-    old, ref = -6 + torch.randn(7, device=device), -6 + torch.randn(7, device=device)
-    return (hidden, weight, target, torch.randn(301, device=device), torch.randn(7, device=device), old, ref, None,
+    # old and reference policies near the current one, as in training
+    logp = linear_logprobs_reference(hidden, weight, target, bias=bias, temperature=0.9).float()
+    old, ref = logp + 0.3 * torch.randn(7, device=device), logp + 0.3 * torch.randn(7, device=device)
+    return (hidden, weight, target, bias, torch.randn(7, device=device), old, ref, None,
             scored / scored.sum(), -0.01 * scored / scored.sum(), 0.9, None, -100, 0.04, "k3", 0.2, 0.28, 1.5, False,
             True, True, True, True, 3)
 
