@@ -11,6 +11,8 @@ import torch.nn.functional as F
 
 from ..ops.post_training.policy import policy_objective
 from ..ops.post_training.preference import dpo_objective
+from ._accuracy import Comparison
+from ._fuzz import FuzzCase, FuzzInputs, compare_gradients, describe
 from ._peers import liger
 
 ROWS_A_BLOCK = 1024   # rows of the logits a TRL-style block takes (its float32 copy bounds memory)
@@ -133,3 +135,29 @@ def liger_distill(beta):
         flat = (lambda t: t.reshape(-1, t.shape[-1]))
         return loss_fn(flat(hidden), weight, flat(teacher_hidden), teacher_weight, target.reshape(-1))
     return run
+
+
+def loss_fuzz_cases(name, draw, ours, reference, upstream_shape, examples=6) -> tuple[FuzzCase, FuzzCase]:
+    """The forward and backward fuzz cases of a loss: draw(inputs) gives (tensors, options),
+    the differentiable tensors and everything else; ours(**tensors, **options, chunk_tokens)
+    and reference(**tensors, **options, upcast) compute it; upstream_shape(tensors, options)
+    is the shape of its result."""
+    def note(tensors, options) -> str:
+        shown = {k: v for k, v in options.items() if not isinstance(v, torch.Tensor)}
+        return f"{name} {shown}: " + ", ".join(f"{n} {describe(t)}" for n, t in tensors.items())
+
+    def forward(inputs: FuzzInputs) -> list[Comparison]:
+        tensors, options = draw(inputs)
+        result = ours(**tensors, **options, chunk_tokens=inputs.draw.choice((None, 2)))
+        return [Comparison(note(tensors, options), result, reference(**tensors, **options),
+                           reference(**tensors, **options, upcast=False))]
+
+    def backward(inputs: FuzzInputs) -> list[Comparison]:
+        tensors, options = draw(inputs)
+        chunk_tokens = inputs.draw.choice((None, 2))
+        return compare_gradients(note(tensors, options), tensors,
+                                 lambda **t: ours(**t, **options, chunk_tokens=chunk_tokens),
+                                 lambda upcast, **t: reference(**t, **options, upcast=upcast),
+                                 [inputs.randn(upstream_shape(tensors, options), torch.float32)])
+
+    return FuzzCase("forward", examples, forward), FuzzCase("backward", examples, backward)

@@ -11,10 +11,9 @@ import torch
 from ..ops.post_training import distill_loss, distill_loss_reference
 from ..ops.post_training.distill_kernel import JSD, launch_distill_rows
 from . import BenchCase, InspectRequest, OpEntry
-from ._accuracy import Comparison
-from ._fuzz import FLOATS, FuzzCase, FuzzInputs, compare_gradients, describe
+from ._fuzz import FLOATS, FuzzInputs
 from ._inputs import offset_view, peer_compile
-from ._post_training import eager_distill, liger_distill
+from ._post_training import eager_distill, liger_distill, loss_fuzz_cases
 
 INSPECT_SHAPE = (1664, 151936)   # a chunk at Qwen's vocabulary
 BETA = 0.5
@@ -120,24 +119,8 @@ def _fuzz_inputs(inputs: FuzzInputs):
     return tensors, options
 
 
-def _note(tensors, options) -> str:
-    shown = {k: v for k, v in options.items() if not isinstance(v, torch.Tensor)}
-    return f"distill_loss {shown}: " + ", ".join(f"{n} {describe(t)}" for n, t in tensors.items())
-
-
-def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
-    tensors, options = _fuzz_inputs(inputs)
-    ours = distill_loss(**tensors, **options, chunk_tokens=inputs.draw.choice((None, 2)))
-    return [Comparison(_note(tensors, options), ours, distill_loss_reference(**tensors, **options),
-                       distill_loss_reference(**tensors, **options, upcast=False))]
-
-
-def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
-    tensors, options = _fuzz_inputs(inputs)
-    shape = tensors["hidden"].shape[:-1] if options["reduction"] == "none" else ()
-    return compare_gradients(_note(tensors, options), tensors, lambda **t: distill_loss(**t, **options),
-                             lambda upcast, **t: distill_loss_reference(**t, **options, upcast=upcast),
-                             [inputs.randn(shape, torch.float32)])
+def _loss_shape(tensors, options):
+    return tensors["hidden"].shape[:-1] if options["reduction"] == "none" else ()
 
 
 ENTRY = OpEntry(
@@ -149,5 +132,5 @@ ENTRY = OpEntry(
     op="linear_distill_loss",
     sample=_sample,
     reference=_reference,
-    fuzz=(FuzzCase("forward", 6, _fuzz_forward), FuzzCase("backward", 6, _fuzz_backward)),
+    fuzz=loss_fuzz_cases("distill_loss", _fuzz_inputs, distill_loss, distill_loss_reference, _loss_shape),
 )

@@ -13,10 +13,9 @@ from ..ops.cross_entropy import linear_logprobs_reference
 from ..ops.post_training import grpo_loss, grpo_loss_reference
 from ..ops.post_training.policy import per_token_policy_loss
 from . import BenchCase, OpEntry
-from ._accuracy import Comparison
-from ._fuzz import FLOATS, FuzzCase, FuzzInputs, compare_gradients, describe
+from ._fuzz import FLOATS, FuzzInputs
 from ._inputs import peer_compile
-from ._post_training import eager_grpo, liger_grpo
+from ._post_training import eager_grpo, liger_grpo, loss_fuzz_cases
 from .linear_logprobs import inspect_grad, inspect_stats
 
 BETA = 0.04
@@ -121,24 +120,6 @@ def _fuzz_inputs(inputs: FuzzInputs):
     return tensors, options
 
 
-def _note(tensors, options) -> str:
-    shown = {k: v for k, v in options.items() if not isinstance(v, torch.Tensor)}
-    return f"grpo_loss {shown}: " + ", ".join(f"{n} {describe(t)}" for n, t in tensors.items())
-
-
-def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
-    tensors, options = _fuzz_inputs(inputs)
-    return [Comparison(_note(tensors, options), grpo_loss(**tensors, **options, chunk_tokens=inputs.draw.choice((None, 2))),
-                       grpo_loss_reference(**tensors, **options), grpo_loss_reference(**tensors, **options, upcast=False))]
-
-
-def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
-    tensors, options = _fuzz_inputs(inputs)
-    return compare_gradients(_note(tensors, options), tensors, lambda **t: grpo_loss(**t, **options),
-                             lambda upcast, **t: grpo_loss_reference(**t, **options, upcast=upcast),
-                             [inputs.randn((), torch.float32)])
-
-
 ENTRY = OpEntry(
     name="grpo_loss",
     summary="GRPO-family policy loss over a linear head without the logits, gradients made in the forward",
@@ -149,5 +130,5 @@ ENTRY = OpEntry(
     op="linear_grpo_loss",
     sample=_sample,
     reference=_reference,
-    fuzz=(FuzzCase("forward", 6, _fuzz_forward), FuzzCase("backward", 6, _fuzz_backward)),
+    fuzz=loss_fuzz_cases("grpo_loss", _fuzz_inputs, grpo_loss, grpo_loss_reference, lambda tensors, options: ()),
 )
