@@ -233,3 +233,18 @@ def test_grpo_step_example_runs(capsys):
     example.main(["--steps", "2", "--prompts", "1", "--group", "2", "--completion-len", "4"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and all("nan" not in line for line in lines)
+
+
+def test_frozen_head(device):
+    # A frozen LM head (LoRA, a frozen output layer): only hidden's gradient is made, the same as
+    # with the head trained.
+    h, w, bias, target, old, ref = policy_inputs(2, 4, 8, 100, F32, device, masked=((0, 3),))
+    adv = torch.randn(2, device=device)
+    for loss_fn in (lambda h_, w_: tritonkit.grpo_loss(h_, w_, target, adv, old_logprobs=old, ref_logprobs=ref,
+                                                       beta=0.04),
+                    lambda h_, w_: (tritonkit.linear_logprobs(h_, w_, target) * old.nan_to_num()).sum()):
+        both = [h.clone().requires_grad_(), w.clone().requires_grad_()]
+        (want, _) = torch.autograd.grad(loss_fn(*both), both)
+        alone = h.clone().requires_grad_()
+        (got,) = torch.autograd.grad(loss_fn(alone, w), alone)
+        torch.testing.assert_close(got, want)
