@@ -2,7 +2,7 @@
 without its (tokens x vocabulary) logits.
 
 The forward runs the chunk loop (chunks.py) with the log-probability row kernel's first pass:
-one product a chunk, and each row's logp, entropy and float64 log-sum-exp kept (24 bytes a
+one product a chunk, and each row's logp, entropy and float64 log-sum-exp kept (16 bytes a
 token). The upstream gradients of logp and entropy differ per token and are known only in the
 backward, which recomputes each chunk's logits, writes dlogits over them from the saved
 statistics (the kernel's second pass) and makes grad_hidden and grad_weight: four products in
@@ -220,7 +220,7 @@ def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Te
     F.linear's are.
 
     This is TRL's ``selective_log_softmax(logits / temperature, target)`` and
-    ``entropy_from_logits`` with the head fused in. Memory beyond the inputs: 24 bytes a token
+    ``entropy_from_logits`` with the head fused in. Memory beyond the inputs: 16 bytes a token
     kept for the backward, one chunk of logits (chunk_tokens as in linear_cross_entropy), and
     the gradients. The backward recomputes the chunks' logits: four matrix products in all.
     Passing only the tokens that are scored (hidden[mask], target[mask]) saves the products of

@@ -9,7 +9,7 @@ known in the forward (1 / count, or 1), so the kernel writes dlogits there and t
 makes the student's gradients: products 1 to 4, the backward only scales them (`_fused.py`).
 For reduction="none" each token's upstream gradient comes in the backward, which recomputes
 both chunks (as `linear_cross_entropy` does for "none"). Memory beyond the inputs: two chunk
-buffers, the gradients, and 20 bytes a token.
+buffers, the gradients, and 24 bytes a token.
 """
 
 from __future__ import annotations
