@@ -1,11 +1,12 @@
 """torch.autocast for the ops that are matrix products: `attention`, `attention_varlen`,
-`linear_cross_entropy` and `gated_linear`.
+`linear_cross_entropy`, `gated_linear`, and the linear-head ops of post-training
+(`linear_logprobs` and the losses on it).
 
 Inside an autocast region torch runs `F.linear` and `scaled_dot_product_attention` in the
 region's lower-precision dtype, casting their floating inputs to it (autocast's
 "lower_precision_fp" list), so a float32 model trained under autocast multiplies on the
 tensor cores. tritonkit's custom ops are on none of autocast's lists (and its eager roads do
-not go through the dispatcher), so these four ops cast their inputs here, the same way:
+not go through the dispatcher), so these ops cast their inputs here, the same way:
 every floating input but float64 on the region's device type, to the region's dtype; the
 gradients flow back through the casts in the inputs' own dtypes. Outside a region nothing
 changes. The other ops (norms, RoPE, the gated activations, cross_entropy on given logits) keep

@@ -535,3 +535,7 @@ def _linear_cross_entropy_bwd_sharding(grad_loss, hidden, weight, target, bias, 
     return [([Replicate()] * 3, replicated),
             (outputs, [rows if not reduced else Replicate(), rows, Replicate(), rows, _maybe(bias, Replicate()),
                        *saved] + [None] * 8)]
+
+
+# The post-training ops' rules live beside these; importing them adds them to _RULES.
+from . import sharding_post_training  # noqa: E402,F401

@@ -19,7 +19,8 @@ import torch
 from ._fuzz import FuzzCase
 
 _ENTRY_MODULES = ("add", "softmax", "attention", "attention_varlen", "rms_norm", "layer_norm", "rope", "swiglu",
-                  "geglu", "gated_linear", "cross_entropy", "linear_cross_entropy")
+                  "geglu", "gated_linear", "cross_entropy", "linear_cross_entropy", "linear_logprobs", "grpo_loss",
+                  "distill_loss")
 
 
 @dataclass

@@ -49,6 +49,25 @@ def _softcapped(x, softcap, SOFTCAP: tl.constexpr):
 
 
 @triton.jit
+def _online_lse(m, s, z):
+    """A block z of a row's logits into its running max m and sum s of exp(z - m), rescaled by
+    exp(m_old - m_new) when the max grows; returns the new (m, s)."""
+    m_new = tl.maximum(m, tl.max(z, axis=0))
+    # m_new stays -inf only while every logit so far is -inf: nothing to add yet.
+    shift = tl.where(m_new == -float("inf"), 0.0, m_new)
+    return m_new, s * tl.exp(m - shift) + tl.sum(tl.exp(z - shift), axis=0)
+
+
+@triton.jit
+def _lse_parts(lse):
+    """A row's float64 log-sum-exp, as the forward stores it, split again into its max m (the
+    float32 rounding of lse) and log s (the exact rest, in float32)."""
+    lse = lse.to(tl.float64)
+    m = lse.to(tl.float32)
+    return m, (lse - m.to(tl.float64)).to(tl.float32)
+
+
+@triton.jit
 def _cross_entropy_kernel(
     # pointers: logits [rows, C] read; grad [rows, C] written (may be the logits themselves);
     # target [rows]; loss [rows] (fp32, or the op's output for reduction "none"); lse [rows]
@@ -93,11 +112,7 @@ def _cross_entropy_kernel(
             z = _softcapped(x, softcap, SOFTCAP)
             if SOFTCAP:
                 z = tl.where(mask, z, -float("inf"))
-            m_new = tl.maximum(m, tl.max(z, axis=0))
-            # m_new stays -inf only while every logit so far is -inf: nothing to add yet.
-            shift = tl.where(m_new == -float("inf"), 0.0, m_new)
-            s = s * tl.exp(m - shift) + tl.sum(tl.exp(z - shift), axis=0)
-            m = m_new
+            m, s = _online_lse(m, s, z)
             if SMOOTH:
                 z_sum += tl.sum(tl.where(mask, z, 0.0), axis=0)
         log_s = tl.log(s)
@@ -107,10 +122,7 @@ def _cross_entropy_kernel(
             # probability; float64 keeps m and log s both, to be split again below.
             tl.store(lse_ptr + row, m.to(tl.float64) + log_s.to(tl.float64))
     else:
-        # The forward's float64 lse: m, its float32 rounding, and log s the (exact) rest.
-        lse = tl.load(lse_ptr + row).to(tl.float64)
-        m = lse.to(tl.float32)
-        log_s = (lse - m.to(tl.float64)).to(tl.float32)
+        m, log_s = _lse_parts(tl.load(lse_ptr + row))
     if WRITE_LOSS:
         z_t = _softcapped(tl.load(x_row + tl.where(valid, target, 0) * l_col).to(tl.float32), softcap, SOFTCAP)
         # Measured from the row's max: lse - z_t, with lse rounded at the logits' magnitude,
@@ -203,8 +215,7 @@ def launch_rows(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, l
     n_rows, n_cols = logits.shape
     if n_rows == 0:
         return
-    block = min(MAX_BLOCK, next_power_of_2(n_cols))
-    num_warps = max(1, min(16, block // 256))
+    block, num_warps = row_block(n_cols)
     dummy = logits  # pointers of absent tensors; their flags keep the kernel from touching them
     reduce = 0 if finish is None else REDUCTIONS_FINISHED[finish.reduction]
     Launch(name, _cross_entropy_kernel, (n_rows,), (
@@ -222,6 +233,12 @@ def launch_rows(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, l
             UPSTREAM=upstream is not None, SMOOTH=label_smoothing != 0.0, SOFTCAP=softcap is not None,
             FINISH=finish is not None, REDUCE=reduce),
         num_warps=num_warps, num_stages=1)()
+
+
+def row_block(n_cols: int) -> tuple[int, int]:
+    """Columns a row program takes a step, and its warps, for rows of n_cols classes."""
+    block = min(MAX_BLOCK, next_power_of_2(n_cols))
+    return block, max(1, min(16, block // 256))
 
 
 def check_options(ignore_index: object, label_smoothing: object, reduction: object, softcap: object) -> None:

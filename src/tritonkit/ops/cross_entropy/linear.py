@@ -1,14 +1,8 @@
 """`linear_cross_entropy`: the loss of a linear head without its (tokens x vocabulary) logits.
 
-Tokens are taken CHUNK_BYTES of logits at a time. For each chunk:
-    logits  = hidden_c @ weight^T (+ bias)        cuBLAS, in hidden's dtype, into one buffer
-    loss_c, dlogits = row kernel                   reads each row twice, writes dlogits in place
-    grad_hidden_c  = dlogits @ weight              cuBLAS, into the preallocated grad_hidden
-    grad_weight   += dlogits^T @ hidden_c          cuBLAS addmm, accumulated in weight's dtype
-    grad_bias     += sum of dlogits rows           fp32 accumulator
-So the three matrix products run at cuBLAS speed, the logits are rounded to the input dtype
-exactly as F.linear rounds them, and dlogits is rounded to it as torch's backward of
-`.float()` rounds it. For mean and sum the gradients are made during the forward (for an
+Tokens are taken CHUNK_BYTES of logits at a time by the chunk loop (chunks.py): for each
+chunk the logits by cuBLAS, then the cross-entropy row kernel (loss_c, and dlogits written over
+the logits: each row read twice), then grad_hidden and grad_weight by cuBLAS. For mean and sum the gradients are made during the forward (for an
 upstream gradient of 1; the count of non-ignored targets is reduced on the device first, so
 nothing waits for the host) and the backward scales them by the upstream scalar. For
 reduction="none" the upstream gradient differs per token and multiplies rows of dlogits
@@ -32,21 +26,12 @@ import torch.nn.functional as F
 from ..._autocast import autocast_inputs
 from ..._checks import check_same_device, check_tensor
 from ..._op import Op, not_computed
-from .kernel import (as_float_options, check_options, check_target, check_target_values, launch_rows, reduce_rows, same_dtype,
-                     valid_count)
-from .scale import scale_by
+from .chunks import CHUNK_BYTES, check_chunk_tokens, check_head, chunk_loop, chunk_tokens_for
+from .kernel import as_float_options, check_options, check_target, check_target_values, launch_rows, reduce_rows, valid_count
+from .scale import scale_gradients
 
-# Logits buffer per chunk. grad_weight += dlogits^T @ hidden_c reads and writes all of
-# grad_weight (4*V*H bytes in bf16) for 2*V*H*chunk flops: it is bound by memory rather than
-# by the tensor cores below chunk = 2 * rate / bandwidth tokens, about 2 * 687e12 / 4.2e12 =
-# 330 on the H200 (its bf16 GEMM rate and copy bandwidth), and each chunk's re-read of
-# grad_weight costs a share of its product's time that falls as 1 / chunk above that.
-# 512 MiB gives 2048 tokens at V = 128256, where the three products run near their full
-# rate; smaller chunks cost time, larger ones memory (docs/block-ops.md has the trade).
-CHUNK_BYTES = 512 << 20
-CHUNK_MULTIPLE = 128     # chunk rows rounded to whole GEMM tiles
-MIN_CHUNK_TOKENS = 128
-
+__all__ = ["CHUNK_BYTES", "chunk_tokens_for", "linear_cross_entropy", "linear_cross_entropy_bwd",
+           "linear_cross_entropy_fwd", "linear_cross_entropy_reference"]
 
 def linear_cross_entropy_reference(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *,
                                    bias: torch.Tensor | None = None, ignore_index: int = -100,
@@ -66,33 +51,10 @@ def linear_cross_entropy_reference(hidden: torch.Tensor, weight: torch.Tensor, t
     return loss.reshape(target.shape) if reduction == "none" else loss
 
 
-def chunk_tokens_for(n_tokens: int, n_classes: int, element_size: int) -> int:
-    """Tokens per chunk: CHUNK_BYTES of logits, in whole GEMM tiles, at least MIN_CHUNK_TOKENS."""
-    rows = CHUNK_BYTES // max(1, n_classes * element_size) // CHUNK_MULTIPLE * CHUNK_MULTIPLE
-    return max(1, min(n_tokens, max(MIN_CHUNK_TOKENS, rows)))
-
-
 def _check(hidden, weight, target, bias, chunk_tokens):
-    check_tensor("hidden", hidden)
-    check_tensor("weight", weight)
-    if hidden.dim() != 2:
-        raise ValueError(f"hidden has {hidden.dim()} dims; the launchers take (tokens, hidden) "
-                         "(the public function flattens leading dims)")
-    if weight.dim() != 2 or weight.shape[1] != hidden.shape[1]:
-        raise ValueError(f"weight has shape {tuple(weight.shape)}; expected (vocabulary, {hidden.shape[1]}) "
-                         f"for hidden of shape {tuple(hidden.shape)}")
-    if weight.shape[0] == 0:
-        raise ValueError("weight has 0 rows (an empty vocabulary)")
-    same_dtype("weight", weight, "hidden", hidden)
+    check_head(hidden, weight, bias, chunk_tokens)
     check_target(target, hidden.shape[0], "hidden")
-    check_same_device(hidden=hidden, weight=weight, target=target)
-    if bias is not None:
-        check_tensor("bias", bias)
-        if bias.shape != (weight.shape[0],):
-            raise ValueError(f"bias has shape {tuple(bias.shape)}; expected ({weight.shape[0]},)")
-        same_dtype("bias", bias, "hidden", hidden)
-        check_same_device(hidden=hidden, bias=bias)
-    check_chunk_tokens(chunk_tokens)
+    check_same_device(hidden=hidden, target=target)
 
 
 def _vocab_sharded(weight: torch.Tensor) -> bool:
@@ -105,53 +67,21 @@ def _vocab_sharded(weight: torch.Tensor) -> bool:
     return vocab_sharded(weight)
 
 
-def check_chunk_tokens(chunk_tokens: object) -> None:
-    if chunk_tokens is not None and (not isinstance(chunk_tokens, int) or isinstance(chunk_tokens, bool)):
-        raise TypeError(f"chunk_tokens must be None or a positive int, got {type(chunk_tokens).__name__}")
-    if chunk_tokens is not None and chunk_tokens < 1:
-        raise ValueError(f"chunk_tokens must be None or a positive int, got {chunk_tokens!r}")
-
-
 def _chunked(hidden, weight, target, bias, ignore_index, label_smoothing, softcap, chunk_tokens,
              want, *, loss=None, lse=None, count=None, upstream=None):
-    """Run the chunk loop: logits, the row kernel (loss and lse, or, with lse given and no
-    loss, only the gradient), then the products for the gradients in `want` (hidden, weight,
-    bias flags). Returns (grad_hidden, grad_weight, grad_bias) for those wanted, else None."""
-    n_tokens, n_classes = hidden.shape[0], weight.shape[0]
-    want_hidden, want_weight, want_bias = want
-    grad_hidden = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if want_hidden else None
-    grad_weight = torch.empty_like(weight) if want_weight else None  # weight's layout, as autograd prefers
-    grad_bias32 = None  # fp32 accumulator, started by the first chunk's sum
-    any_grad = want_hidden or want_weight or want_bias
-    step = chunk_tokens or chunk_tokens_for(n_tokens, n_classes, hidden.element_size())
-    buffer = torch.empty((min(step, n_tokens), n_classes), dtype=hidden.dtype, device=hidden.device)
-    for start in range(0, n_tokens, step):
-        end = min(n_tokens, start + step)
-        logits, h = buffer[: end - start], hidden[start:end]
-        if bias is None:
-            torch.mm(h, weight.t(), out=logits)
-        else:
-            torch.addmm(bias, h, weight.t(), out=logits)
+    """The chunk loop with the cross-entropy row kernel: loss and lse, or, with lse given and no
+    loss, only the gradient, written over each chunk's logits when any of `want` (hidden,
+    weight, bias flags) is set. Returns (grad_hidden, grad_weight, grad_bias), None where not
+    wanted."""
+    any_grad = any(want)
+
+    def rows(logits, start, end):
         launch_rows(logits, target[start:end], ignore_index, label_smoothing, softcap,
                     loss=None if loss is None else loss[start:end], lse=None if lse is None else lse[start:end],
                     compute_lse=loss is not None, grad=logits if any_grad else None, count=count,
                     upstream=None if upstream is None else upstream[start:end], name="linear_cross_entropy")
-        if want_hidden:
-            torch.mm(logits, weight, out=grad_hidden[start:end])
-        if want_weight:
-            if start == 0:
-                torch.mm(logits.t(), h, out=grad_weight)
-            else:
-                grad_weight.addmm_(logits.t(), h)
-        if want_bias:
-            rows = logits.sum(0, dtype=torch.float32)
-            grad_bias32 = rows if grad_bias32 is None else grad_bias32.add_(rows)
-    if want_weight and n_tokens == 0:
-        grad_weight.zero_()
-    if want_bias and grad_bias32 is None:  # no tokens
-        grad_bias32 = torch.zeros(n_classes, dtype=torch.float32, device=hidden.device)
-    grad_bias = grad_bias32.to(hidden.dtype) if want_bias else None
-    return grad_hidden, grad_weight, grad_bias
+
+    return chunk_loop(hidden, weight, bias, chunk_tokens, want, rows)
 
 
 def linear_cross_entropy_fwd(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
@@ -197,31 +127,7 @@ def linear_cross_entropy_bwd(grad_loss: torch.Tensor, hidden: torch.Tensor, weig
     if reduction != "none":
         if grad_loss.dim() != 0:
             raise ValueError(f"grad_loss has shape {tuple(grad_loss.shape)}; reduction={reduction!r} gives a 0-d loss")
-        grads = (grad_hidden, grad_weight, grad_bias)
-        # A CUDA graph capture (torch.compile's mode="reduce-overhead", a captured step) may not
-        # sync: there a kernel reads the scale on the device and multiplies whatever it is (by
-        # 1 it changes no bit). Elsewhere the scale is read on the host (one sync): an upstream
-        # 1 (loss.backward()) then returns the eager road's saved gradients untouched, no pass
-        # over grad_weight, and any other scale multiplies as a host scalar. Both multiplies
-        # are float32 products rounded once: the same bits.
-        # Without in_place (the custom op, torch.compile's road) it may not alias or mutate its
-        # inputs: new tensors.
-        if grad_loss.is_cuda and torch.cuda.is_current_stream_capturing():
-            if not in_place:
-                return tuple(scale_by(g, grad_loss) for g in grads)
-            for g in grads:
-                scale_by(g, grad_loss, out=g)
-                # A kernel's write is invisible to autograd: bump the version as mul_ does, so a
-                # second backward through this graph is refused rather than given scaled tensors.
-                torch.autograd.graph.increment_version(g)
-            return grads
-        scale = grad_loss.item()
-        if not in_place:
-            return tuple(g * scale for g in grads)
-        if scale != 1.0:
-            for g in grads:
-                g.mul_(scale)
-        return grads
+        return scale_gradients(grad_loss, (grad_hidden, grad_weight, grad_bias), in_place)
     _check(hidden, weight, target, bias, chunk_tokens)
     if grad_loss.shape != (hidden.shape[0],):
         raise ValueError(f"grad_loss has shape {tuple(grad_loss.shape)}; expected ({hidden.shape[0]},) for "

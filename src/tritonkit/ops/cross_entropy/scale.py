@@ -1,8 +1,8 @@
 """Gradients times an upstream scalar that stays on the device.
 
-`linear_cross_entropy` makes its mean/sum gradients in the forward, for an upstream gradient
-of 1, and its backward multiplies them by the real upstream scalar. Reading that scalar on the
-host is a synchronisation, which a CUDA graph capture refuses (torch.compile's
+`linear_cross_entropy` (mean and sum) and the fused post-training losses make their
+gradients in the forward, for an upstream gradient of 1, and their backward multiplies them by
+the real upstream scalar. Reading that scalar on the host is a synchronisation, which a CUDA graph capture refuses (torch.compile's
 mode="reduce-overhead" captures the backward too), so the multiply reads it on the device.
 Each element is multiplied in float32 and rounded once to the gradient's dtype: the product
 torch's multiply by a Python float gives.
@@ -53,3 +53,31 @@ def scale_by(grad: torch.Tensor, scale: torch.Tensor, out: torch.Tensor | None =
         Launch("linear_cross_entropy_scale", _scale_kernel, (triton.cdiv(n, BLOCK),),
                (flat(grad), flat(out), scale, n), dict(BLOCK=BLOCK), num_warps=8, num_stages=1)()
     return out
+
+
+def scale_gradients(grad_loss: torch.Tensor, grads: tuple[torch.Tensor, ...], in_place: bool) -> tuple:
+    """The gradients a forward made for an upstream gradient of 1, times the 0-d grad_loss.
+
+    With in_place (the eager road) grad_loss is read on the host (one sync) and `grads`
+    themselves are returned, untouched when it is 1 (loss.backward()) and multiplied in place
+    otherwise: no second weight-sized buffer. Without (the custom op, torch.compile's road,
+    which may not alias or mutate its inputs), new tensors. While a CUDA graph is captured
+    (torch.compile's mode="reduce-overhead", a captured step), which may not sync, a kernel
+    reads the scale on the device and multiplies whatever it is (by 1 it changes no bit), on
+    both roads. Both multiplies are float32 products rounded once: the same bits."""
+    if grad_loss.is_cuda and torch.cuda.is_current_stream_capturing():
+        if not in_place:
+            return tuple(scale_by(g, grad_loss) for g in grads)
+        for g in grads:
+            scale_by(g, grad_loss, out=g)
+            # A kernel's write is invisible to autograd: bump the version as mul_ does, so a
+            # second backward through this graph is refused rather than given scaled tensors.
+            torch.autograd.graph.increment_version(g)
+        return grads
+    scale = grad_loss.item()
+    if not in_place:
+        return tuple(g * scale for g in grads)
+    if scale != 1.0:
+        for g in grads:
+            g.mul_(scale)
+    return grads
