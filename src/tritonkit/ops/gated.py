@@ -31,6 +31,7 @@ from .._launch import Launch
 from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
 from .._op import Op
 from .._runtime import INTERPRETED
+from .._sharding import Replicate, Shard, maybe, only_shard
 
 SILU, GELU_TANH, GELU_ERF = 0, 1, 2
 _ACTIVATIONS = {"silu": SILU, "gelu_tanh": GELU_TANH, "gelu": GELU_ERF}
@@ -400,18 +401,39 @@ def _check(gate, up, *activation):
     return (gate, up, *activation)
 
 
+def _sharding(op: str, backward: bool, *args):
+    """DTensor may shard any dim: the op is elementwise in (gate, up), the intermediate (last)
+    dim included, as tensor parallelism shards the MLP. A packed (..., 2I) gate holds
+    [gate, up] along its last dim, which must then stay whole. `args`: the custom op's,
+    grad_out first for the backward."""
+    leading = int(backward)
+    gate, up, *options = args[leading:]
+    allowed = range(gate.ndim) if up is not None else range(gate.ndim - 1)
+    why = "a packed gate holds [gate, up] halves along its last dim, which must stay whole (pass up separately)"
+    only_shard(op, "gate", gate, allowed, why)
+    if up is not None:
+        only_shard(op, "up", up, allowed, why)
+    outputs = 2 if backward and up is not None else 1
+    return [([p] * outputs, [p] * leading + [p, maybe(up, p)] + [None] * len(options))
+            for p in [Replicate()] + [Shard(d) for d in allowed]]
+
+
 _SWIGLU = Op("swiglu", forward=swiglu_fwd, forward_schema="(Tensor gate, Tensor? up) -> Tensor",
              forward_fake=_fwd_fake, setup_context=_setup_context, backward=_backward,
              backward_launcher=swiglu_bwd, backward_schema="(Tensor grad_out, Tensor gate, Tensor? up) -> Tensor[]",
              backward_fake=_bwd_fake, check=_check,
-             eager_backward_launcher=lambda grad_out, gate, up: _gated_bwd_checked(grad_out, gate, up, SILU))
+             eager_backward_launcher=lambda grad_out, gate, up: _gated_bwd_checked(grad_out, gate, up, SILU),
+             forward_sharding=functools.partial(_sharding, "swiglu", False),
+             backward_sharding=functools.partial(_sharding, "swiglu backward", True))
 _GEGLU = Op("geglu", forward=geglu_fwd, forward_schema="(Tensor gate, Tensor? up, str approximate) -> Tensor",
             forward_fake=_fwd_fake, setup_context=_setup_context, backward=_backward,
             backward_launcher=geglu_bwd,
             backward_schema="(Tensor grad_out, Tensor gate, Tensor? up, str approximate) -> Tensor[]",
             backward_fake=_bwd_fake, check=_check,
             eager_backward_launcher=lambda grad_out, gate, up, approximate: _gated_bwd_checked(
-                grad_out, gate, up, _activation_code(approximate)))
+                grad_out, gate, up, _activation_code(approximate)),
+            forward_sharding=functools.partial(_sharding, "geglu", False),
+            backward_sharding=functools.partial(_sharding, "geglu backward", True))
 
 
 def _promoted(gate, up):

@@ -34,6 +34,7 @@ from .._checks import check_meta, check_tensor, dtype_name, meta_of
 from .._launch import Launch
 from .._layout import cdiv, next_power_of_2
 from .._op import Op
+from .._sharding import Replicate, Shard, even, only_shard
 from .attention import _empty_like_order
 
 # Elements of q a program rotates (the heads at its positions): 8192 keeps enough of q and k in
@@ -413,13 +414,35 @@ def _check_args(q, k, cos, sin, interleaved):
     return q, k, cos, sin, interleaved
 
 
+def _sharding(op: str, names: tuple[str, str], q, k, cos, sin, interleaved):
+    """DTensor may shard the batch, the heads (q by H, k by Hkv) and the positions, never the
+    head dim: rope rotates pairs within one head. cos and sin follow a batch or position
+    sharding where they have that dim, else stay replicated. The backward's grad_q and
+    grad_k stand where the forward's q and k do (`names`)."""
+    why = "rope rotates pairs inside each head's D dims, which must stay whole"
+    for name, spec in zip(names, (q, k)):
+        only_shard(op, name, spec, (0, 1, 2), why)
+        even(op, name, spec, 1, "heads")
+    only_shard(op, "cos", cos, range(cos.ndim - 1), why)
+    strategies = [([Replicate()] * 2, [Replicate()] * 4 + [None]),
+                  ([Shard(1)] * 2, [Shard(1), Shard(1), Replicate(), Replicate(), None])]
+    for d in (0, 2):  # batch; positions
+        # cos is (N, R), (B, N, R) or (B, 1, N, R); a dim of size 1 broadcasts.
+        own = {2: {2: 0, 3: 1, 4: 2}, 0: {3: 0, 4: 0}}[d].get(cos.ndim)
+        c = Replicate() if own is None or cos.shape[own] == 1 else Shard(own)
+        strategies.append(([Shard(d)] * 2, [Shard(d), Shard(d), c, c, None]))
+    return strategies
+
+
 _ROPE = Op(
     "rope", forward=rope_fwd,
     forward_schema="(Tensor q, Tensor k, Tensor cos, Tensor sin, bool interleaved) -> (Tensor, Tensor)",
     forward_fake=_rope_fake, setup_context=_setup_context, backward=_backward,
     backward_launcher=rope_bwd,
     backward_schema="(Tensor grad_q, Tensor grad_k, Tensor cos, Tensor sin, bool interleaved) -> (Tensor, Tensor)",
-    backward_fake=_rope_fake, eager_backward_launcher=_rope_bwd_checked, check=_check_args)
+    backward_fake=_rope_fake, eager_backward_launcher=_rope_bwd_checked, check=_check_args,
+    forward_sharding=functools.partial(_sharding, "rope", ("q", "k")),
+    backward_sharding=functools.partial(_sharding, "rope backward", ("grad_q", "grad_k")))
 
 
 def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from .._op import Op
+from .._sharding import Replicate, Shard, only_shard
 from .._checks import check_same_device, check_tensor
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
@@ -368,11 +369,25 @@ def _softmax_check(x, dim):
     return x, _normalize_dim("dim", x, dim)
 
 
+def _sharding(op: str, names: tuple[str, ...], *args):
+    """DTensor may shard any dim but the softmax dim (rows are independent): `args` are the
+    tensors named `names`, then dim."""
+    *specs, dim = args
+    ndim = specs[0].ndim
+    dim %= ndim
+    for name, spec in zip(names, specs):
+        only_shard(op, name, spec, [d for d in range(ndim) if d != dim],
+                   f"softmax normalises along dim {dim}, so its rows must stay whole on each rank")
+    return [([p], [p] * len(specs) + [None]) for p in [Replicate()] + [Shard(d) for d in range(ndim) if d != dim]]
+
+
 _SOFTMAX = Op("softmax", forward=softmax_fwd, forward_schema="(Tensor x, int dim) -> Tensor",
               forward_fake=lambda x, dim: torch.empty_like(x),
               setup_context=_softmax_setup_context, backward=_softmax_backward,
               backward_launcher=softmax_bwd, backward_schema="(Tensor grad_out, Tensor y, int dim) -> Tensor",
-              backward_fake=lambda grad_out, y, dim: torch.empty_like(y), check=_softmax_check)
+              backward_fake=lambda grad_out, y, dim: torch.empty_like(y), check=_softmax_check,
+              forward_sharding=functools.partial(_sharding, "softmax", ("x",)),
+              backward_sharding=functools.partial(_sharding, "softmax backward", ("grad_out", "y")))
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

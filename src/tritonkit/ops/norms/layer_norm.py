@@ -8,6 +8,7 @@ import torch
 
 from ..._op import Op
 from ._rows import check_eps, check_inputs, norm_bwd, norm_fwd
+from ._sharding import sharding
 from .rms_norm import _check_grads
 
 
@@ -81,6 +82,7 @@ def _check(x, weight, bias, residual, eps):
     return x, weight, bias, residual, check_eps(eps)
 
 
+_FWD_SHARDING, _BWD_SHARDING = sharding("layer_norm", ("weight", "bias"), 2)
 _LAYER_NORM = Op(
     "layer_norm", forward=layer_norm_fwd,
     forward_schema=("(Tensor x, Tensor? weight, Tensor? bias, Tensor? residual, float eps) "
@@ -90,7 +92,8 @@ _LAYER_NORM = Op(
     backward_schema=("(Tensor dy, Tensor? dh, Tensor h, Tensor? weight, Tensor? bias, Tensor mean, "
                      "Tensor rstd) -> (Tensor, Tensor, Tensor)"),
     backward_fake=_bwd_fake, eager_backward_launcher=_layer_norm_bwd, check=_check,
-    returns=_returns, eager_forward=_layer_norm_fwd)
+    returns=_returns, eager_forward=_layer_norm_fwd,
+    forward_sharding=_FWD_SHARDING, backward_sharding=_BWD_SHARDING)
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,

@@ -9,6 +9,7 @@ import torch
 from ..._checks import check_tensor
 from ..._op import Op
 from ._rows import check_eps, check_inputs, check_weight_offset, norm_bwd, norm_fwd
+from ._sharding import sharding
 
 
 def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, residual: torch.Tensor | None,
@@ -95,6 +96,7 @@ def _check(x, weight, residual, eps, weight_offset):
     return x, weight, residual, check_eps(eps), check_weight_offset(weight_offset, weight)
 
 
+_FWD_SHARDING, _BWD_SHARDING = sharding("rms_norm", ("weight",), 1)
 _RMS_NORM = Op(
     "rms_norm", forward=rms_norm_fwd,
     forward_schema=("(Tensor x, Tensor? weight, Tensor? residual, float eps, float weight_offset) "
@@ -104,7 +106,8 @@ _RMS_NORM = Op(
     backward_schema=("(Tensor dy, Tensor? dh, Tensor h, Tensor? weight, Tensor rstd, float weight_offset) "
                      "-> (Tensor, Tensor)"),
     backward_fake=_bwd_fake, eager_backward_launcher=_rms_norm_bwd, check=_check,
-    returns=_returns, eager_forward=_rms_norm_fwd)
+    returns=_returns, eager_forward=_rms_norm_fwd,
+    forward_sharding=_FWD_SHARDING, backward_sharding=_BWD_SHARDING)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6, *,
