@@ -50,9 +50,12 @@ except ImportError:  # a Triton without knobs is outside the verified range: no 
 
 _recorders: list[tuple["Recording", bool, int | None]] = []
 MAX_CACHED_LAUNCHES = 4096  # per kernel; keys hold exact shapes, so start afresh past this many
-# Arguments a key may hold by value; tuples are of ints and floats (kernels take strides and
-# sizes bundled), which Triton specialises element by element as it does the plain ones.
-_PLAIN = (int, float, bool, type(None), tuple)
+_PLAIN = (int, float, bool, type(None))  # arguments a key may hold by value
+# ... and tuples of them (a kernel's strides or shape, one parameter), which Triton takes
+# apart and specialises element by element: the key holds their values and their elements'
+# types. A compiled kernel is cached only where each tuple holds plain values alone
+# (`_plain_tuples`), so no cached key holds a tensor.
+_VALUED = (*_PLAIN, tuple)
 _DESCRIPTORS = (TensorDescriptor, GluonTensorDescriptor)
 # The kernel classes whose launches the cached path takes: Triton's and Gluon's JIT functions
 # (a Gluon kernel differs in how it is parsed, not in how its compiled launcher is called).
@@ -124,7 +127,7 @@ class Launch:
             # as tritonkit's are: they set descriptors' tile shapes).
             result = kernel[direct.grid](*args, **direct.constexprs, **direct.launch_options())
             if (key is None or not hasattr(result, "packed_metadata")
-                    or set(direct.constexprs) != set(cache.constexpr_names)):
+                    or set(direct.constexprs) != set(cache.constexpr_names) or not _plain_tuples(args)):
                 return None
             if len(cache.compiled) >= MAX_CACHED_LAUNCHES:
                 cache.compiled.clear()
@@ -257,8 +260,8 @@ def _specialization_key(launch: Launch, device: int | None = None) -> tuple | No
     the driver); the kernel itself holds the cache (`_cache_of`). It runs on every
     launch, so where each kind of argument sits is worked out once per (kernel, argument
     types). None (take Triton's path) for anything but a plain JITFunction given all its
-    arguments as tensors, tensor descriptors, ints, floats, bools, None or tuples of ints and
-    floats (a Gluon kernel counts as one). The kernel's pre-run hooks, which may change its arguments (descriptors'
+    arguments as tensors, tensor descriptors, ints, floats, bools, None or tuples (a Gluon
+    kernel counts as one). The kernel's pre-run hooks, which may change its arguments (descriptors'
     tile shapes), must have run."""
     kernel, args = launch.kernel, launch.args
     if type(kernel).__name__ not in _JIT_CLASSES:
@@ -270,12 +273,14 @@ def _specialization_key(launch: Launch, device: int | None = None) -> tuple | No
         layout = cache.layouts[types] = _argument_layout(cache.constexpr_names, len(kernel.params), types)
     if layout is False:
         return None
-    tensor_positions, descriptor_positions, plain_values = layout
+    tensor_positions, descriptor_positions, plain_values, tuple_positions = layout
     # (Comprehensions into lists, not generators: this runs on every launch.)
     tensors = tuple([(args[i].dtype, args[i].data_ptr() % 16 == 0) for i in tensor_positions])
     descriptors = tuple([_descriptor_key(args[i]) for i in descriptor_positions]) if descriptor_positions else ()
+    # A tuple's elements' types: (1, 16) == (True, 16) == (1.0, 16), which Triton tells apart.
+    elements = tuple([tuple(map(type, args[i])) for i in tuple_positions]) if tuple_positions else ()
     device = _driver().get_current_device() if device is None else device
-    return (device, types, tensors, descriptors, plain_values(args),
+    return (device, types, tensors, descriptors, plain_values(args), elements,
             tuple(launch.constexprs.items()), launch.num_warps, launch.num_stages)
 
 
@@ -317,8 +322,8 @@ def _tuner_key_plan(tuner: Autotuner, types: tuple[type, ...], n_args: int,
                     kwarg_names: tuple[str, ...]) -> tuple | bool:
     """For `tuner_key`: (positions of the key's values, positions of the arguments whose dtype
     joins it) in (*args, *kwargs.values()); False unless every value is a tensor, a tensor
-    descriptor or a plain value, types that settle whether it has a dtype (tensors only)."""
-    if not all(issubclass(t, (torch.Tensor, *_DESCRIPTORS)) or t in _PLAIN for t in types):
+    descriptor, a plain value or a tuple, types that settle whether it has a dtype (tensors only)."""
+    if not all(issubclass(t, (torch.Tensor, *_DESCRIPTORS)) or t in _VALUED for t in types):
         return False
     names = (*tuner.arg_names[:n_args], *kwarg_names)
     named = [i for i, name in enumerate(names) if name in tuner.arg_names]
@@ -344,19 +349,20 @@ def _cache_of(kernel: Any) -> _KernelCache:
 
 def _argument_layout(constexpr_names: tuple[str, ...] | None, n_params: int,
                      types: tuple[type, ...]) -> tuple | bool:
-    """(tensor positions, descriptor positions, a getter of the other arguments' values) for
-    a kernel called with arguments of these types; False when the key cannot describe the
-    call (arguments missing, an argument of another type)."""
+    """(tensor positions, descriptor positions, a getter of the other arguments' values, tuple
+    positions) for a kernel called with arguments of these types; False when the key cannot
+    describe the call (arguments missing, an argument of another type)."""
     if constexpr_names is None or len(types) + len(constexpr_names) != n_params:
         return False
     tensors = tuple(i for i, t in enumerate(types) if issubclass(t, torch.Tensor))
     descriptors = tuple(i for i, t in enumerate(types) if issubclass(t, _DESCRIPTORS))
-    plain = tuple(i for i, t in enumerate(types) if t in _PLAIN)
+    plain = tuple(i for i, t in enumerate(types) if t in _VALUED)
     if len(tensors) + len(descriptors) + len(plain) != len(types):
         return False
+    tuples = tuple(i for i, t in enumerate(types) if t is tuple)
     if len(plain) > 1:
-        return tensors, descriptors, operator.itemgetter(*plain)
-    return tensors, descriptors, (lambda args, i=plain[0]: (args[i],)) if plain else (lambda args: ())
+        return tensors, descriptors, operator.itemgetter(*plain), tuples
+    return tensors, descriptors, (lambda args, i=plain[0]: (args[i],)) if plain else (lambda args: ()), tuples
 
 
 def _descriptor_key(desc: TensorDescriptor) -> tuple:
@@ -365,6 +371,12 @@ def _descriptor_key(desc: TensorDescriptor) -> tuple:
     layout (a frozen dataclass); base, shape and strides are passed at launch. (A
     TensorDescriptor is a mutable dataclass, so it cannot be a key itself.)"""
     return ("tensordesc", desc.base.dtype, tuple(desc.block_shape), desc.padding, getattr(desc, "layout", None))
+
+
+def _plain_tuples(args: tuple) -> bool:
+    """Whether every tuple among a launch's arguments holds plain values only (ints, floats,
+    bools, None), which a key holds by value. Checked where a compiled kernel is cached."""
+    return all(type(v) in _PLAIN for a in args if type(a) is tuple for v in a)
 
 
 def _constexpr_names(kernel: Any) -> tuple[str, ...] | None:
