@@ -130,16 +130,23 @@ def _gated_tile(gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, h_ptr, g_off, u_of
 
 
 @triton.jit
+def _tile_offsets(i0, i1, i2, cols, strides):
+    """Element offsets of a [rows, columns] tile: row indices i0..i2 over the 3 row dims,
+    strides (s0, s1, s2, column)."""
+    s0, s1, s2, col = strides
+    return (i0 * s0 + i1 * s1 + i2 * s2)[:, None] + cols * col
+
+
+@triton.jit
 def _gated_kernel(
     # pointers: forward reads gate, up and writes out; backward reads gate, up, dout and
     # writes dgate (through out_ptr) and dup, and with STORE_H also h = act(gate) * up (the
     # forward's output, for a product that follows; h_ptr and its strides None otherwise)
     gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, h_ptr,
-    # shape: rows (3 collapsed dims; dim 0 implied) x columns
-    n_rows, n_cols, size1, size2,
-    # strides in elements: row dims 0..2 then the column stride, per tensor
-    gs0, gs1, gs2, g_col, us0, us1, us2, u_col, ds0, ds1, ds2, d_col,
-    os0, os1, os2, o_col, ps0, ps1, ps2, p_col, hs0, hs1, hs2, h_col,
+    # shape: rows x columns; the rows collapsed into 3 dims, (size1, size2) (dim 0 implied)
+    n_rows, n_cols, row_sizes,
+    # strides in elements, per tensor: (row dims 0..2, column)
+    g_strides, u_strides, d_strides, o_strides, p_strides, h_strides,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACTIVATION: tl.constexpr, PRECISE: tl.constexpr,
     BACKWARD: tl.constexpr, STORE_H: tl.constexpr,
@@ -151,17 +158,18 @@ def _gated_kernel(
     col_block = pid % n_col_blocks
     rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
+    size1, size2 = row_sizes
     i2 = rows % size2
     i1 = (rows // size2) % size1
     i0 = rows // size2 // size1
     cols = cols[None, :]
-    g_off = (i0 * gs0 + i1 * gs1 + i2 * gs2)[:, None] + cols * g_col
-    u_off = (i0 * us0 + i1 * us1 + i2 * us2)[:, None] + cols * u_col
-    d_off = (i0 * ds0 + i1 * ds1 + i2 * ds2)[:, None] + cols * d_col
-    o_off = (i0 * os0 + i1 * os1 + i2 * os2)[:, None] + cols * o_col
-    p_off = (i0 * ps0 + i1 * ps1 + i2 * ps2)[:, None] + cols * p_col
+    g_off = _tile_offsets(i0, i1, i2, cols, g_strides)
+    u_off = _tile_offsets(i0, i1, i2, cols, u_strides)
+    d_off = _tile_offsets(i0, i1, i2, cols, d_strides)
+    o_off = _tile_offsets(i0, i1, i2, cols, o_strides)
+    p_off = _tile_offsets(i0, i1, i2, cols, p_strides)
     if STORE_H:
-        h_off = (i0 * hs0 + i1 * hs1 + i2 * hs2)[:, None] + cols * h_col
+        h_off = _tile_offsets(i0, i1, i2, cols, h_strides)
     else:
         h_off = None
     mask = (rows < n_rows)[:, None] & (cols < n_cols)
@@ -218,12 +226,12 @@ def _plan(shape: tuple[int, ...], strides: tuple[tuple[int, ...], ...], activati
         return None
     n_cols = sizes[-1]
     n_rows = math.prod(sizes[:-1])
-    row_sizes = pad_front(sizes[:-1], ROW_DIMS, 1)[1:]
-    strides = [s for st in strides for s in (*pad_front(st[:-1], ROW_DIMS, 0), st[-1])]
+    row_sizes = tuple(pad_front(sizes[:-1], ROW_DIMS, 1)[1:])
+    strides = [(*pad_front(st[:-1], ROW_DIMS, 0), st[-1]) for st in strides]
     if not store_h:
-        strides += [None] * (ROW_DIMS + 1)  # h's: compiled in as constants, no arguments
+        strides.append(None)  # h's: compiled in as a constant, no argument
     block_m, block_n, num_warps = _tile_config(n_rows, n_cols)
-    return ((cdiv(n_rows, block_m) * cdiv(n_cols, block_n),), (n_rows, n_cols, *row_sizes, *strides),
+    return ((cdiv(n_rows, block_m) * cdiv(n_cols, block_n),), (n_rows, n_cols, row_sizes, *strides),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, ACTIVATION=activation, PRECISE=precise, BACKWARD=backward,
                  STORE_H=store_h),
             num_warps)

@@ -126,8 +126,7 @@ def _rope_kernel(
     # shape: positions B * N, N, heads of q and k, head dim D, R / 2
     n_pos, seq, n_q_heads, n_k_heads, head_dim, half,
     # strides in elements: (b, n, h, d) of q, k, q out, k out; (b, n, r) of cos, sin
-    qs_b, qs_n, qs_h, qs_d, ks_b, ks_n, ks_h, ks_d, qos_b, qos_n, qos_h, qos_d, kos_b, kos_n, kos_h, kos_d,
-    cs_b, cs_n, cs_r, ss_b, ss_n, ss_r,
+    q_strides, k_strides, qo_strides, ko_strides, cos_strides, sin_strides,
     # meta
     BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
     BLOCK_PASS: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_PASS: tl.constexpr, BACKWARD: tl.constexpr,
@@ -136,6 +135,12 @@ def _rope_kernel(
     # the launcher chose a persistent grid). Positions count in n_pos's integer type, int32
     # unless B * N passes 2**31 (the loop variable takes the widest of its bounds' types), so
     # the division by N is 32-bit; element offsets are int64: q may hold more than 2**31 elements.
+    qs_b, qs_n, qs_h, qs_d = q_strides
+    ks_b, ks_n, ks_h, ks_d = k_strides
+    qos_b, qos_n, qos_h, qos_d = qo_strides
+    kos_b, kos_n, kos_h, kos_d = ko_strides
+    cs_b, cs_n, cs_r = cos_strides
+    ss_b, ss_n, ss_r = sin_strides
     for block in range(tl.program_id(0), tl.cdiv(n_pos, BLOCK_S), tl.num_programs(0)):
         pos = block * BLOCK_S + tl.arange(0, BLOCK_S)
         pos_ok = pos < n_pos
@@ -294,9 +299,9 @@ def _plan(q_shape, q_stride, k_shape, k_stride, cos_shape, cos_stride, sin_shape
     n_blocks = cdiv(n_pos, tile.positions)
     programs = min(n_blocks, tile.programs_per_sm * _sm_count(device)) if tile.programs_per_sm else n_blocks
     ints = (n_pos, seq, q_heads, k_heads, head_dim, rot // 2,
-            *_bnhd(q_stride), *_bnhd(k_stride), *_bnhd(qo_stride), *_bnhd(ko_stride),
-            *_cos_sin_strides("cos", cos_shape, cos_stride, batch, seq),
-            *_cos_sin_strides("sin", sin_shape, sin_stride, batch, seq))
+            _bnhd(q_stride), _bnhd(k_stride), _bnhd(qo_stride), _bnhd(ko_stride),
+            _cos_sin_strides("cos", cos_shape, cos_stride, batch, seq),
+            _cos_sin_strides("sin", sin_shape, sin_stride, batch, seq))
     constexprs = dict(BLOCK_S=tile.positions, BLOCK_H=tile.heads, BLOCK_HALF=next_power_of_2(rot // 2),
                       BLOCK_PASS=next_power_of_2(max(1, head_dim - rot)), INTERLEAVED=interleaved,
                       HAS_PASS=rot < head_dim, BACKWARD=backward)
