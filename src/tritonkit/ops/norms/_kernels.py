@@ -162,11 +162,20 @@ def _norm_fwd_kernel(
 
 
 @triton.jit
-def _bwd_tile(dy_ptr, h_ptr, dy_off, h_off, mean, rstd, w, mask):
-    """(dy, xhat, g = dy * (w_offset + w)) of one tile, in float32."""
+def _bwd_chunk(dy_ptr, h_ptr, w_ptr, dy_row, h_row, start, row_ok, mean, rstd, n_cols, w_offset, dy_col, h_col,
+               BLOCK_N: tl.constexpr, HAS_WEIGHT: tl.constexpr):
+    """Columns [start, start + BLOCK_N) of a long row: (cols, col_ok, mask) and their (dy,
+    xhat, g = dy * (w_offset + w)) in float32."""
+    cols = start + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    mask = row_ok[:, None] & col_ok[None, :]
+    dy_off = dy_row + cols[None, :] * dy_col
+    h_off = h_row + cols[None, :] * h_col
+    w = _scale(w_ptr, cols, col_ok, w_offset, HAS_WEIGHT)
     dy = tl.load(dy_ptr + dy_off, mask=mask, other=0.0)
     h = tl.load(h_ptr + h_off, mask=mask, other=0.0)
-    return _bwd_terms(dy, h, mean, rstd, w, mask)
+    dy, xhat, g = _bwd_terms(dy, h, mean, rstd, w, mask)
+    return cols, col_ok, mask, dy, xhat, g
 
 
 @triton.jit
@@ -276,22 +285,18 @@ def _norm_bwd_kernel(
             c_gx = tl.zeros([1], dtype=tl.float32)
             c_g = tl.zeros([1], dtype=tl.float32)
             for start in range(0, n_cols, BLOCK_N):
-                cols = start + tl.arange(0, BLOCK_N)
-                col_ok = cols < n_cols
-                mask = row_ok[:, None] & col_ok[None, :]
-                dy, xhat, g = _bwd_tile(dy_ptr, h_ptr, dy_row + cols[None, :] * dy_col, h_row + cols[None, :] * h_col,
-                                        mean, rstd, _scale(w_ptr, cols, col_ok, w_offset, HAS_WEIGHT), mask)
+                cols, col_ok, mask, dy, xhat, g = _bwd_chunk(dy_ptr, h_ptr, w_ptr, dy_row, h_row, start, row_ok, mean,
+                                                             rstd, n_cols, w_offset, dy_col, h_col, BLOCK_N,
+                                                             HAS_WEIGHT)
                 c_gx += tl.sum(g * xhat, axis=1)
                 if not IS_RMS:
                     c_g += tl.sum(g, axis=1)
             c_gx = c_gx / n_cols
             c_g = c_g / n_cols
             for start in range(0, n_cols, BLOCK_N):
-                cols = start + tl.arange(0, BLOCK_N)
-                col_ok = cols < n_cols
-                mask = row_ok[:, None] & col_ok[None, :]
-                dy, xhat, g = _bwd_tile(dy_ptr, h_ptr, dy_row + cols[None, :] * dy_col, h_row + cols[None, :] * h_col,
-                                        mean, rstd, _scale(w_ptr, cols, col_ok, w_offset, HAS_WEIGHT), mask)
+                cols, col_ok, mask, dy, xhat, g = _bwd_chunk(dy_ptr, h_ptr, w_ptr, dy_row, h_row, start, row_ok, mean,
+                                                             rstd, n_cols, w_offset, dy_col, h_col, BLOCK_N,
+                                                             HAS_WEIGHT)
                 _store_dx(dx_ptr, dh_ptr, g, xhat, c_g, c_gx, rstd, (rows * n_cols)[:, None] + cols[None, :],
                           dh_row + cols[None, :] * dh_col, mask, HAS_DH)
                 seen = col_ok & (block != pid)
