@@ -11,8 +11,14 @@ Imports inside functions count: they are the same dependency, only deferred. Imp
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
+import runpy
+import sys
 from functools import cache
 from pathlib import Path
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "tritonkit"
@@ -223,3 +229,62 @@ def test_kernel_signatures_stay_short():
     stale = sorted((path, name) for path, names in KNOWN_LONG_KERNELS.items() for name in names
                    if (path, name) not in present)
     assert not stale, f"these kernels are short now: delete them from KNOWN_LONG_KERNELS: {stale}"
+
+
+# ---------------------------------------------------------------------------------------
+# The public surface: what users import stays where it is
+# ---------------------------------------------------------------------------------------
+
+PUBLIC = {
+    "tritonkit": ("INTERPRETED", "default_device", "add", "softmax", "attention", "attention_varlen", "rms_norm",
+                  "layer_norm", "rope", "swiglu", "geglu", "gated_linear", "cross_entropy", "linear_cross_entropy",
+                  "nn"),
+    "tritonkit.nn": ("Attention", "RMSNorm", "LayerNorm", "LinearCrossEntropyLoss"),
+    "tritonkit.distributed": ("ring_attention", "ring_chunks", "ring_positions", "shard_for_ring", "unshard_from_ring",
+                              "register_shardings"),
+    "tritonkit.inspector": ("ArgInfo", "KernelReport", "MemOp", "Occupancy", "available_ops", "build_parser",
+                            "compile_report", "explain", "format_compare", "format_report", "kernel_report", "main",
+                            "occupancy", "parse_arch", "record"),
+    "tritonkit.transformers": ("patch", "patch_classes", "unpatch_classes", "PatchReport", "FAMILIES", "PARTS",
+                               "family_of", "tritonkit_attention_forward", "tritonkit_mask"),
+    "tritonkit.registry": ("OpEntry", "BenchCase", "InspectRequest", "entries", "get"),
+    "tritonkit.cli": ("main",),
+    # Each op's launchers and float64 reference (docs/design.md: tests and benchmarks reach each pass).
+    "tritonkit.ops.add": ("add", "add_fwd", "add_reference"),
+    "tritonkit.ops.softmax": ("softmax", "softmax_fwd", "softmax_bwd", "softmax_reference"),
+    "tritonkit.ops.attention": ("attention", "attention_varlen", "attention_fwd", "attention_bwd",
+                                "attention_varlen_fwd", "attention_varlen_bwd", "attention_reference",
+                                "attention_varlen_reference"),
+    "tritonkit.ops.norms": ("rms_norm", "rms_norm_fwd", "rms_norm_bwd", "rms_norm_reference", "layer_norm",
+                            "layer_norm_fwd", "layer_norm_bwd", "layer_norm_reference"),
+    "tritonkit.ops.rope": ("rope", "rope_fwd", "rope_bwd", "rope_reference"),
+    "tritonkit.ops.gated": ("swiglu", "geglu", "swiglu_fwd", "swiglu_bwd", "geglu_fwd", "geglu_bwd",
+                            "swiglu_reference", "geglu_reference"),
+    "tritonkit.ops.gated_linear": ("gated_linear", "gated_linear_fwd", "gated_linear_bwd", "gated_linear_reference"),
+    "tritonkit.ops.cross_entropy": ("cross_entropy", "cross_entropy_fwd", "cross_entropy_bwd",
+                                    "cross_entropy_reference", "linear_cross_entropy", "linear_cross_entropy_fwd",
+                                    "linear_cross_entropy_bwd", "linear_cross_entropy_reference"),
+}
+
+
+def test_public_names_import():
+    import tritonkit
+
+    assert list(tritonkit.__all__) == list(PUBLIC["tritonkit"])
+    missing = []
+    for module_name, names in PUBLIC.items():
+        if module_name == "tritonkit.transformers" and importlib.util.find_spec("transformers") is None:
+            continue
+        module = importlib.import_module(module_name)
+        missing += [f"{module_name}.{name}" for name in names if not hasattr(module, name)]
+        missing += [f"{module_name}.{name} (in __all__)" for name in getattr(module, "__all__", ())
+                    if not hasattr(module, name)]
+    assert not missing, f"public names gone: {missing}"
+
+
+def test_python_m_tritonkit(monkeypatch, capsys):
+    # `python -m tritonkit --version`, in this process (runpy runs __main__ as -m does).
+    monkeypatch.setattr(sys, "argv", ["tritonkit", "--version"])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("tritonkit", run_name="__main__")
+    assert exited.value.code == 0 and capsys.readouterr().out.startswith("tritonkit ")
