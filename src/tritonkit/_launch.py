@@ -261,8 +261,8 @@ def _specialization_key(launch: Launch, device: int | None = None) -> tuple | No
     launch, so where each kind of argument sits is worked out once per (kernel, argument
     types). None (take Triton's path) for anything but a plain JITFunction given all its
     arguments as tensors, tensor descriptors, ints, floats, bools, None or tuples (a Gluon
-    kernel counts as one). The kernel's pre-run hooks, which may change its arguments (descriptors'
-    tile shapes), must have run."""
+    kernel counts as one). The kernel's pre-run hooks, which may change its arguments
+    (descriptors' tile shapes), must have run."""
     kernel, args = launch.kernel, launch.args
     if type(kernel).__name__ not in _JIT_CLASSES:
         return None
