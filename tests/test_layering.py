@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "tritonkit._graphs", "tritonkit._autocast", "tritonkit._sharding", "tritonkit._pending_sharding",
               "tritonkit._dtensor", "tritonkit._op")),
     # The ops: kernels, launchers, declarations, public functions (each op its own parts).
-    ("ops", ("tritonkit.ops.*", "tritonkit.gluon.*")),
+    ("ops", ("tritonkit.ops.*",)),
     # The public surface built from the ops.
     ("api", ("tritonkit", "tritonkit.nn")),
     # One entry per op, read by the tools and the cross-op tests.
@@ -45,14 +45,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 # Known exceptions, each to be deleted by the change that removes it (a stale one fails).
-KNOWN_CYCLES = [
-    # lead moves gluon: gluon/ goes under ops/attention/ and its compile helper into inspector/.
-    {"tritonkit.gluon.compile", "tritonkit.inspector.compiling"},
-]
+KNOWN_CYCLES: list[set[str]] = []
 KNOWN_UPWARD = {
-    # lead moves gluon (as above)
-    ("tritonkit.gluon.compile", "tritonkit.inspector.assembly"),
-    ("tritonkit.gluon.compile", "tritonkit.inspector.compiling"),
     # linear_cross_entropy's vocabulary-parallel path is the op's own part: it moves from
     # distributed/vocab_parallel.py into ops/cross_entropy/ (whoever owns cross_entropy).
     ("tritonkit.ops.cross_entropy.linear", "tritonkit.distributed.vocab_parallel"),
@@ -60,16 +54,16 @@ KNOWN_UPWARD = {
 MAX_FILE_LINES = 600
 MAX_KERNEL_PARAMETERS = 25
 KNOWN_LONG_KERNELS = {
-    # Attention's kernels, Triton and Gluon: the lead's score description and @aggregate
-    # bundles replace their argument lists.
-    "ops/attention/forward.py": {"_attn_fwd_tiles", "_attn_fwd_kernel"},
-    "ops/attention/backward.py": {"_attn_bwd_dkdv_tiles", "_attn_bwd_dkdv_kernel", "_attn_bwd_dq_tiles",
-                                  "_attn_bwd_dq_kernel"},
-    "gluon/attention_fwd/kernel.py": {"_produce_tile", "_producer", "_consumer_block", "_consumer_tile",
-                                      "_consume_tile", "_consumer", "_attn_fwd_kernel"},
-    "gluon/attention_bwd/dkdv.py": {"_dkdv_loads", "_dkdv_producer", "_dkdv_keys", "_dkdv_consumer",
-                                    "_dkdv_kernel"},
-    "gluon/attention_bwd/dq.py": {"_dq_producer", "_dq_rows", "_dq_consumer", "_dq_kernel"},
+    # Attention's kernels, Triton and Gluon (the lead's): bundles (tuples, @aggregate) replace
+    # their argument lists.
+    "ops/attention/forward.py": {"_attn_fwd_tiles"},
+    "ops/attention/backward.py": {"_attn_bwd_dkdv_tiles", "_attn_bwd_dq_tiles"},
+    "ops/attention/gluon/attention_fwd/kernel.py": {"_produce_tile", "_producer", "_consumer_block",
+                                                    "_consumer_tile", "_consume_tile", "_consumer",
+                                                    "_attn_fwd_kernel"},
+    "ops/attention/gluon/attention_bwd/dkdv.py": {"_dkdv_loads", "_dkdv_producer", "_dkdv_keys", "_dkdv_consumer",
+                                                  "_dkdv_kernel"},
+    "ops/attention/gluon/attention_bwd/dq.py": {"_dq_producer", "_dq_rows", "_dq_consumer", "_dq_kernel"},
     # cross_entropy's owner
     "ops/cross_entropy/kernel.py": {"_cross_entropy_kernel"},
 }

@@ -21,6 +21,7 @@ kept by launchers that plan their calls per layout, skips even the key once boun
 from __future__ import annotations
 
 import contextlib
+import marshal
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -51,10 +52,9 @@ except ImportError:  # a Triton without knobs is outside the verified range: no 
 _recorders: list[tuple["Recording", bool, int | None]] = []
 MAX_CACHED_LAUNCHES = 4096  # per kernel; keys hold exact shapes, so start afresh past this many
 _PLAIN = (int, float, bool, type(None))  # arguments a key may hold by value
-# ... and tuples of them (a kernel's strides or shape, one parameter), which Triton takes
-# apart and specialises element by element: the key holds their values and their elements'
-# types. A compiled kernel is cached only where each tuple holds plain values alone
-# (`_plain_tuples`), so no cached key holds a tensor.
+# ... and tuples of them, nested or not (a kernel's strides or shape, one parameter), which
+# Triton takes apart and specialises element by element. The key holds them marshalled
+# (`_specialization_key`).
 _VALUED = (*_PLAIN, tuple)
 _DESCRIPTORS = (TensorDescriptor, GluonTensorDescriptor)
 # The kernel classes whose launches the cached path takes: Triton's and Gluon's JIT functions
@@ -127,7 +127,7 @@ class Launch:
             # as tritonkit's are: they set descriptors' tile shapes).
             result = kernel[direct.grid](*args, **direct.constexprs, **direct.launch_options())
             if (key is None or not hasattr(result, "packed_metadata")
-                    or set(direct.constexprs) != set(cache.constexpr_names) or not _plain_tuples(args)):
+                    or set(direct.constexprs) != set(cache.constexpr_names)):
                 return None
             if len(cache.compiled) >= MAX_CACHED_LAUNCHES:
                 cache.compiled.clear()
@@ -277,10 +277,18 @@ def _specialization_key(launch: Launch, device: int | None = None) -> tuple | No
     # (Comprehensions into lists, not generators: this runs on every launch.)
     tensors = tuple([(args[i].dtype, args[i].data_ptr() % 16 == 0) for i in tensor_positions])
     descriptors = tuple([_descriptor_key(args[i]) for i in descriptor_positions]) if descriptor_positions else ()
-    # A tuple's elements' types: (1, 16) == (True, 16) == (1.0, 16), which Triton tells apart.
-    elements = tuple([tuple(map(type, args[i])) for i in tuple_positions]) if tuple_positions else ()
+    bundled = b""
+    if tuple_positions:
+        # Tuples as bytes: (1, 16), (True, 16) and (1.0, 16) are equal tuples, which Triton
+        # compiles differently, and marshal tells them apart, nested tuples included (version
+        # 2 writes no back-references, so equal tuples give equal bytes). A tuple holding a
+        # tensor does not marshal: Triton's path.
+        try:
+            bundled = marshal.dumps(tuple([args[i] for i in tuple_positions]), 2)
+        except ValueError:
+            return None
     device = _driver().get_current_device() if device is None else device
-    return (device, types, tensors, descriptors, plain_values(args), elements,
+    return (device, types, tensors, descriptors, plain_values(args), bundled,
             tuple(launch.constexprs.items()), launch.num_warps, launch.num_stages)
 
 
@@ -356,10 +364,10 @@ def _argument_layout(constexpr_names: tuple[str, ...] | None, n_params: int,
         return False
     tensors = tuple(i for i, t in enumerate(types) if issubclass(t, torch.Tensor))
     descriptors = tuple(i for i, t in enumerate(types) if issubclass(t, _DESCRIPTORS))
-    plain = tuple(i for i, t in enumerate(types) if t in _VALUED)
-    if len(tensors) + len(descriptors) + len(plain) != len(types):
-        return False
+    plain = tuple(i for i, t in enumerate(types) if t in _PLAIN)
     tuples = tuple(i for i, t in enumerate(types) if t is tuple)
+    if len(tensors) + len(descriptors) + len(plain) + len(tuples) != len(types):
+        return False
     if len(plain) > 1:
         return tensors, descriptors, operator.itemgetter(*plain), tuples
     return tensors, descriptors, (lambda args, i=plain[0]: (args[i],)) if plain else (lambda args: ()), tuples
@@ -371,12 +379,6 @@ def _descriptor_key(desc: TensorDescriptor) -> tuple:
     layout (a frozen dataclass); base, shape and strides are passed at launch. (A
     TensorDescriptor is a mutable dataclass, so it cannot be a key itself.)"""
     return ("tensordesc", desc.base.dtype, tuple(desc.block_shape), desc.padding, getattr(desc, "layout", None))
-
-
-def _plain_tuples(args: tuple) -> bool:
-    """Whether every tuple among a launch's arguments holds plain values only (ints, floats,
-    bools, None), which a key holds by value. Checked where a compiled kernel is cached."""
-    return all(type(v) in _PLAIN for a in args if type(a) is tuple for v in a)
 
 
 def _constexpr_names(kernel: Any) -> tuple[str, ...] | None:
