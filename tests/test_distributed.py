@@ -373,7 +373,8 @@ def test_dtensor_ops_match_unsharded(run_on_ranks):
 def test_every_custom_op_has_a_sharding_rule():
     from tritonkit.distributed.sharding import unregistered_ops
 
-    assert unregistered_ops() == [], "add a rule to tritonkit/distributed/sharding.py for each of these"
+    assert unregistered_ops() == [], ("give each of these ops' declarations a rule (Op(..., forward_sharding=..., "
+                                      "backward_sharding=...), see tritonkit/_sharding.py)")
 
 
 # ---------------------------------------------------------------------------------------

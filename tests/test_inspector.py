@@ -327,3 +327,14 @@ def test_inspector_under_another_triton_says_so_and_names_the_version(monkeypatc
         compile_report("add", shape=(1000,))
     assert main(["add", "--shape", "1000"]) == 2
     assert "triton 3.7.0" in capsys.readouterr().err
+
+
+def test_tuple_arguments_are_described_element_by_element():
+    # Kernels take a tensor's strides as one tuple; Triton specialises each element, and so
+    # does the report (an int not divisible by 16 is what `explain` names).
+    from tritonkit.inspector.arguments import _describe
+
+    infos = _describe("a_strides", (1000, 32, 1), ("i32", "i32", "constexpr"), ("", "D", 1), False)
+    assert [(i.name, i.specialisation) for i in infos] == [
+        ("a_strides[0]", "not divisible by 16"), ("a_strides[1]", "divisible by 16"),
+        ("a_strides[2]", "== 1, compiled in as a constant")]

@@ -207,6 +207,23 @@ def test_launches_the_key_cannot_hold_take_tritons_path(jit_kernel):
     assert Launch("t", tuner, lambda meta: (1,), (x, x, 33, 2.0), {"EVEN": True}, None, None)._direct() is None
 
 
+def test_tuples_enter_the_key_by_value_and_element_type(jit_kernel):
+    # A tuple (a kernel's strides, say; nested, a tensor's strides per tensor) is one parameter
+    # that Triton specialises element by element: the key tells apart what Triton does.
+    x = torch.randn(100)
+
+    def key(t):
+        return _launch._specialization_key(Launch("t", jit_kernel, (1,), (x, x, t, 2.0), {"BLOCK": 128, "EVEN": True}))
+
+    big, also_big = 2560, int("2560")  # equal, different objects
+    assert key((3, big)) == key((3, also_big)) and key((3, 16)) != key((3, 17))
+    assert key(((3, big), (big, 1))) == key(((3, also_big), (big, 1)))
+    for a, b in itertools.combinations([(1, 16), (True, 16), (1.0, 16), (3, 16), ((1, 16),), ((True, 16),)], 2):
+        assert key(a) != key(b), (a, b)
+    # A tuple holding a tensor: Triton's path (the key would not hold its dtype and alignment).
+    assert key((x, 16)) is None and key(((x,), 16)) is None
+
+
 class _FakeCompiled:
     packed_metadata = function = None
 

@@ -21,6 +21,7 @@ kept by launchers that plan their calls per layout, skips even the key once boun
 from __future__ import annotations
 
 import contextlib
+import marshal
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -50,9 +51,11 @@ except ImportError:  # a Triton without knobs is outside the verified range: no 
 
 _recorders: list[tuple["Recording", bool, int | None]] = []
 MAX_CACHED_LAUNCHES = 4096  # per kernel; keys hold exact shapes, so start afresh past this many
-# Arguments a key may hold by value; tuples are of ints and floats (kernels take strides and
-# sizes bundled), which Triton specialises element by element as it does the plain ones.
-_PLAIN = (int, float, bool, type(None), tuple)
+_PLAIN = (int, float, bool, type(None))  # arguments a key may hold by value
+# ... and tuples of them, nested or not (a kernel's strides or shape, one parameter), which
+# Triton takes apart and specialises element by element. The key holds them marshalled
+# (`_specialization_key`).
+_VALUED = (*_PLAIN, tuple)
 _DESCRIPTORS = (TensorDescriptor, GluonTensorDescriptor)
 # The kernel classes whose launches the cached path takes: Triton's and Gluon's JIT functions
 # (a Gluon kernel differs in how it is parsed, not in how its compiled launcher is called).
@@ -257,9 +260,9 @@ def _specialization_key(launch: Launch, device: int | None = None) -> tuple | No
     the driver); the kernel itself holds the cache (`_cache_of`). It runs on every
     launch, so where each kind of argument sits is worked out once per (kernel, argument
     types). None (take Triton's path) for anything but a plain JITFunction given all its
-    arguments as tensors, tensor descriptors, ints, floats, bools, None or tuples of ints and
-    floats (a Gluon kernel counts as one). The kernel's pre-run hooks, which may change its arguments (descriptors'
-    tile shapes), must have run."""
+    arguments as tensors, tensor descriptors, ints, floats, bools, None or tuples (a Gluon
+    kernel counts as one). The kernel's pre-run hooks, which may change its arguments
+    (descriptors' tile shapes), must have run."""
     kernel, args = launch.kernel, launch.args
     if type(kernel).__name__ not in _JIT_CLASSES:
         return None
@@ -270,12 +273,22 @@ def _specialization_key(launch: Launch, device: int | None = None) -> tuple | No
         layout = cache.layouts[types] = _argument_layout(cache.constexpr_names, len(kernel.params), types)
     if layout is False:
         return None
-    tensor_positions, descriptor_positions, plain_values = layout
+    tensor_positions, descriptor_positions, plain_values, tuple_positions = layout
     # (Comprehensions into lists, not generators: this runs on every launch.)
     tensors = tuple([(args[i].dtype, args[i].data_ptr() % 16 == 0) for i in tensor_positions])
     descriptors = tuple([_descriptor_key(args[i]) for i in descriptor_positions]) if descriptor_positions else ()
+    bundled = b""
+    if tuple_positions:
+        # Tuples as bytes: (1, 16), (True, 16) and (1.0, 16) are equal tuples, which Triton
+        # compiles differently, and marshal tells them apart, nested tuples included (version
+        # 2 writes no back-references, so equal tuples give equal bytes). A tuple holding a
+        # tensor does not marshal: Triton's path.
+        try:
+            bundled = marshal.dumps(tuple([args[i] for i in tuple_positions]), 2)
+        except ValueError:
+            return None
     device = _driver().get_current_device() if device is None else device
-    return (device, types, tensors, descriptors, plain_values(args),
+    return (device, types, tensors, descriptors, plain_values(args), bundled,
             tuple(launch.constexprs.items()), launch.num_warps, launch.num_stages)
 
 
@@ -317,8 +330,8 @@ def _tuner_key_plan(tuner: Autotuner, types: tuple[type, ...], n_args: int,
                     kwarg_names: tuple[str, ...]) -> tuple | bool:
     """For `tuner_key`: (positions of the key's values, positions of the arguments whose dtype
     joins it) in (*args, *kwargs.values()); False unless every value is a tensor, a tensor
-    descriptor or a plain value, types that settle whether it has a dtype (tensors only)."""
-    if not all(issubclass(t, (torch.Tensor, *_DESCRIPTORS)) or t in _PLAIN for t in types):
+    descriptor, a plain value or a tuple, types that settle whether it has a dtype (tensors only)."""
+    if not all(issubclass(t, (torch.Tensor, *_DESCRIPTORS)) or t in _VALUED for t in types):
         return False
     names = (*tuner.arg_names[:n_args], *kwarg_names)
     named = [i for i, name in enumerate(names) if name in tuner.arg_names]
@@ -344,19 +357,20 @@ def _cache_of(kernel: Any) -> _KernelCache:
 
 def _argument_layout(constexpr_names: tuple[str, ...] | None, n_params: int,
                      types: tuple[type, ...]) -> tuple | bool:
-    """(tensor positions, descriptor positions, a getter of the other arguments' values) for
-    a kernel called with arguments of these types; False when the key cannot describe the
-    call (arguments missing, an argument of another type)."""
+    """(tensor positions, descriptor positions, a getter of the other arguments' values, tuple
+    positions) for a kernel called with arguments of these types; False when the key cannot
+    describe the call (arguments missing, an argument of another type)."""
     if constexpr_names is None or len(types) + len(constexpr_names) != n_params:
         return False
     tensors = tuple(i for i, t in enumerate(types) if issubclass(t, torch.Tensor))
     descriptors = tuple(i for i, t in enumerate(types) if issubclass(t, _DESCRIPTORS))
     plain = tuple(i for i, t in enumerate(types) if t in _PLAIN)
-    if len(tensors) + len(descriptors) + len(plain) != len(types):
+    tuples = tuple(i for i, t in enumerate(types) if t is tuple)
+    if len(tensors) + len(descriptors) + len(plain) + len(tuples) != len(types):
         return False
     if len(plain) > 1:
-        return tensors, descriptors, operator.itemgetter(*plain)
-    return tensors, descriptors, (lambda args, i=plain[0]: (args[i],)) if plain else (lambda args: ())
+        return tensors, descriptors, operator.itemgetter(*plain), tuples
+    return tensors, descriptors, (lambda args, i=plain[0]: (args[i],)) if plain else (lambda args: ()), tuples
 
 
 def _descriptor_key(desc: TensorDescriptor) -> tuple:

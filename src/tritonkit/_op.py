@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from . import _dtensor
+
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 # Every declared op by its public name, for the tests that walk all ops.
@@ -84,6 +86,8 @@ class Op:
         arguments do not make: the op marks them non-differentiable on the custom-op road,
         and on the eager roads they never become autograd outputs (each one costs autograd
         bookkeeping a call). None: every output, as the launcher returns them.
+    forward_sharding, backward_sharding: how DTensor may shard the forward and the backward
+        custom op (a rule in `tritonkit._sharding`'s terms; `tritonkit._dtensor` registers it).
     eager_forward: what runs the forward on the eager roads (the forward launcher by
         default). It validates its arguments as the launcher does and gives the same leading
         `returns` outputs; the outputs past them reach only setup_context and the backward,
@@ -96,14 +100,18 @@ class Op:
                  backward_launcher: Callable | None = None, backward_schema: str | None = None,
                  backward_fake: Callable | None = None, eager_backward_launcher: Callable | None = None,
                  check: Callable | None = None, returns: Callable | None = None,
-                 eager_forward: Callable | None = None):
+                 eager_forward: Callable | None = None, forward_sharding: Callable | None = None,
+                 backward_sharding: Callable | None = None):
         if (backward_launcher is None) != (backward_schema is None) or (backward_launcher is None) != (backward_fake is None):
             raise ValueError(f"op {name}: backward_launcher, backward_schema and backward_fake go together")
+        if backward_sharding is not None and backward_launcher is None:
+            raise ValueError(f"op {name}: backward_sharding is the rule of a backward launcher's custom op")
         self.name = name
         self.forward = forward
         self.eager_forward = eager_forward = eager_forward or forward
         self.check = check
         self.returns = returns
+        self.forward_sharding, self.backward_sharding = forward_sharding, backward_sharding
         n_outputs = len(torch._C.parse_schema(f"tritonkit::{name}{forward_schema}").returns)
         has_kernel_backward = backward_launcher is not None
         self.forward_op = _custom_op(f"{name}_fwd" if has_kernel_backward else name,
@@ -173,8 +181,7 @@ class Op:
             # DTensor asks for each custom op's sharding rule: registered on first use
             # (under torch.compile, `import tritonkit.distributed` registers them), and
             # placements no rule allows refused here with a ValueError.
-            from .distributed.sharding import check_dtensor_args
-            check_dtensor_args(self.forward_op, args)
+            _dtensor.check(self, args)
         return self.returned(args, self.forward_op(*args))
 
     def returned(self, args: tuple, output: Any) -> Any:

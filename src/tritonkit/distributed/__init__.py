@@ -8,7 +8,7 @@
   inputs reach the kernels shard by shard. tritonkit also registers them by itself the first
   time a DTensor reaches one of its ops. `tritonkit.linear_cross_entropy` with a weight whose
   rows (the vocabulary) are sharded computes the vocabulary-parallel loss, with the
-  cross-rank log-sum-exp (`tritonkit.distributed.vocab_parallel`).
+  cross-rank log-sum-exp (`tritonkit.ops.cross_entropy.vocab_parallel`).
 
 `import tritonkit` never imports this module; it needs no process group until a function
 that communicates is called.

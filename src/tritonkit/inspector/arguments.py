@@ -12,8 +12,17 @@ from .report import ArgInfo
 def _describe_args(jit, bound: dict[str, Any], specialization: list) -> list[ArgInfo]:
     infos = []
     for param, (name, value), (ty, attr) in zip(jit.params, bound.items(), specialization):
-        infos.append(_describe_arg(name, value, ty, attr, param.is_constexpr))
+        infos += _describe(name, value, ty, attr, param.is_constexpr)
     return infos
+
+
+def _describe(name: str, value: Any, ty: Any, attr: Any, declared_constexpr: bool) -> list[ArgInfo]:
+    """One ArgInfo, or for a tuple argument (a tensor's strides, say), which Triton
+    specialises element by element, one for each element, named name[i]."""
+    if isinstance(value, tuple) and isinstance(ty, tuple) and not declared_constexpr:
+        return [info for i, (v, t, a) in enumerate(zip(value, ty, attr))
+                for info in _describe(f"{name}[{i}]", v, t, a, False)]
+    return [_describe_arg(name, value, ty, attr, declared_constexpr)]
 
 
 def _describe_arg(name: str, value: Any, ty: Any, attr: Any, declared_constexpr: bool) -> ArgInfo:

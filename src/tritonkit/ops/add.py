@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from .._op import Op
+from .._sharding import Replicate, Shard
 from .._checks import check_same_device, check_tensor, check_writable_output, dtype_name
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, pad_front
@@ -192,8 +193,25 @@ def _add_check(x, y):
     return x, y
 
 
+def _add_sharding(x, y):
+    # Elementwise: the output sharded along any dim, each input along the matching dim (or
+    # replicated where it broadcasts).
+    out_ndim = max(x.ndim, y.ndim)
+    out_shape = torch.broadcast_shapes(x.shape, y.shape)
+    strategies = [([Replicate()], [Replicate(), Replicate()])]
+    for d in range(out_ndim):
+        inputs = []
+        for t in (x, y):
+            own = d - (out_ndim - t.ndim)
+            sharded = own >= 0 and t.shape[own] == out_shape[d]
+            inputs.append(Shard(own) if sharded else Replicate())
+        strategies.append(([Shard(d)], inputs))
+    return strategies
+
+
 _ADD = Op("add", forward=add_fwd, forward_schema="(Tensor x, Tensor y) -> Tensor", forward_fake=_add_fake,
-          setup_context=_add_setup_context, backward=_add_backward, check=_add_check)
+          setup_context=_add_setup_context, backward=_add_backward, check=_add_check,
+          forward_sharding=_add_sharding)
 
 
 def _unbroadcast(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

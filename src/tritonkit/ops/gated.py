@@ -31,6 +31,7 @@ from .._launch import Launch
 from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
 from .._op import Op
 from .._runtime import INTERPRETED
+from .._sharding import Replicate, Shard, maybe, only_shard
 
 SILU, GELU_TANH, GELU_ERF = 0, 1, 2
 _ACTIVATIONS = {"silu": SILU, "gelu_tanh": GELU_TANH, "gelu": GELU_ERF}
@@ -129,16 +130,23 @@ def _gated_tile(gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, h_ptr, g_off, u_of
 
 
 @triton.jit
+def _tile_offsets(i0, i1, i2, cols, strides):
+    """Element offsets of a [rows, columns] tile: row indices i0..i2 over the 3 row dims,
+    strides (s0, s1, s2, column)."""
+    s0, s1, s2, col = strides
+    return (i0 * s0 + i1 * s1 + i2 * s2)[:, None] + cols * col
+
+
+@triton.jit
 def _gated_kernel(
     # pointers: forward reads gate, up and writes out; backward reads gate, up, dout and
     # writes dgate (through out_ptr) and dup, and with STORE_H also h = act(gate) * up (the
     # forward's output, for a product that follows; h_ptr and its strides None otherwise)
     gate_ptr, up_ptr, dout_ptr, out_ptr, dup_ptr, h_ptr,
-    # shape: rows (3 collapsed dims; dim 0 implied) x columns
-    n_rows, n_cols, size1, size2,
-    # strides in elements: row dims 0..2 then the column stride, per tensor
-    gs0, gs1, gs2, g_col, us0, us1, us2, u_col, ds0, ds1, ds2, d_col,
-    os0, os1, os2, o_col, ps0, ps1, ps2, p_col, hs0, hs1, hs2, h_col,
+    # shape: rows x columns; the rows collapsed into 3 dims, (size1, size2) (dim 0 implied)
+    n_rows, n_cols, row_sizes,
+    # strides in elements, per tensor: (row dims 0..2, column)
+    g_strides, u_strides, d_strides, o_strides, p_strides, h_strides,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACTIVATION: tl.constexpr, PRECISE: tl.constexpr,
     BACKWARD: tl.constexpr, STORE_H: tl.constexpr,
@@ -150,17 +158,18 @@ def _gated_kernel(
     col_block = pid % n_col_blocks
     rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
+    size1, size2 = row_sizes
     i2 = rows % size2
     i1 = (rows // size2) % size1
     i0 = rows // size2 // size1
     cols = cols[None, :]
-    g_off = (i0 * gs0 + i1 * gs1 + i2 * gs2)[:, None] + cols * g_col
-    u_off = (i0 * us0 + i1 * us1 + i2 * us2)[:, None] + cols * u_col
-    d_off = (i0 * ds0 + i1 * ds1 + i2 * ds2)[:, None] + cols * d_col
-    o_off = (i0 * os0 + i1 * os1 + i2 * os2)[:, None] + cols * o_col
-    p_off = (i0 * ps0 + i1 * ps1 + i2 * ps2)[:, None] + cols * p_col
+    g_off = _tile_offsets(i0, i1, i2, cols, g_strides)
+    u_off = _tile_offsets(i0, i1, i2, cols, u_strides)
+    d_off = _tile_offsets(i0, i1, i2, cols, d_strides)
+    o_off = _tile_offsets(i0, i1, i2, cols, o_strides)
+    p_off = _tile_offsets(i0, i1, i2, cols, p_strides)
     if STORE_H:
-        h_off = (i0 * hs0 + i1 * hs1 + i2 * hs2)[:, None] + cols * h_col
+        h_off = _tile_offsets(i0, i1, i2, cols, h_strides)
     else:
         h_off = None
     mask = (rows < n_rows)[:, None] & (cols < n_cols)
@@ -217,12 +226,12 @@ def _plan(shape: tuple[int, ...], strides: tuple[tuple[int, ...], ...], activati
         return None
     n_cols = sizes[-1]
     n_rows = math.prod(sizes[:-1])
-    row_sizes = pad_front(sizes[:-1], ROW_DIMS, 1)[1:]
-    strides = [s for st in strides for s in (*pad_front(st[:-1], ROW_DIMS, 0), st[-1])]
+    row_sizes = tuple(pad_front(sizes[:-1], ROW_DIMS, 1)[1:])
+    strides = [(*pad_front(st[:-1], ROW_DIMS, 0), st[-1]) for st in strides]
     if not store_h:
-        strides += [None] * (ROW_DIMS + 1)  # h's: compiled in as constants, no arguments
+        strides.append(None)  # h's: compiled in as a constant, no argument
     block_m, block_n, num_warps = _tile_config(n_rows, n_cols)
-    return ((cdiv(n_rows, block_m) * cdiv(n_cols, block_n),), (n_rows, n_cols, *row_sizes, *strides),
+    return ((cdiv(n_rows, block_m) * cdiv(n_cols, block_n),), (n_rows, n_cols, row_sizes, *strides),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, ACTIVATION=activation, PRECISE=precise, BACKWARD=backward,
                  STORE_H=store_h),
             num_warps)
@@ -400,18 +409,39 @@ def _check(gate, up, *activation):
     return (gate, up, *activation)
 
 
+def _sharding(op: str, backward: bool, *args):
+    """DTensor may shard any dim: the op is elementwise in (gate, up), the intermediate (last)
+    dim included, as tensor parallelism shards the MLP. A packed (..., 2I) gate holds
+    [gate, up] along its last dim, which must then stay whole. `args`: the custom op's,
+    grad_out first for the backward."""
+    leading = int(backward)
+    gate, up, *options = args[leading:]
+    allowed = range(gate.ndim) if up is not None else range(gate.ndim - 1)
+    why = "a packed gate holds [gate, up] halves along its last dim, which must stay whole (pass up separately)"
+    only_shard(op, "gate", gate, allowed, why)
+    if up is not None:
+        only_shard(op, "up", up, allowed, why)
+    outputs = 2 if backward and up is not None else 1
+    return [([p] * outputs, [p] * leading + [p, maybe(up, p)] + [None] * len(options))
+            for p in [Replicate()] + [Shard(d) for d in allowed]]
+
+
 _SWIGLU = Op("swiglu", forward=swiglu_fwd, forward_schema="(Tensor gate, Tensor? up) -> Tensor",
              forward_fake=_fwd_fake, setup_context=_setup_context, backward=_backward,
              backward_launcher=swiglu_bwd, backward_schema="(Tensor grad_out, Tensor gate, Tensor? up) -> Tensor[]",
              backward_fake=_bwd_fake, check=_check,
-             eager_backward_launcher=lambda grad_out, gate, up: _gated_bwd_checked(grad_out, gate, up, SILU))
+             eager_backward_launcher=lambda grad_out, gate, up: _gated_bwd_checked(grad_out, gate, up, SILU),
+             forward_sharding=functools.partial(_sharding, "swiglu", False),
+             backward_sharding=functools.partial(_sharding, "swiglu backward", True))
 _GEGLU = Op("geglu", forward=geglu_fwd, forward_schema="(Tensor gate, Tensor? up, str approximate) -> Tensor",
             forward_fake=_fwd_fake, setup_context=_setup_context, backward=_backward,
             backward_launcher=geglu_bwd,
             backward_schema="(Tensor grad_out, Tensor gate, Tensor? up, str approximate) -> Tensor[]",
             backward_fake=_bwd_fake, check=_check,
             eager_backward_launcher=lambda grad_out, gate, up, approximate: _gated_bwd_checked(
-                grad_out, gate, up, _activation_code(approximate)))
+                grad_out, gate, up, _activation_code(approximate)),
+            forward_sharding=functools.partial(_sharding, "geglu", False),
+            backward_sharding=functools.partial(_sharding, "geglu backward", True))
 
 
 def _promoted(gate, up):

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from .._autocast import autocast_inputs
 from .._checks import check_meta, check_tensor, dtype_name, meta_of
 from .._op import Op, not_computed
+from .._sharding import Partial, Replicate, Shard, maybe, nonempty, only_shard
 from .gated import _ACTIVATIONS, _check_tensors, _gated_bwd_checked, _out_shape, _promoted, gated_fwd
 from .gated import _validate as _validate_gate_up
 
@@ -206,6 +207,51 @@ def _op_check(gate, up, weight, bias, activation):
     return gate, up, weight, bias, activation
 
 
+def _sharding(op: str, gate, up, weight, bias, wants: tuple | None):
+    """DTensor may shard the tokens (any dim of gate but the last: weight and bias replicated,
+    the output sharded alike and the weight's gradients Partial), or the intermediate dim
+    (gate's and up's last, weight's dim 1: a row-parallel down projection, the output then
+    Partial, so without a bias, which each rank would add). The output features (weight's
+    dim 0) stay whole. For the forward (wants None: one output) or the backward (grad_out
+    first, the four gradients' want_ flags given; an unwanted gradient is a (0,) placeholder)."""
+    last = gate.ndim - 1
+    split = up is not None and bias is None  # the intermediate dim may be sharded
+    why = ("gated_linear runs locally on shards of the tokens (any dim of gate but its last) or, for separate "
+           "gate and up without a bias, of the intermediate dim (gate's and up's last, weight's dim 1)")
+    only_shard(op, "gate", gate, range(gate.ndim if split else last), why)
+    if up is not None:
+        only_shard(op, "up", up, range(gate.ndim if split else last), why)
+    only_shard(op, "weight", weight, (1,) if split else (), why)
+    if bias is not None:
+        only_shard(op, "bias", bias, (), why)
+
+    def strategy(rows, grads, dy, w):
+        """(outputs, inputs) for gate and up placed as `rows`, the weight as `w`, grad_out as `dy`."""
+        inputs = [rows, maybe(up, rows), w, maybe(bias, Replicate()), None]
+        if wants is None:
+            return [grads[0]], inputs
+        present = (wants[0], wants[0] and up is not None, wants[1], wants[2] and bias is not None)
+        return [nonempty(p, g) for p, g in zip(present, grads)], [dy, *inputs, None, None, None]
+
+    strategies = [strategy(Replicate(), [Replicate()] * 4, Replicate(), Replicate())]
+    for d in range(last):
+        sharded = Shard(d)
+        grads = [sharded] * 2 + [Partial()] * 2 if wants is not None else [sharded]
+        strategies.append(strategy(sharded, grads, sharded, Replicate()))
+    if split:
+        grads = [Shard(last), Shard(last), Shard(1), Replicate()] if wants is not None else [Partial()]
+        strategies.append(strategy(Shard(last), grads, Replicate(), Shard(1)))
+    return strategies
+
+
+def _fwd_sharding(gate, up, weight, bias, activation):
+    return _sharding("gated_linear", gate, up, weight, bias, None)
+
+
+def _bwd_sharding(grad_out, gate, up, weight, bias, activation, want_gate_up, want_weight, want_bias):
+    return _sharding("gated_linear backward", gate, up, weight, bias, (want_gate_up, want_weight, want_bias))
+
+
 # The want_ flags: which gradients autograd will ask for (named apart from the gradients).
 _GATED_LINEAR = Op(
     "gated_linear", forward=gated_linear_fwd,
@@ -216,7 +262,8 @@ _GATED_LINEAR = Op(
                      "bool want_gate_up, bool want_weight, bool want_bias) -> (Tensor, Tensor, Tensor, Tensor)"),
     backward_fake=_bwd_fake, check=_op_check,
     eager_backward_launcher=lambda grad_out, gate, up, weight, bias, activation, *wants: _gated_linear_bwd(
-        grad_out, gate, up, weight, bias, _ACTIVATIONS[activation], *wants))
+        grad_out, gate, up, weight, bias, _ACTIVATIONS[activation], *wants),
+    forward_sharding=_fwd_sharding, backward_sharding=_bwd_sharding)
 
 
 def gated_linear(gate: torch.Tensor, up: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None = None,

@@ -34,6 +34,7 @@ from .._checks import check_meta, check_tensor, dtype_name, meta_of
 from .._launch import Launch
 from .._layout import cdiv, next_power_of_2
 from .._op import Op
+from .._sharding import Replicate, Shard, even, only_shard
 from .attention import _empty_like_order
 
 # Elements of q a program rotates (the heads at its positions): 8192 keeps enough of q and k in
@@ -125,8 +126,7 @@ def _rope_kernel(
     # shape: positions B * N, N, heads of q and k, head dim D, R / 2
     n_pos, seq, n_q_heads, n_k_heads, head_dim, half,
     # strides in elements: (b, n, h, d) of q, k, q out, k out; (b, n, r) of cos, sin
-    qs_b, qs_n, qs_h, qs_d, ks_b, ks_n, ks_h, ks_d, qos_b, qos_n, qos_h, qos_d, kos_b, kos_n, kos_h, kos_d,
-    cs_b, cs_n, cs_r, ss_b, ss_n, ss_r,
+    q_strides, k_strides, qo_strides, ko_strides, cos_strides, sin_strides,
     # meta
     BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
     BLOCK_PASS: tl.constexpr, INTERLEAVED: tl.constexpr, HAS_PASS: tl.constexpr, BACKWARD: tl.constexpr,
@@ -135,6 +135,12 @@ def _rope_kernel(
     # the launcher chose a persistent grid). Positions count in n_pos's integer type, int32
     # unless B * N passes 2**31 (the loop variable takes the widest of its bounds' types), so
     # the division by N is 32-bit; element offsets are int64: q may hold more than 2**31 elements.
+    qs_b, qs_n, qs_h, qs_d = q_strides
+    ks_b, ks_n, ks_h, ks_d = k_strides
+    qos_b, qos_n, qos_h, qos_d = qo_strides
+    kos_b, kos_n, kos_h, kos_d = ko_strides
+    cs_b, cs_n, cs_r = cos_strides
+    ss_b, ss_n, ss_r = sin_strides
     for block in range(tl.program_id(0), tl.cdiv(n_pos, BLOCK_S), tl.num_programs(0)):
         pos = block * BLOCK_S + tl.arange(0, BLOCK_S)
         pos_ok = pos < n_pos
@@ -293,9 +299,9 @@ def _plan(q_shape, q_stride, k_shape, k_stride, cos_shape, cos_stride, sin_shape
     n_blocks = cdiv(n_pos, tile.positions)
     programs = min(n_blocks, tile.programs_per_sm * _sm_count(device)) if tile.programs_per_sm else n_blocks
     ints = (n_pos, seq, q_heads, k_heads, head_dim, rot // 2,
-            *_bnhd(q_stride), *_bnhd(k_stride), *_bnhd(qo_stride), *_bnhd(ko_stride),
-            *_cos_sin_strides("cos", cos_shape, cos_stride, batch, seq),
-            *_cos_sin_strides("sin", sin_shape, sin_stride, batch, seq))
+            _bnhd(q_stride), _bnhd(k_stride), _bnhd(qo_stride), _bnhd(ko_stride),
+            _cos_sin_strides("cos", cos_shape, cos_stride, batch, seq),
+            _cos_sin_strides("sin", sin_shape, sin_stride, batch, seq))
     constexprs = dict(BLOCK_S=tile.positions, BLOCK_H=tile.heads, BLOCK_HALF=next_power_of_2(rot // 2),
                       BLOCK_PASS=next_power_of_2(max(1, head_dim - rot)), INTERLEAVED=interleaved,
                       HAS_PASS=rot < head_dim, BACKWARD=backward)
@@ -413,13 +419,35 @@ def _check_args(q, k, cos, sin, interleaved):
     return q, k, cos, sin, interleaved
 
 
+def _sharding(op: str, names: tuple[str, str], q, k, cos, sin, interleaved):
+    """DTensor may shard the batch, the heads (q by H, k by Hkv) and the positions, never the
+    head dim: rope rotates pairs within one head. cos and sin follow a batch or position
+    sharding where they have that dim, else stay replicated. The backward's grad_q and
+    grad_k stand where the forward's q and k do (`names`)."""
+    why = "rope rotates pairs inside each head's D dims, which must stay whole"
+    for name, spec in zip(names, (q, k)):
+        only_shard(op, name, spec, (0, 1, 2), why)
+        even(op, name, spec, 1, "heads")
+    only_shard(op, "cos", cos, range(cos.ndim - 1), why)
+    strategies = [([Replicate()] * 2, [Replicate()] * 4 + [None]),
+                  ([Shard(1)] * 2, [Shard(1), Shard(1), Replicate(), Replicate(), None])]
+    for d in (0, 2):  # batch; positions
+        # cos is (N, R), (B, N, R) or (B, 1, N, R); a dim of size 1 broadcasts.
+        own = {2: {2: 0, 3: 1, 4: 2}, 0: {3: 0, 4: 0}}[d].get(cos.ndim)
+        c = Replicate() if own is None or cos.shape[own] == 1 else Shard(own)
+        strategies.append(([Shard(d)] * 2, [Shard(d), Shard(d), c, c, None]))
+    return strategies
+
+
 _ROPE = Op(
     "rope", forward=rope_fwd,
     forward_schema="(Tensor q, Tensor k, Tensor cos, Tensor sin, bool interleaved) -> (Tensor, Tensor)",
     forward_fake=_rope_fake, setup_context=_setup_context, backward=_backward,
     backward_launcher=rope_bwd,
     backward_schema="(Tensor grad_q, Tensor grad_k, Tensor cos, Tensor sin, bool interleaved) -> (Tensor, Tensor)",
-    backward_fake=_rope_fake, eager_backward_launcher=_rope_bwd_checked, check=_check_args)
+    backward_fake=_rope_fake, eager_backward_launcher=_rope_bwd_checked, check=_check_args,
+    forward_sharding=functools.partial(_sharding, "rope", ("q", "k")),
+    backward_sharding=functools.partial(_sharding, "rope backward", ("grad_q", "grad_k")))
 
 
 def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *,

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from .._op import Op
+from .._sharding import Replicate, Shard, only_shard
 from .._checks import check_same_device, check_tensor
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
@@ -35,8 +36,11 @@ ROW_DIMS = 3               # collapsed dims that index rows inside the kernels
 
 
 @triton.jit
-def _row_offsets(rows, size1, size2, s0, s1, s2):
-    """Element offset of each row's first element, for rows indexed by 3 collapsed dims."""
+def _row_offsets(rows, row_sizes, strides):
+    """Element offset of each row's first element, for rows indexed by 3 collapsed dims:
+    row_sizes (size1, size2), strides (s0, s1, s2, column)."""
+    size1, size2 = row_sizes
+    s0, s1, s2, _ = strides
     i2 = rows % size2
     rest = rows // size2
     i1 = rest % size1
@@ -84,10 +88,10 @@ def _row_max_16bit(x):
 def _softmax_rows_kernel(
     # pointers: forward reads a=x and writes out=y; backward reads a=y, b=dy, writes out=dx
     a_ptr, b_ptr, out_ptr,
-    # shape: rows (collapsed into 3 dims; dim 0 implied), columns
-    n_rows, n_cols, size1, size2,
-    # strides in elements: row dims 0..2 then the column stride, per tensor
-    as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
+    # shape: rows, columns; the rows collapsed into 3 dims, (size1, size2) (dim 0 implied)
+    n_rows, n_cols, row_sizes,
+    # strides in elements, per tensor: (row dims 0..2, column)
+    a_strides, b_strides, o_strides,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, BACKWARD: tl.constexpr,
     RELOAD: tl.constexpr,
@@ -99,13 +103,13 @@ def _softmax_rows_kernel(
     # which the first read asked to keep it) for the output.
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
-    a_row = _row_offsets(rows, size1, size2, as0, as1, as2)[:, None]
-    b_row = _row_offsets(rows, size1, size2, bs0, bs1, bs2)[:, None]
-    o_row = _row_offsets(rows, size1, size2, os0, os1, os2)[:, None]
+    a_row = _row_offsets(rows, row_sizes, a_strides)[:, None]
+    b_row = _row_offsets(rows, row_sizes, b_strides)[:, None]
+    o_row = _row_offsets(rows, row_sizes, o_strides)[:, None]
     cols = tl.arange(0, BLOCK_N)
     mask = row_ok[:, None] & (cols[None, :] < n_cols) if not EVEN_N else row_ok[:, None]
-    a_off = a_row + cols[None, :] * a_col
-    b_off = b_row + cols[None, :] * b_col
+    a_off = a_row + cols[None, :] * a_strides[3]
+    b_off = b_row + cols[None, :] * b_strides[3]
     if RELOAD:
         x, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD, True, "evict_last")
         if BACKWARD:
@@ -126,20 +130,20 @@ def _softmax_rows_kernel(
     else:
         # A row of all -inf gives max -inf and exp(nan): NaN, exactly as torch does.
         result = tl.exp(x - row_max[:, None]) * (1.0 / row_sum)[:, None]
-    tl.store(out_ptr + o_row + cols[None, :] * o_col, result.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + o_row + cols[None, :] * o_strides[3], result.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _chunk_stats(
-    item, a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
-    as0, as1, as2, a_col, bs0, bs1, bs2, b_col, CHUNK: tl.constexpr, BACKWARD: tl.constexpr,
+    item, a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, row_sizes, a_strides, b_strides,
+    CHUNK: tl.constexpr, BACKWARD: tl.constexpr,
 ):
     # Chunk `item` (row item // n_chunks): its (max, sum of exp(x - max)), or sum(y * dy).
     row = item // n_chunks
     cols = (item % n_chunks) * CHUNK + tl.arange(0, CHUNK)
     mask = cols < n_cols
-    a_off = _row_offsets(row, size1, size2, as0, as1, as2) + cols * a_col
-    b_off = _row_offsets(row, size1, size2, bs0, bs1, bs2) + cols * b_col
+    a_off = _row_offsets(row, row_sizes, a_strides) + cols * a_strides[3]
+    b_off = _row_offsets(row, row_sizes, b_strides) + cols * b_strides[3]
     x, dy = _load_tile(a_ptr, b_ptr, a_off, b_off, mask, BACKWARD, False, "")
     if BACKWARD:
         tl.store(stat1_ptr + item, tl.sum(x * dy, axis=0))  # x holds y here
@@ -153,9 +157,8 @@ def _chunk_stats(
 
 @triton.jit
 def _chunk_apply(
-    item, a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
-    as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
-    CHUNK: tl.constexpr, BLOCK_CHUNKS: tl.constexpr, BACKWARD: tl.constexpr,
+    item, a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, row_sizes, a_strides, b_strides,
+    o_strides, CHUNK: tl.constexpr, BLOCK_CHUNKS: tl.constexpr, BACKWARD: tl.constexpr,
 ):
     # Chunk `item` of the output, from its row's chunk stats. The stats are read past L1
     # (.cg): in the one-launch schedule an L1 line could hold a neighbouring row's stats
@@ -165,9 +168,9 @@ def _chunk_apply(
     stat_mask = tl.arange(0, BLOCK_CHUNKS) < n_chunks
     cols = (item % n_chunks) * CHUNK + tl.arange(0, CHUNK)
     mask = cols < n_cols
-    a_off = _row_offsets(row, size1, size2, as0, as1, as2) + cols * a_col
-    b_off = _row_offsets(row, size1, size2, bs0, bs1, bs2) + cols * b_col
-    o_off = _row_offsets(row, size1, size2, os0, os1, os2) + cols * o_col
+    a_off = _row_offsets(row, row_sizes, a_strides) + cols * a_strides[3]
+    b_off = _row_offsets(row, row_sizes, b_strides) + cols * b_strides[3]
+    o_off = _row_offsets(row, row_sizes, o_strides) + cols * o_strides[3]
     # The row's stats first, then the chunk: the stats are few and the chunk's loads then
     # issue back to back (the order the schedule was tuned with, notes/add_softmax.md).
     if BACKWARD:
@@ -192,9 +195,9 @@ def _softmax_chunks_kernel(
     # int32 sync [1 + n_rows], zeroed: a ticket counter, then chunks finished per row
     a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr, sync_ptr,
     # shape; lag: how many stats items the schedule runs ahead of the apply items
-    n_rows, n_cols, n_chunks, lag, size1, size2,
-    # strides in elements
-    as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
+    n_rows, n_cols, n_chunks, lag, row_sizes,
+    # strides in elements, per tensor: (row dims 0..2, column)
+    a_strides, b_strides, o_strides,
     # meta
     CHUNK: tl.constexpr, BLOCK_CHUNKS: tl.constexpr, BACKWARD: tl.constexpr,
 ):
@@ -217,17 +220,16 @@ def _softmax_chunks_kernel(
                                                 ticket - total)).to(tl.int64)
         row_done = sync_ptr + 1 + item // n_chunks
         if is_stats:
-            _chunk_stats(item, a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
-                         as0, as1, as2, a_col, bs0, bs1, bs2, b_col, CHUNK, BACKWARD)
+            _chunk_stats(item, a_ptr, b_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, row_sizes, a_strides, b_strides,
+                         CHUNK, BACKWARD)
             tl.debug_barrier()  # every thread's stats stores happen before the release below
             tl.atomic_add(row_done, 1, sem="release")
         else:
             done = tl.atomic_add(row_done, 0, sem="acquire")
             while done < n_chunks:
                 done = tl.atomic_add(row_done, 0, sem="acquire")
-            _chunk_apply(item, a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, size1, size2,
-                         as0, as1, as2, a_col, bs0, bs1, bs2, b_col, os0, os1, os2, o_col,
-                         CHUNK, BLOCK_CHUNKS, BACKWARD)
+            _chunk_apply(item, a_ptr, b_ptr, out_ptr, stat1_ptr, stat2_ptr, n_cols, n_chunks, row_sizes, a_strides,
+                         b_strides, o_strides, CHUNK, BLOCK_CHUNKS, BACKWARD)
         ticket = tl.atomic_add(sync_ptr, 1, sem="relaxed")
 
 
@@ -253,18 +255,18 @@ def _row_config(n_rows: int, n_cols: int, element_bytes: int) -> tuple[int, int,
 
 
 def _row_layout(a, b, out, dim: int):
-    """Row sizes (dims 1, 2 of the collapsed row index) and [s0, s1, s2, column stride] for
+    """Row sizes (dims 1, 2 of the collapsed row index) and (s0, s1, s2, column stride) for
     each tensor; None when the rows need more than ROW_DIMS dims."""
     n_cols = a.shape[dim]
     if dim == a.dim() - 1 and a.is_contiguous() and b.is_contiguous() and out.is_contiguous():
         # The common case, kept short: launch overhead matters for small tensors.
-        return (1, 1), [[n_cols, 0, 0, 1]] * 3
+        return (1, 1), ((n_cols, 0, 0, 1),) * 3
     moved = [t.movedim(dim, -1) for t in (a, b, out)]
     sizes, strides = collapse_dims(moved[0].shape[:-1], *(m.stride()[:-1] for m in moved))
     if len(sizes) > ROW_DIMS:
         return None
-    row_sizes = pad_front(sizes, ROW_DIMS, 1)[1:]
-    return row_sizes, [[*pad_front(s, ROW_DIMS, 0), m.stride(-1)] for s, m in zip(strides, moved)]
+    row_sizes = tuple(pad_front(sizes, ROW_DIMS, 1)[1:])
+    return row_sizes, [(*pad_front(s, ROW_DIMS, 0), m.stride(-1)) for s, m in zip(strides, moved)]
 
 
 def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
@@ -283,7 +285,7 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
         block_m, block_n, num_warps, reload = _row_config(n_rows, n_cols, a.element_size())
         Launch(
             name, _softmax_rows_kernel, (cdiv(n_rows, block_m),),
-            (a, b, out, n_rows, n_cols, *row_sizes, *a_strides, *b_strides, *o_strides),
+            (a, b, out, n_rows, n_cols, row_sizes, a_strides, b_strides, o_strides),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN_N=block_n == n_cols, BACKWARD=backward, RELOAD=reload),
             num_warps=num_warps, num_stages=1,
         )()
@@ -293,8 +295,8 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
     stat1, stat2 = torch.empty((2, n_rows, n_chunks), dtype=torch.float32, device=a.device)
     sync = torch.zeros(1 + n_rows, dtype=torch.int32, device=a.device)
     lag = min(total, max(n_chunks, LAG_BYTES // (CHUNK_COLS * a.element_size())))
-    args = (a, b, out, stat1, stat2, sync, n_rows, n_cols, n_chunks, lag, *row_sizes,
-            *a_strides, *b_strides, *o_strides)
+    args = (a, b, out, stat1, stat2, sync, n_rows, n_cols, n_chunks, lag, row_sizes, a_strides, b_strides,
+            o_strides)
     meta = dict(CHUNK=CHUNK_COLS, BLOCK_CHUNKS=next_power_of_2(n_chunks), BACKWARD=backward)
     programs = min(2 * total, _resident_programs(a.device))
     Launch(name + "_chunks", _softmax_chunks_kernel, (programs,), args, meta, num_warps=4, num_stages=1)()
@@ -368,11 +370,25 @@ def _softmax_check(x, dim):
     return x, _normalize_dim("dim", x, dim)
 
 
+def _sharding(op: str, names: tuple[str, ...], *args):
+    """DTensor may shard any dim but the softmax dim (rows are independent): `args` are the
+    tensors named `names`, then dim."""
+    *specs, dim = args
+    ndim = specs[0].ndim
+    dim %= ndim
+    for name, spec in zip(names, specs):
+        only_shard(op, name, spec, [d for d in range(ndim) if d != dim],
+                   f"softmax normalises along dim {dim}, so its rows must stay whole on each rank")
+    return [([p], [p] * len(specs) + [None]) for p in [Replicate()] + [Shard(d) for d in range(ndim) if d != dim]]
+
+
 _SOFTMAX = Op("softmax", forward=softmax_fwd, forward_schema="(Tensor x, int dim) -> Tensor",
               forward_fake=lambda x, dim: torch.empty_like(x),
               setup_context=_softmax_setup_context, backward=_softmax_backward,
               backward_launcher=softmax_bwd, backward_schema="(Tensor grad_out, Tensor y, int dim) -> Tensor",
-              backward_fake=lambda grad_out, y, dim: torch.empty_like(y), check=_softmax_check)
+              backward_fake=lambda grad_out, y, dim: torch.empty_like(y), check=_softmax_check,
+              forward_sharding=functools.partial(_sharding, "softmax", ("x",)),
+              backward_sharding=functools.partial(_sharding, "softmax backward", ("grad_out", "y")))
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -82,6 +82,15 @@ class OpEntry:
     paths: tuple[str, ...] = ()
 
 
+def two_pass_entry(name: str, summary: str, inspect: tuple[Callable, Callable],
+                   fuzz: tuple[tuple[int, Callable], tuple[int, Callable]], **fields: Any) -> OpEntry:
+    """The entry of the op declared as `name` that has a forward and a backward pass: the
+    inspector's passes "fwd" and "bwd" (`inspect`), the fuzz cases "forward" and "backward"
+    ((examples, draw) each); `fields`, the rest of OpEntry's."""
+    return OpEntry(name=name, summary=summary, passes={"fwd": inspect[0], "bwd": inspect[1]}, op=name,
+                   fuzz=(FuzzCase("forward", *fuzz[0]), FuzzCase("backward", *fuzz[1])), **fields)
+
+
 def entries() -> dict[str, OpEntry]:
     found = {}
     for module_name in _ENTRY_MODULES:

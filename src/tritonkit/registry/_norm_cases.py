@@ -100,6 +100,15 @@ def compiled(fn: Provider) -> Provider:
 FuzzNorm = Callable[..., object]
 
 
+def _fuzz_norm(norm: Callable, eps: float, with_bias: bool, with_offset: bool) -> FuzzNorm:
+    """The public norm (or its reference), `norm(x, weight[, bias], eps, *, residual[,
+    weight_offset][, upcast])`, as a FuzzNorm."""
+    def call(x, weight, bias, residual, weight_offset, **upcast):
+        offset = {"weight_offset": weight_offset} if with_offset else {}
+        return norm(x, weight, *((bias,) if with_bias else ()), eps, residual=residual, **offset, **upcast)
+    return call
+
+
 def _fuzz_inputs(inputs: FuzzInputs, with_bias: bool, with_offset: bool,
                  left_out: int | None = None) -> tuple[dict[str, torch.Tensor], float]:
     """x (..., hidden) at a random layout, the hidden dim innermost in memory or not (hidden an
@@ -150,9 +159,10 @@ def _at_h(reference: FuzzNorm, h: torch.Tensor) -> FuzzNorm:
     return norm
 
 
-def norm_fuzz(ours: FuzzNorm, reference: FuzzNorm, with_bias: bool, with_offset: bool, flat_row: int,
+def norm_fuzz(norm: Callable, reference: Callable, eps: float, with_bias: bool, with_offset: bool, flat_row: int,
               examples: tuple[int, int]) -> tuple[FuzzCase, FuzzCase]:
-    """The forward and backward fuzz cases of a norm (`examples` of each).
+    """The forward and backward fuzz cases of a public norm and its reference, at `eps`
+    (`examples` of each).
 
     `flat_row` is the row length whose normalised output is constant but for eps (RMSNorm's
     1: y = h / sqrt(h^2 + eps); LayerNorm's 2: y = +-d / sqrt(d^2 + eps)): there dx is of
@@ -162,6 +172,8 @@ def norm_fuzz(ours: FuzzNorm, reference: FuzzNorm, with_bias: bool, with_offset:
     backward case leaves that length out (the forward keeps it); tests/test_norms.py checks
     RMSNorm's with that roundoff allowed.
     """
+    ours, reference = (_fuzz_norm(f, eps, with_bias, with_offset) for f in (norm, reference))
+
     def forward(inputs: FuzzInputs) -> list[Comparison]:
         tensors, weight_offset = _fuzz_inputs(inputs, with_bias, with_offset)
         x = tensors["x"]

@@ -8,9 +8,9 @@ import math
 import torch
 
 from ..ops.attention import attention_varlen, attention_varlen_bwd, attention_varlen_fwd, attention_varlen_reference
-from . import BenchCase, InspectRequest, OpEntry
+from . import BenchCase, InspectRequest, two_pass_entry
 from ._accuracy import Comparison, relative_error
-from ._fuzz import HALVES, FuzzCase, FuzzInputs, describe
+from ._fuzz import HALVES, FuzzInputs, describe
 from .attention import _GLUON, _timed, flash_recipe_grads, flex_peer, grads_or_zeros
 
 
@@ -180,15 +180,8 @@ def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
             for name, a, ref, b, c in zip(("dq", "dk", "dv"), ours, exact, theirs, recipe)]
 
 
-ENTRY = OpEntry(
-    name="attention_varlen",
-    summary="attention over packed variable-length sequences (cu_seqlens, as FlashAttention-2's varlen)",
-    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
-    bench_cases=_bench_cases,
-    peers=("FlexAttention",),
-    op="attention_varlen",
-    paths=("gluon", "triton"),
-    sample=_sample,
-    reference=_reference,
-    fuzz=(FuzzCase("forward", 30, _fuzz_forward), FuzzCase("backward", 20, _fuzz_backward)),
-)
+ENTRY = two_pass_entry(
+    "attention_varlen", "attention over packed variable-length sequences (cu_seqlens, as FlashAttention-2's varlen)",
+    inspect=(_inspect_fwd, _inspect_bwd), fuzz=((30, _fuzz_forward), (20, _fuzz_backward)),
+    bench_cases=_bench_cases, peers=("FlexAttention",), paths=("gluon", "triton"),
+    sample=_sample, reference=_reference)

@@ -8,11 +8,11 @@ import torch.nn.functional as F
 
 from ..ops.cross_entropy import cross_entropy, cross_entropy_bwd, cross_entropy_fwd, cross_entropy_reference
 from ..ops.cross_entropy.kernel import MAX_BLOCK, REDUCTIONS
-from . import BenchCase, InspectRequest, OpEntry
+from . import BenchCase, InspectRequest, two_pass_entry
 from ._accuracy import Comparison
-from ._fuzz import FLOATS, FuzzCase, FuzzInputs, describe
-from ._inputs import offset_view, peer_compile
-from ._peers import liger
+from ._fuzz import FLOATS, FuzzInputs, describe
+from ._inputs import offset_view
+from ._peers import fwd_bwd_providers, liger
 
 # The kernel does not depend on the number of rows: a few rows of a Llama-3 vocabulary.
 INSPECT_SHAPE = (16, 128256)
@@ -45,23 +45,18 @@ def _case(rows: int, classes: int, dtype: torch.dtype) -> BenchCase:
     def setup(device: torch.device):
         logits = torch.randn(rows, classes, device=device, dtype=dtype).requires_grad_()
         target = torch.randint(0, classes, (rows,), device=device)
-        compiled = peer_compile(eager_cross_entropy)
 
         def fwd_bwd(loss_fn):
             return lambda: torch.autograd.grad(loss_fn(logits, target), logits)
 
-        providers = {
-            "tritonkit": fwd_bwd(cross_entropy),
-            "eager": fwd_bwd(eager_cross_entropy),
-            "torch.compile": fwd_bwd(compiled),
-        }
         liger_loss = liger("transformers.cross_entropy", "LigerCrossEntropyLoss")
+        liger_call = None
         if liger_loss is not None:
             # Liger writes the gradient over its input: give it a copy of the logits to wreck.
             own = logits.detach().clone().requires_grad_()
             loss_fn = liger_loss()
-            providers["Liger"] = lambda: torch.autograd.grad(loss_fn(own, target), own)
-        return providers
+            liger_call = lambda: torch.autograd.grad(loss_fn(own, target), own)  # noqa: E731
+        return fwd_bwd_providers(fwd_bwd, cross_entropy, eager_cross_entropy, liger_call)
 
     name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
     return BenchCase(
@@ -154,14 +149,8 @@ def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
                        gradient=True)]
 
 
-ENTRY = OpEntry(
-    name="cross_entropy",
-    summary="cross-entropy of given logits (label smoothing, softcap, ignore_index); forward and backward",
-    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
-    bench_cases=_bench_cases,
-    peers=("eager", "torch.compile", "Liger"),
-    op="cross_entropy",
-    sample=_sample,
-    reference=_reference,
-    fuzz=(FuzzCase("forward", 25, _fuzz_forward), FuzzCase("backward", 25, _fuzz_backward)),
-)
+ENTRY = two_pass_entry(
+    "cross_entropy", "cross-entropy of given logits (label smoothing, softcap, ignore_index); forward and backward",
+    inspect=(_inspect_fwd, _inspect_bwd), fuzz=((25, _fuzz_forward), (25, _fuzz_backward)),
+    bench_cases=_bench_cases, peers=("eager", "torch.compile", "Liger"),
+    sample=_sample, reference=_reference)

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 from ..ops.gated import SILU, _gated_bwd_checked, swiglu, swiglu_reference
 from ..ops.gated_linear import gated_hidden_reference, gated_linear, gated_linear_reference
-from . import BenchCase, InspectRequest, OpEntry
+from . import BenchCase, InspectRequest, two_pass_entry
 from ._accuracy import Comparison, condition
-from ._fuzz import FuzzCase, FuzzInputs, compare_gradients, compare_outputs, describe
+from ._fuzz import FuzzInputs, compare_gradients, compare_outputs, describe
 from ._inputs import peer_compile
 from ._peers import liger
 from .swiglu import _empty_view, _fuzz_inputs, inspect_passes
@@ -133,14 +133,9 @@ def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
     return compare_gradients(f"{note}, upstream {describe(upstream)}", tensors, ours, reference, [upstream])
 
 
-ENTRY = OpEntry(
-    name="gated_linear",
-    summary="F.linear(act(gate) * up, weight, bias) keeping gate and up, not h; h rewritten by the backward kernel",
-    passes={"fwd": inspect_passes(SILU)["fwd"], "bwd": _inspect_bwd},
-    bench_cases=_bench_cases,
-    peers=("eager", "swiglu+F.linear", "torch.compile", "Liger"),
-    op="gated_linear",
-    sample=_sample,
-    reference=gated_linear_reference,
-    fuzz=(FuzzCase("forward", 30, _fuzz_forward), FuzzCase("backward", 30, _fuzz_backward)),
-)
+ENTRY = two_pass_entry(
+    "gated_linear",
+    "F.linear(act(gate) * up, weight, bias) keeping gate and up, not h; h rewritten by the backward kernel",
+    inspect=(inspect_passes(SILU)["fwd"], _inspect_bwd), fuzz=((30, _fuzz_forward), (30, _fuzz_backward)),
+    bench_cases=_bench_cases, peers=("eager", "swiglu+F.linear", "torch.compile", "Liger"),
+    sample=_sample, reference=gated_linear_reference)

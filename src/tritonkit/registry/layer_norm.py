@@ -57,16 +57,8 @@ def _reference(x, weight, bias, residual, eps, upcast=True):
     return layer_norm_reference(x, weight, bias, eps, residual=residual, upcast=upcast)
 
 
-def _fuzz_ours(x, weight, bias, residual, weight_offset):
-    return layer_norm(x, weight, bias, EPS, residual=residual)
-
-
-def _fuzz_reference(x, weight, bias, residual, weight_offset, upcast):
-    return _reference(x, weight, bias, residual, EPS, upcast)
-
-
 ENTRY = norm_entry(
     "layer_norm", "LayerNorm over the last dim, optional fused residual add; forward and backward",
     _inspect_fwd, _inspect_bwd, _providers, _sample, _reference,
-    fuzz=norm_fuzz(_fuzz_ours, _fuzz_reference, with_bias=True, with_offset=False, flat_row=2,
+    fuzz=norm_fuzz(layer_norm, layer_norm_reference, EPS, with_bias=True, with_offset=False, flat_row=2,
                    examples=(40, 40)))

@@ -9,12 +9,12 @@ import torch.nn.functional as F
 
 from ..ops.cross_entropy import linear_cross_entropy, linear_cross_entropy_reference
 from ..ops.cross_entropy.kernel import launch_rows, valid_count
-from . import BenchCase, InspectRequest, OpEntry
+from . import BenchCase, InspectRequest, two_pass_entry
 from ._accuracy import Comparison
-from ._fuzz import FLOATS, FuzzCase, FuzzInputs, describe
+from ._fuzz import FLOATS, FuzzInputs, describe
 from .cross_entropy import describe_options, fuzz_target
-from ._inputs import offset_view, peer_compile
-from ._peers import liger
+from ._inputs import offset_view
+from ._peers import fwd_bwd_providers, liger
 
 # One chunk of logits at a Llama-3 vocabulary (the default 2048 tokens of 128256 bf16 classes).
 INSPECT_SHAPE = (2048, 128256)
@@ -53,21 +53,16 @@ def _case(tokens: int, hidden: int, vocab: int, dtype: torch.dtype) -> BenchCase
         w = (torch.randn(vocab, hidden, device=device, dtype=dtype) / hidden ** 0.5).requires_grad_()
         target = torch.randint(0, vocab, (tokens,), device=device)
         target[::16] = -100
-        compiled = peer_compile(eager_linear_cross_entropy)
 
         def fwd_bwd(loss_fn):
             return lambda: torch.autograd.grad(loss_fn(h, w, target), (h, w))
 
-        providers = {
-            "tritonkit": fwd_bwd(linear_cross_entropy),
-            "eager": fwd_bwd(eager_linear_cross_entropy),
-            "torch.compile": fwd_bwd(compiled),
-        }
         liger_loss = liger("transformers.fused_linear_cross_entropy", "LigerFusedLinearCrossEntropyLoss")
+        liger_call = None
         if liger_loss is not None:
             loss_fn = liger_loss()
-            providers["Liger"] = fwd_bwd(lambda h_, w_, t_: loss_fn(w_, h_, t_))
-        return providers
+            liger_call = fwd_bwd(lambda h_, w_, t_: loss_fn(w_, h_, t_))
+        return fwd_bwd_providers(fwd_bwd, linear_cross_entropy, eager_linear_cross_entropy, liger_call)
 
     name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
     element = dtype.itemsize
@@ -161,14 +156,9 @@ def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
             for i, o, r, t in zip(wanted, ours, reference, torch_same)]
 
 
-ENTRY = OpEntry(
-    name="linear_cross_entropy",
-    summary="linear head + cross-entropy without the logits: chunked cuBLAS products, one row kernel a chunk",
-    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
-    bench_cases=_bench_cases,
-    peers=("eager", "torch.compile", "Liger"),
-    op="linear_cross_entropy",
-    sample=_sample,
-    reference=_reference,
-    fuzz=(FuzzCase("forward", 30, _fuzz_forward), FuzzCase("backward", 20, _fuzz_backward)),
-)
+ENTRY = two_pass_entry(
+    "linear_cross_entropy",
+    "linear head + cross-entropy without the logits: chunked cuBLAS products, one row kernel a chunk",
+    inspect=(_inspect_fwd, _inspect_bwd), fuzz=((30, _fuzz_forward), (20, _fuzz_backward)),
+    bench_cases=_bench_cases, peers=("eager", "torch.compile", "Liger"),
+    sample=_sample, reference=_reference)

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import torch
 
 from ..ops.rope import rope, rope_bwd, rope_fwd, rope_reference
-from . import BenchCase, InspectRequest, OpEntry
+from . import BenchCase, InspectRequest, two_pass_entry
 from ._accuracy import Comparison
-from ._fuzz import FLOATS, FuzzCase, FuzzInputs, compare_gradients, compare_outputs, describe
+from ._fuzz import FLOATS, FuzzInputs, compare_gradients, compare_outputs, describe
 from ._inputs import peer_compile
 
 
@@ -157,15 +157,9 @@ def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
     return compare_gradients(note, {"q": q, "k": k}, ours, reference, upstream)
 
 
-ENTRY = OpEntry(
-    name="rope",
-    summary="rotary position embeddings of q and k in one launch (rotate-half or interleaved, partial); "
-            "forward and backward",
-    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
-    bench_cases=_bench_cases,
-    peers=("eager", "torch.compile", "Liger"),
-    op="rope",
-    sample=_sample,
-    reference=rope_reference,
-    fuzz=(FuzzCase("forward", 40, _fuzz_forward), FuzzCase("backward", 40, _fuzz_backward)),
-)
+ENTRY = two_pass_entry(
+    "rope", ("rotary position embeddings of q and k in one launch (rotate-half or interleaved, partial); "
+             "forward and backward"),
+    inspect=(_inspect_fwd, _inspect_bwd), fuzz=((40, _fuzz_forward), (40, _fuzz_backward)),
+    bench_cases=_bench_cases, peers=("eager", "torch.compile", "Liger"),
+    sample=_sample, reference=rope_reference)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from ..ops.softmax import MAX_FUSED_COLS, softmax, softmax_bwd, softmax_fwd, softmax_reference
-from . import BenchCase, InspectRequest, OpEntry
+from . import BenchCase, InspectRequest, two_pass_entry
 from ._accuracy import Comparison
-from ._fuzz import FLOATS, FuzzCase, FuzzInputs, describe, numel
+from ._fuzz import FLOATS, FuzzInputs, describe, numel
 from ._inputs import offset_view, peer_compile
 
 
@@ -99,14 +99,8 @@ def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
                        dx, reference, torch_same, gradient=True)]
 
 
-ENTRY = OpEntry(
-    name="softmax",
-    summary="softmax along a dim, fused rows or split long rows; forward and backward",
-    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
-    bench_cases=_bench_cases,
-    peers=("naive eager", "torch native", "torch.compile"),
-    op="softmax",
-    sample=_sample,
-    reference=softmax_reference,
-    fuzz=(FuzzCase("forward", 100, _fuzz_forward), FuzzCase("backward", 100, _fuzz_backward)),
-)
+ENTRY = two_pass_entry(
+    "softmax", "softmax along a dim, fused rows or split long rows; forward and backward",
+    inspect=(_inspect_fwd, _inspect_bwd), fuzz=((100, _fuzz_forward), (100, _fuzz_backward)),
+    bench_cases=_bench_cases, peers=("naive eager", "torch native", "torch.compile"),
+    sample=_sample, reference=softmax_reference)

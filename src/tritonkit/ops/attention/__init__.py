@@ -41,6 +41,7 @@ from .forward import _attn_fwd_kernel
 from .launch import attention_bwd, attention_fwd, attention_fwd_eager, attention_varlen_bwd, attention_varlen_fwd
 from .reference import attention_reference, attention_varlen_reference
 from .score import score_of
+from . import sharding
 
 __all__ = ["attention", "attention_varlen", "attention_reference", "attention_varlen_reference",
            "attention_fwd", "attention_bwd", "attention_varlen_fwd", "attention_varlen_bwd", "TileConfig",
@@ -134,7 +135,8 @@ _ATTENTION = Op(
     backward_schema=(f"(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, {_FLAGS_SCHEMA}, "
                      f"Tensor? dlse=None, {_SCORE_SCHEMA}) -> (Tensor, Tensor, Tensor, Tensor)"),
     backward_fake=_attention_bwd_fake, check=_attention_check, returns=lambda *args: 2,
-    eager_forward=attention_fwd_eager)
+    eager_forward=attention_fwd_eager, forward_sharding=sharding.attention_fwd_sharding,
+    backward_sharding=sharding.attention_bwd_sharding)
 
 
 def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1,
@@ -167,7 +169,8 @@ _ATTENTION_VARLEN = Op(
     backward_schema=("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor cu_seqlens_q, "
                      f"Tensor cu_seqlens_k, {_FLAGS_SCHEMA}, Tensor? dlse=None, {_SCORE_SCHEMA}) "
                      "-> (Tensor, Tensor, Tensor, Tensor)"),
-    backward_fake=_varlen_bwd_fake, check=_varlen_check)
+    backward_fake=_varlen_bwd_fake, check=_varlen_check, forward_sharding=sharding.attention_varlen_fwd_sharding,
+    backward_sharding=sharding.attention_varlen_bwd_sharding)
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import torch
 
 from .configs import TileConfig
-from .plans import (backward_key, build_backward, build_forward, build_varlen_backward, build_varlen_forward,
-                    forward_key, planned, varlen_backward_key, varlen_forward_key)
+from .plan_keys import backward_key, forward_key, planned, varlen_backward_key, varlen_forward_key
+from .plans import build_backward, build_forward, build_varlen_backward, build_varlen_forward
 
 
 # ---------------------------------------------------------------------------------------

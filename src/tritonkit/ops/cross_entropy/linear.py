@@ -29,6 +29,7 @@ from ..._op import Op, not_computed
 from .chunks import CHUNK_BYTES, check_chunk_tokens, check_head, chunk_loop, chunk_tokens_for
 from .kernel import as_float_options, check_options, check_target, check_target_values, launch_rows, reduce_rows, valid_count
 from .scale import scale_gradients
+from . import sharding
 
 __all__ = ["CHUNK_BYTES", "chunk_tokens_for", "linear_cross_entropy", "linear_cross_entropy_bwd",
            "linear_cross_entropy_fwd", "linear_cross_entropy_reference"]
@@ -59,11 +60,11 @@ def _check(hidden, weight, target, bias, chunk_tokens):
 
 def _vocab_sharded(weight: torch.Tensor) -> bool:
     # A DTensor weight sharded along its rows (a tensor-parallel lm_head) takes the
-    # vocabulary-parallel path (tritonkit.distributed.vocab_parallel); nothing is imported
+    # vocabulary-parallel path (tritonkit.ops.cross_entropy.vocab_parallel); nothing is imported
     # for plain tensors.
     if "torch.distributed.tensor" not in sys.modules:
         return False
-    from ...distributed.vocab_parallel import vocab_sharded
+    from .vocab_parallel import vocab_sharded
     return vocab_sharded(weight)
 
 
@@ -202,7 +203,8 @@ _LINEAR_CROSS_ENTROPY = Op(
     backward_schema=("(Tensor grad_loss, Tensor hidden, Tensor weight, Tensor target, Tensor? bias, Tensor lse, "
                      f"Tensor grad_hidden, Tensor grad_weight, Tensor grad_bias, {_OPTIONS_SCHEMA}) "
                      "-> (Tensor, Tensor, Tensor)"),
-    backward_fake=_fake_bwd,
+    backward_fake=_fake_bwd, forward_sharding=sharding.linear_cross_entropy_fwd_sharding,
+    backward_sharding=sharding.linear_cross_entropy_bwd_sharding,
     eager_backward_launcher=lambda *args: linear_cross_entropy_bwd(*args, in_place=True),
     check=_op_check)
 
@@ -240,7 +242,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
 
     A DTensor weight sharded along its rows (a tensor-parallel lm_head), with a bias placed
     the same way and hidden and target replicated, takes the vocabulary-parallel path
-    (`tritonkit.distributed.vocab_parallel`: a log-sum-exp across the ranks, the weight never
+    (`tritonkit.ops.cross_entropy.vocab_parallel`: a log-sum-exp across the ranks, the weight never
     gathered; docs/distributed.md).
 
     Raises TypeError for a float target or mismatched dtypes, ValueError for shape mismatches,
@@ -257,7 +259,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     check_chunk_tokens(chunk_tokens)
     label_smoothing, softcap = as_float_options(label_smoothing, softcap)
     if _vocab_sharded(weight):
-        from ...distributed.vocab_parallel import vocab_parallel_linear_cross_entropy
+        from .vocab_parallel import vocab_parallel_linear_cross_entropy
         loss = vocab_parallel_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), weight, target.reshape(-1),
                                                    bias, ignore_index, label_smoothing, reduction, softcap,
                                                    chunk_tokens)

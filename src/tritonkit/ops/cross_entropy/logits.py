@@ -13,6 +13,7 @@ from ..._counters import zeroed_counters
 from ..._op import Op, tracing
 from .kernel import (TARGET_DTYPES, Finish, as_float_options, check_options, check_target, check_target_values,
                      launch_rows, valid_count)
+from . import sharding
 
 
 def cross_entropy_reference(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
@@ -149,7 +150,8 @@ _CROSS_ENTROPY = Op(
                      "float label_smoothing, str reduction, float? softcap, bool inplace, Tensor? count=None) "
                      "-> Tensor"),
     backward_fake=lambda grad_loss, logits, *rest: torch.empty_like(logits), check=_op_check,
-    returns=lambda *args: 1)
+    returns=lambda *args: 1, forward_sharding=sharding.cross_entropy_fwd_sharding,
+    backward_sharding=sharding.cross_entropy_bwd_sharding)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,

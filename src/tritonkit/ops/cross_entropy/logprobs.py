@@ -21,6 +21,7 @@ from ..._op import Op, not_computed
 from .chunks import check_chunk_tokens, check_head, chunk_loop
 from .kernel import check_target, check_target_values
 from .logprob_kernel import launch_logprob_rows
+from . import sharding
 
 
 def linear_logprobs_reference(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *,
@@ -186,7 +187,8 @@ _LINEAR_LOGPROBS = Op(
                      f"Tensor? bias, Tensor lse, Tensor entropy, {_OPTIONS}, bool want_hidden, bool want_weight, "
                      "bool want_bias, int? chunk_tokens) -> (Tensor, Tensor, Tensor)"),
     backward_fake=_fake_bwd, check=_op_check,
-    returns=lambda *args: 2 if args[7] else 1)
+    returns=lambda *args: 2 if args[7] else 1, forward_sharding=sharding.linear_logprobs_fwd_sharding,
+    backward_sharding=sharding.linear_logprobs_bwd_sharding)
 
 
 def head_inputs(hidden, weight, bias, target, names=("hidden", "target")):

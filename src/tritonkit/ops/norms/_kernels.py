@@ -35,8 +35,10 @@ import triton.language as tl
 
 
 @triton.jit
-def _row_starts(rows, size1, s0, s1):
-    """Element offset of each row's first element; rows index two collapsed dims."""
+def _row_starts(rows, size1, strides):
+    """Element offset of each row's first element; rows index two collapsed dims, strides
+    (s0, s1, column)."""
+    s0, s1, _ = strides
     return (rows // size1) * s0 + (rows % size1) * s1
 
 
@@ -101,18 +103,20 @@ def _norm_fwd_kernel(
     # mean and rstd (float32, one per row). Pointers a flag leaves unused are None (Triton
     # compiles a None in as a constant: no cost to the launch).
     x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
-    # shape: rows (row = i0 * size1 + i1), columns
-    n_rows, n_cols, size1,
-    # strides in elements of x and residual: dim 0, dim 1, column
-    xs0, xs1, x_col, rs0, rs1, r_col,
+    # shape: (rows, columns, size1), row = i0 * size1 + i1
+    shape,
+    # strides in elements of x and residual: (dim 0, dim 1, column)
+    x_strides, r_strides,
     eps, w_offset,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_CHUNK: tl.constexpr, IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
 ):
+    n_rows, n_cols, size1 = shape
+    x_col, r_col = x_strides[2], r_strides[2]
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
-    x_row = _row_starts(rows, size1, xs0, xs1)[:, None]
-    r_row = _row_starts(rows, size1, rs0, rs1)[:, None]
+    x_row = _row_starts(rows, size1, x_strides)[:, None]
+    r_row = _row_starts(rows, size1, r_strides)[:, None]
     o_row = (rows * n_cols)[:, None]
     if ONE_CHUNK:
         # The whole row in registers: read once, reduce, write once.
@@ -158,11 +162,20 @@ def _norm_fwd_kernel(
 
 
 @triton.jit
-def _bwd_tile(dy_ptr, h_ptr, dy_off, h_off, mean, rstd, w, mask):
-    """(dy, xhat, g = dy * (w_offset + w)) of one tile, in float32."""
+def _bwd_chunk(dy_ptr, h_ptr, w_ptr, dy_row, h_row, start, row_ok, mean, rstd, n_cols, w_offset, dy_col, h_col,
+               BLOCK_N: tl.constexpr, HAS_WEIGHT: tl.constexpr):
+    """Columns [start, start + BLOCK_N) of a long row: (cols, col_ok, mask) and their (dy,
+    xhat, g = dy * (w_offset + w)) in float32."""
+    cols = start + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    mask = row_ok[:, None] & col_ok[None, :]
+    dy_off = dy_row + cols[None, :] * dy_col
+    h_off = h_row + cols[None, :] * h_col
+    w = _scale(w_ptr, cols, col_ok, w_offset, HAS_WEIGHT)
     dy = tl.load(dy_ptr + dy_off, mask=mask, other=0.0)
     h = tl.load(h_ptr + h_off, mask=mask, other=0.0)
-    return _bwd_terms(dy, h, mean, rstd, w, mask)
+    dy, xhat, g = _bwd_terms(dy, h, mean, rstd, w, mask)
+    return cols, col_ok, mask, dy, xhat, g
 
 
 @triton.jit
@@ -174,8 +187,8 @@ def _bwd_terms(dy, h, mean, rstd, w, mask):
 
 
 @triton.jit
-def _bwd_rows(dy_ptr, h_ptr, mean_ptr, rstd_ptr, block, n_rows, size1, dys0, dys1, dy_col, hs0, hs1, h_col, cols,
-              col_ok, BLOCK_M: tl.constexpr, IS_RMS: tl.constexpr):
+def _bwd_rows(dy_ptr, h_ptr, mean_ptr, rstd_ptr, block, n_rows, size1, dy_strides, h_strides, cols, col_ok,
+              BLOCK_M: tl.constexpr, IS_RMS: tl.constexpr):
     """Row block `block`'s dy and h tiles (in their own dtype) and its mean and rstd; zeros
     for rows past n_rows (a block past the last loads nothing)."""
     rows = (block * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
@@ -183,8 +196,10 @@ def _bwd_rows(dy_ptr, h_ptr, mean_ptr, rstd_ptr, block, n_rows, size1, dys0, dys
     mask = row_ok[:, None] & col_ok[None, :]
     rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
     mean = rstd * 0.0 if IS_RMS else tl.load(mean_ptr + rows, mask=row_ok, other=0.0)
-    dy = tl.load(dy_ptr + _row_starts(rows, size1, dys0, dys1)[:, None] + cols[None, :] * dy_col, mask=mask, other=0.0)
-    h = tl.load(h_ptr + _row_starts(rows, size1, hs0, hs1)[:, None] + cols[None, :] * h_col, mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + _row_starts(rows, size1, dy_strides)[:, None] + cols[None, :] * dy_strides[2], mask=mask,
+                 other=0.0)
+    h = tl.load(h_ptr + _row_starts(rows, size1, h_strides)[:, None] + cols[None, :] * h_strides[2], mask=mask,
+                other=0.0)
     return dy, h, mean, rstd
 
 
@@ -205,10 +220,10 @@ def _norm_bwd_kernel(
     # program, then one for each group; int32 counters left at zero (`_finish_sums`).
     # Pointers a flag leaves unused are None, as in the forward.
     dy_ptr, dh_ptr, h_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr, part_ptr, count_ptr,
-    # shape: rows (row = i0 * size1 + i1), columns
-    n_rows, n_cols, size1,
-    # strides in elements of dy, dh and h: dim 0, dim 1, column
-    dys0, dys1, dy_col, dhs0, dhs1, dh_col, hs0, hs1, h_col,
+    # shape: (rows, columns, size1), row = i0 * size1 + i1
+    shape,
+    # strides in elements of dy, dh and h: (dim 0, dim 1, column)
+    dy_strides, dh_strides, h_strides,
     w_offset,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_CHUNK: tl.constexpr, IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_DH: tl.constexpr,
@@ -216,6 +231,8 @@ def _norm_bwd_kernel(
 ):
     # Persistent: program p takes row blocks p, p + P, p + 2P, ... (a fixed set, so the
     # dW/dB partial sums, and their total, do not depend on scheduling).
+    n_rows, n_cols, size1 = shape
+    dy_col, dh_col, h_col = dy_strides[2], dh_strides[2], h_strides[2]
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     n_blocks = tl.cdiv(n_rows, BLOCK_M)
@@ -233,20 +250,20 @@ def _norm_bwd_kernel(
         # Each row block's dy, h and statistics are loaded one iteration ahead, so that they
         # are in flight while the block before is reduced and stored (one program an SM: its
         # own loads are all that cover the memory latency).
-        dy_n, h_n, mean_n, rstd_n = _bwd_rows(dy_ptr, h_ptr, mean_ptr, rstd_ptr, pid, n_rows, size1, dys0, dys1,
-                                              dy_col, hs0, hs1, h_col, cols, col_ok, BLOCK_M, IS_RMS)
+        dy_n, h_n, mean_n, rstd_n = _bwd_rows(dy_ptr, h_ptr, mean_ptr, rstd_ptr, pid, n_rows, size1, dy_strides,
+                                              h_strides, cols, col_ok, BLOCK_M, IS_RMS)
         for block in range(pid, n_blocks, n_programs):
             rows = (block * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # rows < 2^31; offsets int64
             row_ok = rows < n_rows
             mask = row_ok[:, None] & col_ok[None, :]
             dy_t, h_t, mean, rstd = dy_n, h_n, mean_n, rstd_n
             dy_n, h_n, mean_n, rstd_n = _bwd_rows(dy_ptr, h_ptr, mean_ptr, rstd_ptr, block + n_programs, n_rows, size1,
-                                                  dys0, dys1, dy_col, hs0, hs1, h_col, cols, col_ok, BLOCK_M, IS_RMS)
+                                                  dy_strides, h_strides, cols, col_ok, BLOCK_M, IS_RMS)
             dy, xhat, g = _bwd_terms(dy_t, h_t, mean, rstd, w, mask)
             c_gx = tl.sum(g * xhat, axis=1) / n_cols
             c_g = c_gx * 0.0 if IS_RMS else tl.sum(g, axis=1) / n_cols
             _store_dx(dx_ptr, dh_ptr, g, xhat, c_g, c_gx, rstd, (rows * n_cols)[:, None] + cols[None, :],
-                      _row_starts(rows, size1, dhs0, dhs1)[:, None] + cols[None, :] * dh_col, mask, HAS_DH)
+                      _row_starts(rows, size1, dh_strides)[:, None] + cols[None, :] * dh_col, mask, HAS_DH)
             dw += dy * xhat
             db += dy
         if HAS_WEIGHT:
@@ -262,28 +279,24 @@ def _norm_bwd_kernel(
             row_ok = rows < n_rows
             rstd = tl.load(rstd_ptr + rows)
             mean = rstd * 0.0 if IS_RMS else tl.load(mean_ptr + rows)
-            dy_row = _row_starts(rows, size1, dys0, dys1)[:, None]
-            h_row = _row_starts(rows, size1, hs0, hs1)[:, None]
-            dh_row = _row_starts(rows, size1, dhs0, dhs1)[:, None]
+            dy_row = _row_starts(rows, size1, dy_strides)[:, None]
+            h_row = _row_starts(rows, size1, h_strides)[:, None]
+            dh_row = _row_starts(rows, size1, dh_strides)[:, None]
             c_gx = tl.zeros([1], dtype=tl.float32)
             c_g = tl.zeros([1], dtype=tl.float32)
             for start in range(0, n_cols, BLOCK_N):
-                cols = start + tl.arange(0, BLOCK_N)
-                col_ok = cols < n_cols
-                mask = row_ok[:, None] & col_ok[None, :]
-                dy, xhat, g = _bwd_tile(dy_ptr, h_ptr, dy_row + cols[None, :] * dy_col, h_row + cols[None, :] * h_col,
-                                        mean, rstd, _scale(w_ptr, cols, col_ok, w_offset, HAS_WEIGHT), mask)
+                cols, col_ok, mask, dy, xhat, g = _bwd_chunk(dy_ptr, h_ptr, w_ptr, dy_row, h_row, start, row_ok, mean,
+                                                             rstd, n_cols, w_offset, dy_col, h_col, BLOCK_N,
+                                                             HAS_WEIGHT)
                 c_gx += tl.sum(g * xhat, axis=1)
                 if not IS_RMS:
                     c_g += tl.sum(g, axis=1)
             c_gx = c_gx / n_cols
             c_g = c_g / n_cols
             for start in range(0, n_cols, BLOCK_N):
-                cols = start + tl.arange(0, BLOCK_N)
-                col_ok = cols < n_cols
-                mask = row_ok[:, None] & col_ok[None, :]
-                dy, xhat, g = _bwd_tile(dy_ptr, h_ptr, dy_row + cols[None, :] * dy_col, h_row + cols[None, :] * h_col,
-                                        mean, rstd, _scale(w_ptr, cols, col_ok, w_offset, HAS_WEIGHT), mask)
+                cols, col_ok, mask, dy, xhat, g = _bwd_chunk(dy_ptr, h_ptr, w_ptr, dy_row, h_row, start, row_ok, mean,
+                                                             rstd, n_cols, w_offset, dy_col, h_col, BLOCK_N,
+                                                             HAS_WEIGHT)
                 _store_dx(dx_ptr, dh_ptr, g, xhat, c_g, c_gx, rstd, (rows * n_cols)[:, None] + cols[None, :],
                           dh_row + cols[None, :] * dh_col, mask, HAS_DH)
                 seen = col_ok & (block != pid)

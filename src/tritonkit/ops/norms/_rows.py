@@ -79,25 +79,26 @@ def backward_programs(device: torch.device, n_blocks: int, num_warps: int) -> in
     return max(1, min(n_blocks, per_device))
 
 
-def row_layout(shape: torch.Size, *tensors: torch.Tensor) -> tuple[int, list[list[int]]] | None:
-    """(size1, [[s0, s1, column stride] per tensor]) addressing rows of `tensors` (all of
+def row_layout(shape: torch.Size, *tensors: torch.Tensor) -> tuple[int, list[tuple[int, int, int]]] | None:
+    """(size1, [(s0, s1, column stride) per tensor]) addressing rows of `tensors` (all of
     `shape`) through two collapsed leading dims; None when the leading dims need more."""
     sizes, strides = collapse_dims(shape[:-1], *(t.stride()[:-1] for t in tensors))
     if len(sizes) > 2:
         return None
     if len(sizes) == 1:
-        return 1, [[s[0], 0, t.stride(-1)] for s, t in zip(strides, tensors)]
-    return sizes[1], [[s[0], s[1], t.stride(-1)] for s, t in zip(strides, tensors)]
+        return 1, [(s[0], 0, t.stride(-1)) for s, t in zip(strides, tensors)]
+    return sizes[1], [(s[0], s[1], t.stride(-1)) for s, t in zip(strides, tensors)]
 
 
-def rows_of(shape: torch.Size, *tensors: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], int, list[list[int]]]:
+def rows_of(shape: torch.Size, *tensors: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], int,
+                                                                 list[tuple[int, int, int]]]:
     """The tensors (contiguous copies when their leading dims do not collapse to two, a
     layout the kernels do not address), size1 and their strides for the kernels."""
     for t in tensors:
         if not t.is_contiguous():
             break
     else:  # the common case, kept short (host time)
-        return tensors, 1, [[shape[-1], 0, 1]] * len(tensors)
+        return tensors, 1, [(shape[-1], 0, 1)] * len(tensors)
     layout = row_layout(shape, *tensors)
     if layout is None:
         tensors = tuple(t.contiguous() for t in tensors)
@@ -118,8 +119,8 @@ def fwd_plan(n_rows: int, n_cols: int, is_rms: bool, has_weight: bool, has_bias:
 
 def _fwd_template(is_rms: bool, tail: tuple, inputs: tuple) -> LaunchTemplate:
     """The forward's template for a key's first call (inputs: x, residual, weight, bias;
-    tail: n_rows and n_cols first)."""
-    grid, constexprs, num_warps = fwd_plan(tail[0], tail[1], is_rms, inputs[2] is not None, inputs[3] is not None,
+    tail: (n_rows, n_cols, size1) first)."""
+    grid, constexprs, num_warps = fwd_plan(*tail[0][:2], is_rms, inputs[2] is not None, inputs[3] is not None,
                                            inputs[1] is not None)
     return LaunchTemplate("rms_norm_fwd" if is_rms else "layer_norm_fwd", _norm_fwd_kernel, grid, tail,
                           constexprs, num_warps, 1)
@@ -225,7 +226,7 @@ def norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | 
     # A strided 1-D weight or bias is copied: (hidden,) elements, next to (rows, hidden).
     inputs = (x, residual if h is not None else None, weight.contiguous() if weight is not None else None,
               bias.contiguous() if bias is not None else None)
-    tail = (n_rows, n_cols, size1, *x_strides, *r_strides, eps, weight_offset)
+    tail = ((n_rows, n_cols, size1), x_strides, r_strides, eps, weight_offset)
     # y, h, mean and rstd are fresh, aligned, and of the dtypes and presence that x, the
     # residual and is_rms decide: the inputs' layouts key them.
     key = (is_rms, x.device, tail, math.copysign(1.0, weight_offset), head_layout(inputs))
@@ -258,7 +259,7 @@ def norm_bwd(dy: torch.Tensor, dh: torch.Tensor | None, h: torch.Tensor, weight:
     # A row a program, then a row a group: every element written before it is read.
     partials = torch.empty((n_sums, part_rows, n_cols), dtype=torch.float32, device=h.device) if n_sums else None
     inputs = (dy, dh if has_dh else None, h, weight.contiguous() if weight is not None else None, mean, rstd)
-    tail = (n_rows, n_cols, size1, *strides[0], *strides[1], *strides[2], weight_offset)
+    tail = ((n_rows, n_cols, size1), *strides, weight_offset)
     # dx, dW, dB and the partial sums are fresh and aligned, the counters too (zeroed once);
     # their dtypes and presence follow h's, weight's and bias's.
     key = (is_rms, h.device, programs, tail, math.copysign(1.0, weight_offset),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..._op import Op
+from ._declare import declare
 from ._rows import check_eps, check_inputs, norm_bwd, norm_fwd
 from .rms_norm import _check_grads
 
@@ -45,52 +45,14 @@ def _layer_norm_bwd(dy, dh, h, weight, bias, mean, rstd):
     return norm_bwd(dy, dh, h, weight, bias, mean, rstd, 0.0, is_rms=False)
 
 
-def _fwd_fake(x, weight, bias, residual, eps):
-    stats = x.shape[:-1]
-    return (x.new_empty(x.shape), x.new_empty(x.shape if residual is not None else (0,)),
-            x.new_empty(stats, dtype=torch.float32), x.new_empty(stats, dtype=torch.float32))
-
-
-def _bwd_fake(dy, dh, h, weight, bias, mean, rstd):
-    return (h.new_empty(h.shape), *(t.new_empty(t.shape) if t is not None else h.new_empty((0,))
-                                    for t in (weight, bias)))
-
-
-def _setup_context(ctx, inputs, output):
-    x, weight, bias, residual, eps = inputs
-    _, h, mean, rstd = output
-    ctx.has_residual = residual is not None
-    ctx.set_materialize_grads(False)  # as in rms_norm: no zero gradients allocated for unused outputs
-    ctx.save_for_backward(h if ctx.has_residual else x, weight, bias, mean, rstd)
-
-
-def _backward(bwd, ctx, dy, dh, _dmean, _drstd):
-    h, weight, bias, mean, rstd = ctx.saved_tensors
-    dy = torch.zeros_like(h) if dy is None else dy
-    dx, dw, db = bwd(dy, dh if ctx.has_residual else None, h, weight, bias, mean, rstd)
-    return (dx, dw if weight is not None else None, db if bias is not None else None,
-            dx if ctx.has_residual else None, None)
-
-
-def _returns(x, weight, bias, residual, eps):
-    return 1 if residual is None else 2  # y, or (y, h); mean and rstd stay for the backward
-
-
 def _check(x, weight, bias, residual, eps):
     check_inputs(x, residual, weight, bias)
     return x, weight, bias, residual, check_eps(eps)
 
 
-_LAYER_NORM = Op(
-    "layer_norm", forward=layer_norm_fwd,
-    forward_schema=("(Tensor x, Tensor? weight, Tensor? bias, Tensor? residual, float eps) "
-                    "-> (Tensor, Tensor, Tensor, Tensor)"),
-    forward_fake=_fwd_fake, setup_context=_setup_context, backward=_backward,
-    backward_launcher=layer_norm_bwd,
-    backward_schema=("(Tensor dy, Tensor? dh, Tensor h, Tensor? weight, Tensor? bias, Tensor mean, "
-                     "Tensor rstd) -> (Tensor, Tensor, Tensor)"),
-    backward_fake=_bwd_fake, eager_backward_launcher=_layer_norm_bwd, check=_check,
-    returns=_returns, eager_forward=_layer_norm_fwd)
+_LAYER_NORM = declare("layer_norm", params=("weight", "bias"), stats=("mean", "rstd"), options=("eps",),
+                      backward_options=0,
+                      launchers=(layer_norm_fwd, _layer_norm_fwd, layer_norm_bwd, _layer_norm_bwd), check=_check)
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,

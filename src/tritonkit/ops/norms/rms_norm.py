@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from ..._checks import check_tensor
-from ..._op import Op
+from ._declare import declare
 from ._rows import check_eps, check_inputs, check_weight_offset, norm_bwd, norm_fwd
 
 
@@ -57,54 +57,14 @@ def _check_grads(dy, dh, h, *stats):
             raise ValueError(f"rstd has shape {tuple(t.shape)}, expected {tuple(h.shape[:-1])}")
 
 
-def _fwd_fake(x, weight, residual, eps, weight_offset):
-    return (x.new_empty(x.shape), x.new_empty(x.shape if residual is not None else (0,)),
-            x.new_empty(x.shape[:-1], dtype=torch.float32))
-
-
-def _bwd_fake(dy, dh, h, weight, rstd, weight_offset):
-    return h.new_empty(h.shape), (weight.new_empty(weight.shape) if weight is not None else h.new_empty((0,)))
-
-
-def _setup_context(ctx, inputs, output):
-    x, weight, residual, eps, weight_offset = inputs
-    _, h, rstd = output
-    ctx.has_residual = residual is not None
-    ctx.weight_offset = weight_offset
-    # Outputs nobody differentiated get None, not a zero tensor autograd would allocate
-    # (and fill, on the GPU) every call. (rstd, and h without residual, are not returned:
-    # the Op marks them non-differentiable.)
-    ctx.set_materialize_grads(False)
-    ctx.save_for_backward(h if ctx.has_residual else x, weight, rstd)
-
-
-def _backward(bwd, ctx, dy, dh, _drstd):
-    h, weight, rstd = ctx.saved_tensors
-    dy = torch.zeros_like(h) if dy is None else dy
-    dx, dw = bwd(dy, dh if ctx.has_residual else None, h, weight, rstd, ctx.weight_offset)
-    # x and residual get the same gradient, one tensor (as torch's own add backward gives).
-    return dx, dw if weight is not None else None, dx if ctx.has_residual else None, None, None
-
-
-def _returns(x, weight, residual, eps, weight_offset):
-    return 1 if residual is None else 2  # y, or (y, h); rstd stays for the backward
-
-
 def _check(x, weight, residual, eps, weight_offset):
     check_inputs(x, residual, weight)
     return x, weight, residual, check_eps(eps), check_weight_offset(weight_offset, weight)
 
 
-_RMS_NORM = Op(
-    "rms_norm", forward=rms_norm_fwd,
-    forward_schema=("(Tensor x, Tensor? weight, Tensor? residual, float eps, float weight_offset) "
-                    "-> (Tensor, Tensor, Tensor)"),
-    forward_fake=_fwd_fake, setup_context=_setup_context, backward=_backward,
-    backward_launcher=rms_norm_bwd,
-    backward_schema=("(Tensor dy, Tensor? dh, Tensor h, Tensor? weight, Tensor rstd, float weight_offset) "
-                     "-> (Tensor, Tensor)"),
-    backward_fake=_bwd_fake, eager_backward_launcher=_rms_norm_bwd, check=_check,
-    returns=_returns, eager_forward=_rms_norm_fwd)
+_RMS_NORM = declare("rms_norm", params=("weight",), stats=("rstd",), options=("eps", "weight_offset"),
+                    backward_options=1, launchers=(rms_norm_fwd, _rms_norm_fwd, rms_norm_bwd, _rms_norm_bwd),
+                    check=_check)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6, *,

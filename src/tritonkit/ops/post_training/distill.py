@@ -26,6 +26,7 @@ from ..cross_entropy.scale import scale_gradients
 from ._fused import gradient_outputs, grad_fakes, requires_grads
 from ._sequences import check_choice, check_number
 from .distill_kernel import KINDS, kind_for, launch_distill_rows
+from . import sharding
 
 
 def distill_loss_reference(hidden, weight, teacher_hidden, teacher_weight, *, target=None, bias=None,
@@ -210,7 +211,8 @@ _LINEAR_DISTILL_LOSS = Op(
                      f"Tensor grad_hidden, Tensor grad_weight, Tensor grad_bias, {_OPTIONS}) "
                      "-> (Tensor, Tensor, Tensor)"),
     backward_fake=_fake_bwd, eager_backward_launcher=lambda *args: linear_distill_loss_bwd(*args, in_place=True),
-    check=_op_check, returns=lambda *args: 1)
+    check=_op_check, returns=lambda *args: 1, forward_sharding=sharding.linear_distill_loss_fwd_sharding,
+    backward_sharding=sharding.linear_distill_loss_bwd_sharding)
 
 
 def distill_loss(hidden: torch.Tensor, weight: torch.Tensor, teacher_hidden: torch.Tensor,

@@ -27,6 +27,7 @@ from ..cross_entropy.logprobs import check_inputs, logprob_stats
 from ..cross_entropy.logprobs import check_options as check_head_options
 from ._fused import (GRADS_SCHEMA, eager_saved_gradients_bwd, grad_fakes, gradient_outputs, per_token,
                      requires_grads, saved_gradients_bwd, saved_gradients_fake)
+from . import sharding
 
 
 def token_terms(logp, advantages, old, ref, policy_weights, beta, kl_estimator, epsilon_low, epsilon_high, delta,
@@ -171,7 +172,8 @@ _LINEAR_GRPO_LOSS = Op(
     forward_fake=_fake_fwd, setup_context=_setup_context, backward=_backward,
     backward_launcher=saved_gradients_bwd, backward_schema=GRADS_SCHEMA, backward_fake=saved_gradients_fake,
     eager_backward_launcher=eager_saved_gradients_bwd, check=_op_check,
-    returns=lambda *args: 3 if args[19] else 1)
+    returns=lambda *args: 3 if args[19] else 1, forward_sharding=sharding.linear_grpo_loss_fwd_sharding,
+    backward_sharding=sharding.linear_grpo_loss_bwd_sharding)
 
 
 def _flat(t: torch.Tensor | None, shape) -> torch.Tensor | None:
