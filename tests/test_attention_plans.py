@@ -14,6 +14,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 import tritonkit
 from tritonkit import _launch
+from tritonkit.ops.attention import plan_keys
 from tritonkit.ops.attention import (attention_bwd, attention_fwd, attention_reference, attention_varlen_bwd,
                                      attention_varlen_fwd)
 from tritonkit.ops import attention as attention_module
@@ -43,8 +44,8 @@ def _fresh(*tensors):
 def _built_forward(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1, softcap=0.0, config=None,
                    tma=None, gluon=None):
     """attention_fwd through a plan built for the call (and not kept)."""
-    return plans.build_forward(q, k, v, causal, scale, window_left, window_right, softcap, config, tma,
-                               gluon).run(q, k, v)
+    score_args = (causal, scale, window_left, window_right, softcap, False)
+    return plans.build_forward(q, k, v, score_args, None, None, config, tma, gluon).run(q, k, v)
 
 
 def _equal(got, want):
@@ -185,14 +186,15 @@ def test_cu_seqlens_values_are_checked_on_every_call(device):
     up = torch.randn_like(o)
     grads = attention_varlen_bwd(up, q, k, v, *planned, other, other, True)
     assert len(plans._PLANS) == kept
-    flags = (other, other, True, None, -1, -1, 0.0)
-    _equal(planned, plans.build_varlen_forward(q, k, v, *flags, None, None, None).run(q, k, v, other, other))
-    _equal(grads, plans.build_varlen_backward(up, q, k, v, *planned, *flags, None, None, None, None, None, None).run(
-        up, q, k, v, *planned, None, other, other))
+    score = ((True, None, -1, -1, 0.0, False), None, None)   # score_args, alibi_slopes, sinks
+    _equal(planned, plans.build_varlen_forward(q, k, v, other, other, *score, None, None, None).run(q, k, v, other,
+                                                                                                 other))
+    _equal(grads, plans.build_varlen_backward(up, q, k, v, *planned, other, other, *score, None, None, None, None,
+                                              None, None).run(up, q, k, v, *planned, None, other, other)[:3])
 
 
 def test_plans_are_bounded_and_hold_no_tensor(monkeypatch, device):
-    monkeypatch.setattr(plans, "MAX_PLANS", 4)
+    monkeypatch.setattr(plan_keys, "MAX_PLANS", 4)
     q, k, v = make_qkv(1, 1, 1, 40, 40, 16, torch.float16, device)
     for n in range(1, 12):
         attention_fwd(q[:, :, :n], k, v, True)
@@ -356,5 +358,6 @@ def test_eager_backward_keys_the_upstream_layout(device):
         got = torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
         saved = [t.detach() for t in (q, k, v, o)]
         lse = attention_fwd(*saved[:3], True)[1]
-        _equal(got, plans.build_backward(do, *saved, lse, True, None, -1, -1, 0.0, None, None, None, None, None,
-                                         None).run(do, *saved, lse, None))
+        score = ((True, None, -1, -1, 0.0, False), None, None)   # score_args, alibi_slopes, sinks
+        _equal(got, plans.build_backward(do, *saved, lse, *score, None, None, None, None, None,
+                                         None).run(do, *saved, lse, None)[:3])

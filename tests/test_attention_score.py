@@ -202,9 +202,11 @@ def test_description_folds():
     (dict(alibi_slopes=[1.0] * 4), TypeError, "alibi_slopes"),
     (dict(sinks=torch.ones(2, 4)), ValueError, "sinks"),
     (dict(sinks=torch.ones(4, dtype=torch.int32)), TypeError, "sinks"),
+    (dict(alibi_slopes=torch.ones(4, requires_grad=True)), ValueError, "alibi_slopes requires grad"),
 ])
 def test_bad_input(kw, error, words, device):
     q, k, v = make_qkv(1, 4, 2, 8, 8, 16, torch.float16, device)
-    kw = {key: (val.to(device) if isinstance(val, torch.Tensor) else val) for key, val in kw.items()}
+    kw = {key: (val.detach().to(device).requires_grad_(val.requires_grad) if isinstance(val, torch.Tensor) else val)
+          for key, val in kw.items()}
     with pytest.raises(error, match=words):
         tritonkit.attention(q, k, v, **kw)

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ..ops.attention import attention, attention_bwd, attention_fwd, attention_reference
+from ..ops.attention.checks import ALIGNMENTS
 from . import BenchCase, InspectRequest, OpEntry
 from ._accuracy import Comparison, relative_error
 from ._inputs import peer_compile
@@ -243,18 +244,23 @@ def _bench_cases(on_gpu: bool) -> list[BenchCase]:
 
 
 def _sample(device: torch.device) -> tuple:
-    # GQA (4 query heads over 2), Nq != Nk, causal with a left window and a softcap, q a view
-    # of a packed (B, N, H, D) buffer.
+    # GQA (4 query heads over 2), Nq != Nk aligned bottom-right, causal with a left window, a
+    # softcap and learnable sinks, q a view of a packed (B, N, H, D) buffer. (ALiBi's slopes are
+    # not differentiated, and every floating argument of a sample is: tests/test_attention_score.)
     q = torch.randn(1, 37, 4, 32, device=device, dtype=torch.float16).transpose(1, 2)
     k = torch.randn(1, 2, 45, 32, device=device, dtype=torch.float16)
     v = torch.randn(1, 2, 45, 32, device=device, dtype=torch.float16)
-    return q, k, v, True, 32 ** -0.5, 20, -1, 30.0  # causal, scale, window (20, -1), softcap 30
+    sinks = torch.randn(4, device=device)
+    # causal, scale, window (20, -1), softcap 30, bottom-right, no ALiBi, sinks
+    return q, k, v, True, 32 ** -0.5, 20, -1, 30.0, True, None, sinks
 
 
-def _reference(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0, upcast=True):
+def _reference(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0, bottom_right=False,
+               alibi_slopes=None, sinks=None, upcast=True):
     """`attention_reference` taking the Op's positional arguments; (out, lse) as the Op returns."""
     return attention_reference(q, k, v, causal, scale, upcast, window=(window_left, window_right),
-                               softcap=softcap or None, return_lse=True)
+                               softcap=softcap or None, causal_alignment=ALIGNMENTS[bottom_right],
+                               alibi_slopes=alibi_slopes, sinks=sinks, return_lse=True)
 
 
 def _fuzz_inputs(inputs: FuzzInputs):

@@ -8,6 +8,7 @@ import math
 import torch
 
 from ..ops.attention import attention_varlen, attention_varlen_bwd, attention_varlen_fwd, attention_varlen_reference
+from ..ops.attention.checks import ALIGNMENTS
 from . import BenchCase, InspectRequest, two_pass_entry
 from ._accuracy import Comparison, relative_error
 from ._fuzz import HALVES, FuzzInputs, describe
@@ -101,19 +102,21 @@ def _bench_cases(on_gpu: bool) -> list[BenchCase]:
 
 
 def _reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1, softcap=0.0,
-               upcast=True):
+               bottom_right=False, alibi_slopes=None, sinks=None, upcast=True):
     """`attention_varlen_reference` taking the Op's positional arguments; (out, lse) as the Op."""
     return attention_varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, upcast,
-                                      window=(window_left, window_right), softcap=softcap or None, return_lse=True)
+                                      window=(window_left, window_right), softcap=softcap or None,
+                                      causal_alignment=ALIGNMENTS[bottom_right], alibi_slopes=alibi_slopes,
+                                      sinks=sinks, return_lse=True)
 
 
 def _sample(device: torch.device) -> tuple:
     # GQA (4 query heads over 2), lengths 5, 0, 17, 1 (an empty sequence), causal, a left
-    # window and a softcap; q, k, v views into one packed projection.
+    # window, a softcap and learnable sinks; q, k, v views into one packed projection.
     lengths = [5, 0, 17, 1]
     q, k, v = _packed_qkv(sum(lengths), 4, 2, 32, torch.float16, device)
     cu = cu_seqlens(lengths, device)
-    return q, k, v, cu, cu, True, 32 ** -0.5, 6, -1, 30.0
+    return q, k, v, cu, cu, True, 32 ** -0.5, 6, -1, 30.0, False, None, torch.randn(4, device=device)  # sinks
 
 
 FUZZ_LENGTHS = (0, 0, 1, 1, 2, 3, 5, 7, 13, 16, 17, 31)   # empty, single, primes, a block and one past

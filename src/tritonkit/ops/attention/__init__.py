@@ -31,8 +31,9 @@ import torch
 from ..._autocast import autocast_inputs
 from ..._op import Op, not_computed
 from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel
-from .checks import (_alignment_arg, _block_d, _check_max_seqlen, _check_qkv, _check_score_tensors, _check_varlen,
-                     _empty_like_order, _flag_arg, _head_dim_innermost, _resolve_scale, _softcap_arg, _window_arg)
+from .checks import (_alibi_arg, _alignment_arg, _block_d, _check_max_seqlen, _check_qkv, _check_score_tensors,
+                     _check_varlen, _empty_like_order, _flag_arg, _head_dim_innermost, _resolve_scale, _softcap_arg,
+                     _window_arg)
 from .configs import (TileConfig, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _attn_fwd_tuned, _prune_dkdv,
                       _prune_dq, _prune_fwd, _row_keys, autotune_configs, fixed_configs)
 from .descriptors import (_descriptor, _descriptor_maker, _fit_descriptors, _fit_dkdv_descriptors,
@@ -61,7 +62,8 @@ def _context_saver(n_tensors: int):
     forward gives a third output, the backward launcher of its plan (`attention_fwd_eager`);
     other roads' backwards take the op's backward launcher."""
     def setup_context(ctx, inputs, output):
-        *flags, alibi, sinks = inputs[n_tensors:]
+        # The schema's defaults for the trailing arguments a call may leave out.
+        *flags, alibi, sinks = (*inputs[n_tensors:], *_SCORE_DEFAULTS[len(inputs) - n_tensors:])
         ctx.save_for_backward(*inputs[:n_tensors], output[0], output[1], alibi, sinks)
         ctx.flags = tuple(flags)
         ctx.launcher = output[2] if len(output) > 2 else None
@@ -125,6 +127,8 @@ def _attention_check(q, k, v, causal, scale, window_left=-1, window_right=-1, so
 
 
 _FLAGS_SCHEMA = ("bool causal, float scale, int window_left=-1, int window_right=-1, float softcap=0.0")
+# The defaults of the score's arguments after q, k, v (and cu_seqlens), as the schemas give them.
+_SCORE_DEFAULTS = (False, None, -1, -1, 0.0, False, None, None)
 _SCORE_SCHEMA = "bool bottom_right=False, Tensor? alibi_slopes=None, Tensor? sinks=None"
 
 _ATTENTION = Op(
@@ -226,7 +230,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     q, k, v = autocast_inputs(q, k, v)
     # The launchers validate q, k, v and scale on the eager roads (scale=None means 1/sqrt(D)).
     o, lse = _ATTENTION(q, k, v, _flag_arg("causal", causal), scale, window_left, window_right, _softcap_arg(softcap),
-                        _alignment_arg(causal_alignment), alibi_slopes, sinks)
+                        _alignment_arg(causal_alignment), _alibi_arg(alibi_slopes), sinks)
     return (o, lse) if _flag_arg("return_lse", return_lse) else o
 
 
@@ -261,6 +265,6 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     window_left, window_right = _window_arg(window)
     q, k, v = autocast_inputs(q, k, v)
     o, lse = _ATTENTION_VARLEN(q, k, v, cu_seqlens_q, cu_seqlens_k, _flag_arg("causal", causal), scale, window_left,
-                               window_right, _softcap_arg(softcap), _alignment_arg(causal_alignment), alibi_slopes,
-                               sinks)
+                               window_right, _softcap_arg(softcap), _alignment_arg(causal_alignment),
+                               _alibi_arg(alibi_slopes), sinks)
     return (o, lse) if _flag_arg("return_lse", return_lse) else o

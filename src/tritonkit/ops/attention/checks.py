@@ -248,3 +248,13 @@ def _flag_arg(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     return value
+
+
+def _alibi_arg(alibi_slopes: object) -> object:
+    """The public alibi_slopes, refused where autograd would expect a gradient for them: ALiBi's
+    slopes are not differentiated (as in FlashAttention-2), and a gradient must never be
+    silently missing."""
+    if isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.requires_grad and torch.is_grad_enabled():
+        raise ValueError("alibi_slopes requires grad, but ALiBi's slopes are not differentiated (as in "
+                         "FlashAttention-2): pass alibi_slopes.detach() if they are fixed")
+    return alibi_slopes

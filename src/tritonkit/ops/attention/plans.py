@@ -40,7 +40,8 @@ from .descriptors import _descriptor_maker, _use_tma
 from .forward import _attn_fwd_kernel
 from .order import longest_first_span, num_sms
 from .paths import gluon_backward, gluon_forward
-from .plan_keys import _PLANS, MAX_PLANS, _keep, _layout, _one_cu_seqlens, _setting, clear, planned  # noqa: F401
+from .plan_keys import (_PLANS, MAX_PLANS, _keep, _layout, _one_cu_seqlens, _setting, backward_key,  # noqa: F401
+                        clear, planned)
 from .score import Score, kernel_qk_scale, score_of
 
 # Running dQ on a side stream beside dK/dV fills the SMs the other pass's last, uneven

@@ -63,18 +63,27 @@ def _dense(op: str, names: tuple, tensors: tuple, options: int, alibi, sinks, ou
     return strategies
 
 
-def attention_fwd_sharding(q, k, v, causal, scale, window_left, window_right, softcap, bottom_right, alibi, sinks):
-    return _dense("attention", ("q", "k", "v"), (q, k, v), 6, alibi, sinks, 2, False)
+def _given(strategies: list, n: int) -> list:
+    """The strategies' input placements for the n arguments a call gave: DTensor passes a rule
+    only those, leaving the schema's defaults (the rules below fill them in) unplaced."""
+    return [(outs, inputs[:n]) for outs, inputs in strategies]
 
 
-def attention_bwd_sharding(do, q, k, v, o, lse, causal, scale, window_left, window_right, softcap, dlse,
-                           bottom_right, alibi, sinks):
+def attention_fwd_sharding(*args):
+    q, k, v, causal, scale, window_left, window_right, softcap, bottom_right, alibi, sinks = (
+        *args, *(-1, -1, 0.0, False, None, None)[len(args) - 5:])
+    return _given(_dense("attention", ("q", "k", "v"), (q, k, v), 6, alibi, sinks, 2, False), len(args))
+
+
+def attention_bwd_sharding(*args):
+    do, q, k, v, o, lse, causal, scale, window_left, window_right, softcap, dlse, bottom_right, alibi, sinks = (
+        *args, *(-1, -1, 0.0, None, False, None, None)[len(args) - 8:])
     strategies = _dense("attention backward", ("do", "q", "k", "v", "o", "lse"), (do, q, k, v, o, lse), 0, alibi,
                         sinks, 3, True)
     # The arguments between lse and the score's tensors: five options, dlse (like lse), bottom_right.
     for outs, inputs in strategies:
         inputs[6:6] = [None] * 5 + [maybe(dlse, inputs[5])] + [None]
-    return strategies
+    return _given(strategies, len(args))
 
 
 def _packed(op: str, tensors: tuple, cu: tuple, lse_like: tuple, options: int, alibi, sinks, outputs: tuple,
@@ -104,16 +113,19 @@ def _packed(op: str, tensors: tuple, cu: tuple, lse_like: tuple, options: int, a
     return strategies
 
 
-def attention_varlen_fwd_sharding(q, k, v, cu_q, cu_k, causal, scale, window_left, window_right, softcap,
-                                  bottom_right, alibi, sinks):
-    return _packed("attention_varlen", (q, k, v), (cu_q, cu_k), (), 6, alibi, sinks, (1, 0), False)
+def attention_varlen_fwd_sharding(*args):
+    q, k, v, cu_q, cu_k, causal, scale, window_left, window_right, softcap, bottom_right, alibi, sinks = (
+        *args, *(-1, -1, 0.0, False, None, None)[len(args) - 7:])
+    return _given(_packed("attention_varlen", (q, k, v), (cu_q, cu_k), (), 6, alibi, sinks, (1, 0), False),
+                  len(args))
 
 
-def attention_varlen_bwd_sharding(do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window_left, window_right, softcap,
-                                  dlse, bottom_right, alibi, sinks):
+def attention_varlen_bwd_sharding(*args):
+    (do, q, k, v, o, lse, cu_q, cu_k, causal, scale, window_left, window_right, softcap, dlse, bottom_right, alibi,
+     sinks) = (*args, *(-1, -1, 0.0, None, False, None, None)[len(args) - 10:])
     strategies = _packed("attention_varlen backward", (do, q, k, v, o), (), (lse,), 0, alibi, sinks, (1, 1, 1), True)
     # Argument order: do, q, k, v, o, lse, cu_q, cu_k, five options, dlse, bottom_right, alibi, sinks.
     for outs, inputs in strategies:
         lse_p = inputs[5]
         inputs[6:6] = [maybe(cu_q, Replicate()), maybe(cu_k, Replicate())] + [None] * 5 + [maybe(dlse, lse_p)] + [None]
-    return strategies
+    return _given(strategies, len(args))
