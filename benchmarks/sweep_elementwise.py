@@ -194,6 +194,8 @@ def small_add():
 if __name__ == "__main__":
     import sys
 
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        sys.exit(print(__doc__))
     parts = sys.argv[1:] or ["overhead", "add", "softmax", "long"]
     for part in parts:
         {"overhead": host_overhead, "add": sweep_add, "softmax": sweep_softmax, "long": sweep_long_rows,
