@@ -5,11 +5,13 @@ to compare a change (a refactor must leave these within noise).
     (cd old && PYTHONPATH=src python3 ../benchmarks/before_after.py before)
     PYTHONPATH=src python3 benchmarks/before_after.py after
 """
-import sys, torch, tritonkit, triton
+import argparse, torch, tritonkit, triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
 from tritonkit.ops.attention import attention_fwd, attention_bwd
-label = sys.argv[1]
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("label", help="the name printed before each row (before, after)")
+label = parser.parse_args().label
 def fwd(*a, **kw):
     # Checkouts older than the Gluon dispatch have no gluon= argument.
     try: return attention_fwd(*a, gluon=False, **kw)

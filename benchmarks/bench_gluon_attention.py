@@ -47,8 +47,7 @@ def gluon_variant(q, k, v, causal, stages=None, schedule=None, o_buffer=None):
     scheduler deciding the order), "round-robin" (the persistent grid, tiles dealt in turn),
     "dynamic" (the persistent grid, each tile to the first program to ask). Launched through
     Triton's own path, whose host time the launcher's cached one does not pay: compare the
-    variants with each other (benchmarks/results/2026-12-01-h200-s7-call8-dynamic_ab.py times two
-    schedules through the cached path)."""
+    variants with each other, not with the launcher."""
     B, H, N, D = q.shape
     o, lse = torch.empty_like(q), torch.empty(B, H, N, device=q.device)
     grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, D ** -0.5)

@@ -188,6 +188,8 @@ def cases(groups, device):
 
 def main():
     args = sys.argv[1:]
+    if {"-h", "--help"} & set(args):
+        sys.exit(print(__doc__))
     on_cpu = "--cpu" in args or not torch.cuda.is_available()
     profile_calls = "--no-profile" not in args
     groups = [a for a in args if not a.startswith("--")] or ["add", "softmax", "attention"]

@@ -85,6 +85,8 @@ def least_time(fn, calls=200, rounds=30):
 
 
 def main():
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        sys.exit(print(__doc__))
     _checks.check_device_of = lambda name, device: None
     steps = calls()
     cases = sys.argv[1:] or list(steps)

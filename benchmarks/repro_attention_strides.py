@@ -38,6 +38,8 @@ def run_case(q_d: int, k_t: int, stages: int) -> None:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        sys.exit(print(__doc__))
     if len(sys.argv) > 1:
         run_case(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
         sys.exit(0)

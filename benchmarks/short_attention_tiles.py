@@ -11,7 +11,7 @@ head, so its last tile holds 64 rows of 192; B=4 H=32 N=4096 (21 1/3) is the con
 TFLOP/s 4 B H N^2 D, halved causal; launchers timed (`bench.timing.time_ms`), outputs checked
 against cuDNN's.
 """
-import sys
+import argparse
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +21,9 @@ from tritonkit.bench.timing import time_ms
 from tritonkit.ops.attention.gluon import attention_fwd as gluon_fwd
 from tritonkit.ops.attention import attention_fwd
 
-variant = sys.argv[1]
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("variant", choices=("dispatch", "triton", "two-consumers"))
+variant = parser.parse_args().variant
 if variant == "two-consumers":
     gluon_fwd.consumer_count = lambda *args, **kwargs: 2
 gluon = {"dispatch": None, "triton": False, "two-consumers": True}[variant]

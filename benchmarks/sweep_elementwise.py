@@ -80,7 +80,7 @@ def sweep_softmax():
 def sweep_long_rows():
     """Rows too long for one program (16 x 2^20): the one-launch schedule at several lags,
     program counts and chunk sizes, beside torch.softmax. (Two launches, stats then apply,
-    were measured slower and removed: notes/benchmarks-history.md.)"""
+    were measured slower and removed: notes/add_softmax.md.)"""
     src = torch.empty(1 << 28, device="cuda")
     dst = torch.empty_like(src)
     ceiling = 2 * src.numel() * 4 / bench(lambda: dst.copy_(src)) / 1e6
@@ -194,6 +194,8 @@ def small_add():
 if __name__ == "__main__":
     import sys
 
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        sys.exit(print(__doc__))
     parts = sys.argv[1:] or ["overhead", "add", "softmax", "long"]
     for part in parts:
         {"overhead": host_overhead, "add": sweep_add, "softmax": sweep_softmax, "long": sweep_long_rows,

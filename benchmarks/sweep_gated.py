@@ -111,6 +111,8 @@ def main(device: torch.device, shape: tuple[int, int]) -> None:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        sys.exit(print(__doc__))
     cpu = "--cpu" in sys.argv
     if not cpu and not torch.cuda.is_available():
         sys.exit("sweep_gated.py times kernels on a GPU; none here (--cpu tries the script on tiny shapes)")

@@ -331,6 +331,8 @@ def sweep_norms_backward(device: torch.device, shape: tuple[int, int], dtype: to
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        sys.exit(print(__doc__))
     cpu = "--cpu" in sys.argv
     args = [a for a in sys.argv[1:] if a != "--cpu"]
     shapes = [tuple(int(n) for n in args[i + 1].split("x")) for i, a in enumerate(args) if a == "--shape"]

@@ -191,7 +191,9 @@ def test_forward_finishes_in_its_one_launch(rows, classes, ignored, device):
     # input is bound by host time a launch), and leaves the shared counters at zero.
     logits = torch.randn(rows, classes, device=device)
     target = make_target(rows, classes, ignored, device)
-    for reduction in REDUCTIONS:
+    # Past 1024 rows only the reducing reductions have a step to cross (each row a program
+    # under the interpreter: seconds a reduction).
+    for reduction in REDUCTIONS if rows <= 1024 else [r for r in REDUCTIONS if r != "none"]:
         with record_launches() as launches:
             loss, lse, count = cross_entropy_fwd(logits, target, IGNORE, 0.0, reduction, None, False)
         assert [launch.name for launch in launches] == ["cross_entropy_fwd"]

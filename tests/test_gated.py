@@ -25,8 +25,7 @@ SHAPES = [
     (7, 1),             # hidden 1, several rows in one program
     (3, 37),            # odd hidden, rows packed several to a program
     (2, 5, 13),         # three dims, primes
-    (4, 2049),          # just past a 2048-column block
-    (2, 4097),          # just past a whole tile: a masked second block per row
+    (4, 2049),          # just past a 2048-column block: 512-wide blocks, a masked last one per row
     (1, 3 * 4096),      # whole tiles, no mask at all
     (),                 # 0-d (separate inputs only)
 ] + ([(8192, 14336), (3, 1_000_003), (4099, 11008)] if ON_GPU else [])

@@ -25,8 +25,8 @@ SHAPES = [
     ((13,), 1, 16),        # I = 1 (a dozen tokens: a 1-element gradient is one bf16 rounding by chance)
     ((7,), 13, 5),         # primes
     ((2, 5), 37, 3),       # leading dims (B, N, I)
-    ((3,), 2049, 7),       # just past a 2048-column block
-    ((2,), 4097, 31),      # just past a whole tile: a masked second block per row
+    ((3,), 2049, 7),       # just past a 2048-column block: 512-wide blocks, a masked last one per row
+    ((2,), 3072, 31),      # a row longer than a block: one row a program, 1024-wide blocks
     ((0,), 8, 3),          # no tokens: zero weight and bias gradients
 ] + ([((4099,), 11008, 129), ((2, 2048), 14336, 256)] if ON_GPU else [])
 

@@ -62,7 +62,9 @@ def test_backward(shape, dim, dtype, device):
 
 @pytest.mark.parametrize("offset", range(1, 16))
 def test_views_at_odd_offsets(offset, device):
-    for n_cols in (301, LONG):
+    # The one-pass rows at every offset; the chunked rows (seconds each under the interpreter)
+    # at offsets 1-4, every 16-byte alignment class of a float32 view (the others repeat them).
+    for n_cols in (301, LONG) if offset <= 4 else (301,):
         buf = torch.randn(3 * n_cols + offset, device=device)
         x = buf[offset:offset + 3 * n_cols].view(3, n_cols)
         check_forward(x, -1)
