@@ -183,8 +183,7 @@ def experts_backward(grad_out, hidden, expert_indices, routing_weights, gate_up_
     n_blocks = cdiv(width, t.block_n)
     dgu = hidden.new_empty((slots, 2 * width)) if want_dgu else None
     h = hidden.new_empty((slots, width)) if want_down else None  # the down weight's gradient reads it
-    # Zeros: slots routed nowhere have no row to write theirs.
-    dw = torch.zeros((slots, n_blocks), dtype=torch.float32, device=hidden.device) if want_routing else None
+    dw = torch.empty((slots, n_blocks), dtype=torch.float32, device=hidden.device) if want_routing else None
     if slots and (want_dgu or want_down or want_routing):
         Launch("moe_gate_up_bwd", _gate_up_bwd_kernel, (routing.tiles.shape[0] * n_blocks,),
                (dy, down_weight, None if down_bias is None else down_bias.contiguous(), gu, scale, dgu, h, dw,
@@ -200,7 +199,9 @@ def experts_backward(grad_out, hidden, expert_indices, routing_weights, gate_up_
         else:
             dhidden = torch.zeros_like(hidden, memory_format=torch.contiguous_format)
     if want_routing:
-        drouting = dw.sum(1).view(tokens, top_k).to(routing_weights.dtype)
+        # Slots routed nowhere have no row, and no partial sums written: their gradient is 0.
+        routed = (expert_indices >= 0) & (expert_indices < experts)
+        drouting = torch.where(routed, dw.sum(1).view(tokens, top_k), 0.0).to(routing_weights.dtype)
     if want_down:
         ddown, ddown_bias = _weight_grad(dy, h, down_weight, down_bias is not None, scale, routing, top_k,
                                            precision)
