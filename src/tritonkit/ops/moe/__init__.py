@@ -9,6 +9,7 @@ backward.py  the gradients of the inputs, the routing weights, the weights and b
 configs.py   tile sizes and the products' precision
 checks.py    argument validation
 op.py        the torch op and the public `moe_experts`
+sharding.py  its DTensor sharding rules (the tokens sharded, the experts replicated)
 reference.py the per-expert loop in plain torch
 """
 

@@ -13,6 +13,7 @@ from .checks import Sizes, check_args, check_grad_out
 from .configs import row_block
 from .forward import experts_forward
 from .routing import Routing, max_tiles
+from .sharding import moe_experts_bwd_sharding, moe_experts_fwd_sharding
 
 
 def moe_experts_fwd(hidden: torch.Tensor, expert_indices: torch.Tensor, routing_weights: torch.Tensor,
@@ -139,7 +140,8 @@ _MOE_EXPERTS = Op(
                      "Tensor gate_up, Tensor order, Tensor offsets, Tensor tiles, str activation, bool interleaved, "
                      "float alpha, float limit, bool want_hidden, bool want_routing, bool want_gate_up, "
                      "bool want_down) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"),
-    backward_fake=_bwd_fake, eager_backward_launcher=_eager_bwd, check=_op_check, returns=lambda *args: 1)
+    backward_fake=_bwd_fake, eager_backward_launcher=_eager_bwd, check=_op_check, returns=lambda *args: 1,
+    forward_sharding=moe_experts_fwd_sharding, backward_sharding=moe_experts_bwd_sharding)
 
 
 def moe_experts(hidden: torch.Tensor, expert_indices: torch.Tensor, routing_weights: torch.Tensor,
