@@ -95,7 +95,7 @@ def _transformers_grouped_mm(activation: str, interleaved: bool, alpha: float, l
     return call
 
 
-def _providers(activation: str, interleaved: bool, on_gpu: bool) -> dict[str, Callable]:
+def _providers(activation: str, interleaved: bool) -> dict[str, Callable]:
     options = dict(activation=activation, interleaved=interleaved, alpha=1.702, limit=7.0)
 
     def bind(f):
@@ -103,7 +103,7 @@ def _providers(activation: str, interleaved: bool, on_gpu: bool) -> dict[str, Ca
 
     providers = {"tritonkit": bind(moe_experts), "eager": bind(lambda *a, **o: moe_experts_reference(
         *a, **o, upcast=False))}
-    if on_gpu and hasattr(torch, "_grouped_mm"):
+    if hasattr(torch, "_grouped_mm"):
         providers["grouped_mm"] = bind(grouped_mm_experts)
         hf = _transformers_grouped_mm(**options)
         if hf is not None:
@@ -114,7 +114,7 @@ def _providers(activation: str, interleaved: bool, on_gpu: bool) -> dict[str, Ca
     return providers
 
 
-def _case(shape: tuple, backward: bool, on_gpu: bool, name: str) -> BenchCase:
+def _case(shape: tuple, backward: bool, name: str) -> BenchCase:
     """fwd+bwd (the gradients of hidden, routing weights, weights and biases), or the forward
     alone with autograd recording, whose result (the output and its graph) is what a training
     step holds from the forward to the backward: the activation memory."""
@@ -125,7 +125,7 @@ def _case(shape: tuple, backward: bool, on_gpu: bool, name: str) -> BenchCase:
         args = _inputs(tokens, hidden, width, experts, k, bias, dtype, device, grad=True)
         leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
         upstream = torch.randn(tokens, hidden, device=device, dtype=dtype)
-        providers = _providers(activation, interleaved, on_gpu)
+        providers = _providers(activation, interleaved)
         if backward:
             return {p: (lambda f=f: torch.autograd.grad(f(*args), leaves, upstream)) for p, f in providers.items()}
         return {p: (lambda f=f: f(*args)) for p, f in providers.items()}
@@ -147,8 +147,8 @@ def _case(shape: tuple, backward: bool, on_gpu: bool, name: str) -> BenchCase:
 def _bench_cases(on_gpu: bool) -> list[BenchCase]:
     if not on_gpu:
         tiny = (24, 32, 16, 4, 2, "silu", False, False)
-        return [_case(tiny, True, False, "tiny"), _case(tiny, False, False, "tiny")]
-    return [_case(shape, backward, True, name) for name, shape in (("Qwen3-30B-A3B", QWEN3_30B_A3B),
+        return [_case(tiny, True, "tiny"), _case(tiny, False, "tiny")]
+    return [_case(shape, backward, name) for name, shape in (("Qwen3-30B-A3B", QWEN3_30B_A3B),
                                                                   ("gpt-oss-20b", GPT_OSS_20B))
             for backward in (True, False)]
 

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..._checks import FLOAT_DTYPES, check_tensor, dtype_name, is_finite
+from ..._checks import check_tensor, dtype_name, is_finite
 from .activation import activation_code
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -83,5 +83,3 @@ def check_grad_out(grad_out: torch.Tensor, hidden: torch.Tensor) -> None:
     _same("grad_out", grad_out, hidden, "hidden")
     _shape("grad_out", grad_out, tuple(hidden.shape), "the output's shape")
 
-
-__all__ = ["FLOAT_DTYPES", "Sizes", "check_args", "check_grad_out"]
