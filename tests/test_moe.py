@@ -183,20 +183,35 @@ def test_no_tokens(device):
     assert all(not g.any() for g in grads.values())
 
 
-def test_torch_compile_fullgraph(device):
-    tensors, indices = make(13, 20, 12, 4, 2, torch.float32, device, bias=True)
+class _Layer(torch.nn.Module):
+    """gpt-oss's experts as a module whose alpha and limit are attributes, as a model's are:
+    under dynamic shapes dynamo leaves such floats symbolic, and the op must trace them."""
 
-    def layer(hidden, routing_weights, gate_up_weight, down_weight, gate_up_bias, down_bias):
-        out = tritonkit.moe_experts(hidden, indices, routing_weights.softmax(-1), gate_up_weight, down_weight,
-                                    gate_up_bias, down_bias, activation="gpt_oss", interleaved=True)
-        return (out * hidden).sum()
+    def __init__(self, tensors):
+        super().__init__()
+        self.alpha, self.limit = 1.702, 7.0
+        self.params = torch.nn.ParameterList(tensors[n].detach().clone() for n in NAMES[2:])
 
-    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
-    leaves = [t.detach().requires_grad_() for t in tensors.values()]
-    want = torch.autograd.grad(layer(*leaves), leaves)
-    got = torch.autograd.grad(compiled(*leaves), leaves)
-    for a, e in zip(got, want):
-        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    def forward(self, hidden, indices, routing_weights):
+        out = tritonkit.moe_experts(hidden, indices, routing_weights.softmax(-1), *self.params,
+                                    activation="gpt_oss", interleaved=True, alpha=self.alpha, limit=self.limit)
+        return out * hidden
+
+
+def test_torch_compile_fullgraph_dynamic(device):
+    # Two token counts through one graph compiled with dynamic shapes: the eager module's
+    # outputs and gradients, bit for bit (the same kernels run).
+    layer = _Layer(make(13, 20, 12, 4, 2, torch.float32, device, bias=True)[0])
+    compiled = torch.compile(layer, fullgraph=True, dynamic=True, backend="aot_eager")
+    for tokens in (13, 6):
+        tensors, indices = make(tokens, 20, 12, 4, 2, torch.float32, device)
+        leaves = [tensors["hidden"].requires_grad_(), tensors["routing_weights"].requires_grad_(), *layer.params]
+        want = layer(leaves[0], indices, leaves[1])
+        got = compiled(leaves[0], indices, leaves[1])
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        upstream = torch.randn_like(want)
+        for a, e in zip(torch.autograd.grad(got, leaves, upstream), torch.autograd.grad(want, leaves, upstream)):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)
 
 
 def test_autocast(device):
