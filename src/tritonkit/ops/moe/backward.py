@@ -171,10 +171,10 @@ def experts_backward(grad_out, hidden, expert_indices, routing_weights, gate_up_
     None) is a placeholder."""
     tokens, hidden_size, top_k, experts, width = sizes
     slots = tokens * top_k
-    block_m = row_block(slots, experts)
+    block_m = row_block(slots, experts, hidden.dtype)
     if routing.tiles.shape[0] != max_tiles(slots, experts, block_m):
         raise ValueError("tiles was built for another row block; pass the forward's routing unchanged")
-    tile = row_tiles(block_m, hidden.dtype)
+    tile = row_tiles(block_m, hidden.dtype, interleaved)
     precision = dot_precision(hidden.dtype)
     dy = grad_out.contiguous()
     scale = scale_of(routing_weights)

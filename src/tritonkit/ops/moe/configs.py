@@ -44,28 +44,42 @@ _INTERPRETER_TILE = Tile(16, 32, 32, 4, 1)
 _INTERPRETER_WEIGHT_TILE = Tile(32, 32, 16, 4, 1)
 
 
-def row_block(rows: int, num_experts: int) -> int:
+def _ieee(dtype: torch.dtype) -> bool:
+    """float32 products in IEEE float32: no tensor cores, the accumulators and both operands in
+    registers (the FMA path), so smaller tiles."""
+    return dtype == torch.float32 and dot_precision(dtype) == "ieee"
+
+
+def row_block(rows: int, num_experts: int, dtype: torch.dtype) -> int:
     """BLOCK_M of the passes over expert-sorted rows: 128 where the experts average at least
     128 rows, else 64 (wgmma's smallest row block), so that few rows an expert do not leave
-    most of each tile masked."""
+    most of each tile masked; 64 for float32 (its IEEE products hold the operands in
+    registers). It must not depend on anything but the shapes and dtype: the forward's
+    routing is built for it and the backward reuses that routing."""
     if interpreting():
         return _INTERPRETER_TILE.block_m
-    return 128 if rows >= 128 * num_experts else 64
+    return 128 if rows >= 128 * num_experts and dtype != torch.float32 else 64
 
 
-def row_tiles(block_m: int, dtype: torch.dtype) -> dict[str, Tile]:
+def row_tiles(block_m: int, dtype: torch.dtype, interleaved: bool) -> dict[str, Tile]:
     """The tiles of the passes over expert-sorted rows: "gate_up" (two accumulators of
     BLOCK_M x BLOCK_N, gate and up), "down" (the down product, and the input gradient's
     product with the gate/up weight), "gate_up_bwd" (dY times the down weight, the
-    activation's backward in its epilogue)."""
+    activation's backward in its epilogue). The gate/up backward's epilogue holds the
+    product, gate, up, h and both gradients of its tile: at BLOCK_N 64 and 8 warps it takes
+    239 registers a thread for SwiGLU, and spills for interleaved gate/up (the pairs' split and
+    join), which therefore take 32 columns (142 registers; ptxas for sm_90)."""
     if interpreting():
         return {"gate_up": _INTERPRETER_TILE, "down": _INTERPRETER_TILE, "gate_up_bwd": _INTERPRETER_TILE}
+    if _ieee(dtype):
+        tile = Tile(block_m, 64, 32, 4, 2)
+        return {"gate_up": Tile(block_m, 32, 32, 4, 2), "down": tile, "gate_up_bwd": Tile(block_m, 32, 32, 4, 2)}
     wide = dtype.itemsize == 2
-    k = 64 if wide else 32
+    k, stages = (64, 3) if wide else (32, 2)
     warps = 8 if block_m == 128 else 4
-    return {"gate_up": Tile(block_m, 64, k, warps, 3 if wide else 2),
-            "down": Tile(block_m, 128, k, warps, 3 if wide else 2),
-            "gate_up_bwd": Tile(block_m, 64, k, warps, 3 if wide else 2)}
+    return {"gate_up": Tile(block_m, 64, k, warps, stages),
+            "down": Tile(block_m, 128, k, warps, stages),
+            "gate_up_bwd": Tile(block_m, 32 if interleaved else 64, k, warps, stages)}
 
 
 def weight_grad_tile(dtype: torch.dtype) -> Tile:
@@ -73,6 +87,8 @@ def weight_grad_tile(dtype: torch.dtype) -> Tile:
     BLOCK_K sorted rows of the expert a step."""
     if interpreting():
         return _INTERPRETER_WEIGHT_TILE
+    if _ieee(dtype):
+        return Tile(64, 64, 16, 4, 2)
     wide = dtype.itemsize == 2
     return Tile(128, 128, 64 if wide else 32, 8, 3 if wide else 2)
 

@@ -180,8 +180,8 @@ def experts_forward(hidden, expert_indices, routing_weights, gate_up_weight, dow
     """The forward on checked arguments: (out, gu or a placeholder, order, offsets, tiles)."""
     tokens, hidden_size, top_k, experts, width = sizes
     slots = tokens * top_k
-    block_m = row_block(slots, experts)
-    tile = row_tiles(block_m, hidden.dtype)
+    block_m = row_block(slots, experts, hidden.dtype)
+    tile = row_tiles(block_m, hidden.dtype, interleaved)
     routing = route(expert_indices, experts, block_m)
     precision = dot_precision(hidden.dtype)
     gu = hidden.new_empty((slots, 2 * width)) if keep else not_computed(hidden)

@@ -73,7 +73,7 @@ def _fwd_fake(hidden, expert_indices, routing_weights, gate_up_weight, down_weig
               activation, interleaved, alpha, limit):
     tokens, hidden_size, top_k, experts, width = _sizes(hidden, expert_indices, gate_up_weight)
     slots = tokens * top_k
-    tiles = max_tiles(slots, experts, row_block(slots, experts))
+    tiles = max_tiles(slots, experts, row_block(slots, experts, hidden.dtype))
     int32 = dict(dtype=torch.int32, device=hidden.device)
     return (hidden.new_empty((tokens, hidden_size)), hidden.new_empty((slots, 2 * width)),
             torch.empty((slots,), **int32), torch.empty((experts + 1,), **int32), torch.empty((tiles, 3), **int32))
