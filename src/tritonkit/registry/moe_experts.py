@@ -3,7 +3,7 @@ backward's launches at Qwen3-30B-A3B's expert layer), benchmark cases at Qwen3-3
 gpt-oss-20b's expert layers against transformers' per-expert loop, the sort + two
 `torch._grouped_mm` written in torch, transformers' own grouped_mm experts and Liger's fused
 MoE where they run, with each provider's peak memory (fwd+bwd) and what its forward keeps for
-the backward (the activation memory); sample."""
+the backward (the activation memory); sample and fuzz."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import torch
 from ..ops.moe import moe_experts, moe_experts_bwd, moe_experts_fwd, moe_experts_reference
 from ..ops.moe.reference import gated_reference
 from . import BenchCase, InspectRequest, OpEntry
+from ._accuracy import Comparison
+from ._fuzz import FLOATS, FuzzCase, FuzzInputs, compare_gradients, compare_outputs, describe
 from ._inputs import offset_view
 from ._peers import liger
 
@@ -170,6 +172,60 @@ def _sample(device: torch.device) -> tuple:
     return x, indices, weights, gate_up, down, gate_up_bias, down_bias, "gpt_oss", True, 1.702, 7.0
 
 
+# Small edge sizes: the interpreter's row tiles are 16 rows and its column blocks 32.
+_FUZZ_SIZES = (1, 2, 3, 7, 13, 16, 17, 33)
+# gu, h, each weighted row and the token sum are each rounded to the inputs' dtype.
+_ROUNDINGS = 4.0
+
+
+def _fuzz_draw(inputs: FuzzInputs):
+    """Tokens, sizes, experts (1 to 7) and k (1 to 4, repeats and unrouted slots allowed),
+    every tensor at its own drawn layout, biases or none, an activation and a gate/up layout:
+    (tensors by name, ours and the reference bound to the rest, a description)."""
+    draw = inputs.draw
+    tokens, hidden, width = (draw.choice(_FUZZ_SIZES) for _ in range(3))
+    experts, k = draw.choice((1, 2, 3, 7)), draw.integer(1, 4)
+    dtype = draw.choice(FLOATS)
+    indices = torch.randint(-1, experts + 1, (tokens, k), device=inputs.device, generator=inputs.generator)
+    indices[0, 0] = experts - 1  # one slot routed at least (else the reference's output is a constant)
+    tensors = {"hidden": inputs.view((tokens, hidden), dtype),
+               "routing_weights": inputs.view((tokens, k), torch.float32),
+               "gate_up_weight": inputs.view((experts, 2 * width, hidden), dtype, scale=hidden ** -0.5),
+               "down_weight": inputs.view((experts, hidden, width), dtype, scale=width ** -0.5)}
+    if draw.boolean():
+        tensors["gate_up_bias"] = inputs.view((experts, 2 * width), dtype)
+        tensors["down_bias"] = inputs.view((experts, hidden), dtype)
+    options = dict(activation=draw.choice(("silu", "gelu_tanh", "gelu", "gpt_oss")), interleaved=draw.boolean())
+
+    def bind(f):
+        def call(hidden, routing_weights, gate_up_weight, down_weight, gate_up_bias=None, down_bias=None, **upcast):
+            return f(hidden, indices, routing_weights, gate_up_weight, down_weight, gate_up_bias, down_bias,
+                     **options, **upcast)
+        return call
+
+    note = " ".join([f"{options}, indices {tuple(indices.shape)} of {experts}"]
+                    + [f"{name} {describe(t)}" for name, t in tensors.items()])
+    return tensors, bind(moe_experts), bind(moe_experts_reference), note
+
+
+def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
+    tensors, ours, reference, note = _fuzz_draw(inputs)
+    compared = compare_outputs(note, ("out",), ours(**tensors), reference(**tensors, upcast=True),
+                               reference(**tensors, upcast=False))
+    for c in compared:
+        c.roundings = _ROUNDINGS
+    return compared
+
+
+def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
+    tensors, ours, reference, note = _fuzz_draw(inputs)
+    upstream = inputs.view(tuple(tensors["hidden"].shape), tensors["hidden"].dtype)
+    compared = compare_gradients(f"{note}, upstream {describe(upstream)}", tensors, ours, reference, [upstream])
+    for c in compared:
+        c.roundings = _ROUNDINGS
+    return compared
+
+
 ENTRY = OpEntry(
     name="moe_experts",
     summary="routed expert MLPs: tokens sorted by expert, grouped gate/up and down products with the gated "
@@ -180,4 +236,5 @@ ENTRY = OpEntry(
     op="moe_experts",
     sample=_sample,
     reference=moe_experts_reference,
+    fuzz=(FuzzCase("forward", 10, _fuzz_forward), FuzzCase("backward", 8, _fuzz_backward)),
 )
