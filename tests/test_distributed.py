@@ -412,3 +412,86 @@ def _fsdp_worker(rank: int, world: int, patch: str) -> None:
 def test_fsdp_training_matches_one_process(run_on_ranks):
     pytest.importorskip("transformers", reason="the FSDP example trains a Hugging Face Llama")
     run_on_ranks(_fsdp_worker, "tritonkit")
+
+
+# ---------------------------------------------------------------------------------------
+# Mixture of experts: expert parallelism (all-to-all), and DTensor tokens
+# ---------------------------------------------------------------------------------------
+
+def _moe_full(world: int, tokens: int):
+    """The same full tensors on every rank: (hidden, indices, routing weights, gate_up, down,
+    gate_up_bias, down_bias) for world * tokens tokens, 3 experts a rank, gpt-oss's layout."""
+    hidden, width, experts, k = 20, 12, 3 * world, 2
+    x = torch.randn(world * tokens, hidden)
+    indices = torch.rand(world * tokens, experts).topk(k, dim=1).indices
+    indices[3, 1] = experts  # routed nowhere
+    weights = torch.randn(world * tokens, k).softmax(-1)
+    return [x, indices, weights, torch.randn(experts, 2 * width, hidden) / 4, torch.randn(experts, hidden, width) / 3,
+            torch.randn(experts, 2 * width), torch.randn(experts, hidden)]
+
+
+def _moe_worker(rank: int, world: int) -> None:
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor, init_device_mesh
+    from tritonkit.distributed import moe_experts_ep
+    from tritonkit.ops.moe import moe_experts_reference
+
+    mesh = init_device_mesh(DEVICE_TYPE, (world,))
+    options = dict(activation="gpt_oss", interleaved=True)
+    tokens = 9
+    full = _moe_full(world, tokens)
+    mine = slice(rank * tokens, (rank + 1) * tokens)
+    upstream = torch.randn(world * tokens, full[0].shape[1])
+    float_at = (0, 2, 3, 4, 5, 6)
+
+    def expert_parallel(indices):
+        leaves = [t.detach().requires_grad_() for t in (full[0][mine], full[2][mine])]
+        params = [distribute_tensor(t, mesh, [Shard(0)]).requires_grad_() for t in full[3:]]
+        out = moe_experts_ep(leaves[0], indices[mine], leaves[1], *params, **options)
+        grads = torch.autograd.grad(out, leaves + params, upstream[mine])
+        return [out, *grads[:2], *(g.full_tensor() for g in grads[2:])]
+
+    # Against the float64 per-expert loop on all tokens (within twice torch's float32 error):
+    # this rank's output, hidden and routing-weight gradients, and every expert's gradients
+    # (each rank's experts see the rows of every rank's tokens).
+    for indices in (full[1], full[1] % 3):   # random; then every slot to rank 0's experts
+        ours = expert_parallel(indices)
+        assert all(torch.equal(a, b) for a, b in zip(ours, expert_parallel(indices))), "not deterministic"
+        results = {}
+        for name, upcast in (("float64", True), ("torch", False)):
+            leaves = [full[i].detach().double().requires_grad_() if upcast else full[i].detach().requires_grad_()
+                      for i in float_at]
+            args = [leaves[0], indices, *leaves[1:]]
+            out = moe_experts_reference(*args, **options, upcast=upcast)
+            results[name] = [out, *torch.autograd.grad(out, leaves, upstream.to(out.dtype))]
+        for what, o, ref, theirs in zip(("output", "grad hidden", "grad routing_weights", "grad gate_up_weight",
+                                         "grad down_weight", "grad gate_up_bias", "grad down_bias"),
+                                        ours, results["float64"], results["torch"]):
+            if what in ("output", "grad hidden", "grad routing_weights"):
+                ref, theirs = ref[mine], theirs[mine]
+            assert_close_to_reference(o, ref, theirs, eps_for(torch.float32, gradient=what != "output"),
+                                      what=f"moe_experts_ep: {what}")
+
+    # DTensor through moe_experts itself: the tokens sharded, the experts replicated (their
+    # gradients Partial); the experts sharded are refused, pointing to moe_experts_ep.
+    placements = [Shard(0)] * 3 + [Replicate()] * 4
+    dts = [distribute_tensor(t, mesh, [p]) for t, p in zip(full, placements)]
+    dts = [d.requires_grad_() if i in float_at else d for i, d in enumerate(dts)]
+    out = tritonkit.moe_experts(*dts, **options)
+    assert out.placements == (Shard(0),)
+    plain = [t.detach().requires_grad_() if i in float_at else t for i, t in enumerate(full)]
+    expected = tritonkit.moe_experts(*plain, **options)
+    assert torch.equal(out.full_tensor(), expected), "moe_experts on token shards differs"
+    grads = torch.autograd.grad(out, [dts[i] for i in float_at], distribute_tensor(upstream, mesh, [Shard(0)]))
+    expected_grads = torch.autograd.grad(expected, [plain[i] for i in float_at], upstream)
+    for i, g, e in zip(float_at, grads, expected_grads):
+        assert torch.allclose(g.full_tensor(), e, rtol=1e-5, atol=1e-6), f"moe_experts DTensor: gradient {i}"
+    try:
+        tritonkit.moe_experts(*dts[:3], *(distribute_tensor(t, mesh, [Shard(0)]) for t in full[3:]), **options)
+    except ValueError as e:
+        assert "moe_experts_ep" in str(e), e
+    else:
+        raise AssertionError("experts sharded by expert were not refused")
+
+
+def test_moe_expert_parallel_and_dtensor_tokens(run_on_ranks):
+    run_on_ranks(_moe_worker)

@@ -1,6 +1,6 @@
 """torch.autocast for the ops that are matrix products: `attention`, `attention_varlen`,
-`linear_cross_entropy`, `gated_linear`, and the linear-head ops of post-training
-(`linear_logprobs` and the losses on it).
+`linear_cross_entropy`, `gated_linear`, `moe_experts`, and the linear-head ops of
+post-training (`linear_logprobs` and the losses on it).
 
 Inside an autocast region torch runs `F.linear` and `scaled_dot_product_attention` in the
 region's lower-precision dtype, casting their floating inputs to it (autocast's

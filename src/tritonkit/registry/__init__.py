@@ -20,7 +20,7 @@ from ._fuzz import FuzzCase
 
 _ENTRY_MODULES = ("add", "softmax", "attention", "attention_varlen", "rms_norm", "layer_norm", "rope", "swiglu",
                   "geglu", "gated_linear", "cross_entropy", "linear_cross_entropy", "linear_logprobs", "grpo_loss",
-                  "distill_loss")
+                  "distill_loss", "moe_experts")
 
 
 @dataclass

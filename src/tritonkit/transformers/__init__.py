@@ -8,6 +8,7 @@
     model = AutoModelForCausalLM.from_pretrained(path)              # built already patched
 
     AutoModelForCausalLM.from_pretrained(path, attn_implementation="tritonkit")  # attention alone
+    AutoModelForCausalLM.from_pretrained(path, experts_implementation="tritonkit")  # MoE experts alone
 
 Importing this module imports transformers and registers the "tritonkit" attention
 implementation; `import tritonkit` alone never imports transformers. See docs/transformers.md.
@@ -16,9 +17,11 @@ implementation; `import tritonkit` alone never imports transformers. See docs/tr
 from __future__ import annotations
 
 from ._attention import register, tritonkit_attention_forward, tritonkit_mask
-from ._patch import FAMILIES, PARTS, PatchReport, family_of, patch, patch_classes, unpatch_classes
+from ._experts import register as register_experts
+from ._patch import EXPERTS_FAMILIES, FAMILIES, PARTS, PatchReport, family_of, patch, patch_classes, unpatch_classes
 
 register()
+register_experts()
 
-__all__ = ["patch", "patch_classes", "unpatch_classes", "PatchReport", "FAMILIES", "PARTS", "family_of",
-           "tritonkit_attention_forward", "tritonkit_mask"]
+__all__ = ["patch", "patch_classes", "unpatch_classes", "PatchReport", "FAMILIES", "EXPERTS_FAMILIES", "PARTS",
+           "family_of", "tritonkit_attention_forward", "tritonkit_mask"]

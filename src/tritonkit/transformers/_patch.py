@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _attention, _parts, _projections, _residual
+from . import _attention, _experts, _parts, _projections, _residual
 from ._instance import set_forward
 
 logger = logging.getLogger("tritonkit.transformers")
@@ -50,6 +50,14 @@ FAMILIES = {f.name: f for f in (
                                                    ("resid_mlp_dropout",))),
 )}
 
+# Mixture-of-experts families: their routed experts run tritonkit.moe_experts through
+# transformers' experts interface (_experts.py); their other parts are not patched yet.
+EXPERTS_FAMILIES = {f.name: f for f in (
+    Family("qwen3_moe", "Qwen3Moe"), Family("mixtral", "Mixtral"), Family("gpt_oss", "GptOss"),
+    Family("deepseek_v3", "DeepseekV3"),
+)}
+_EXPERTS_ONLY = "not patched yet in this mixture-of-experts family (its experts are)"
+
 
 @dataclass
 class PatchReport:
@@ -70,16 +78,17 @@ class PatchReport:
 
 def family_of(model_or_name) -> Family:
     """The family of a model instance, a model class, or a model_type name ("llama")."""
+    families = {**FAMILIES, **EXPERTS_FAMILIES}
     if isinstance(model_or_name, str):
-        if model_or_name not in FAMILIES:
-            raise ValueError(f"family {model_or_name!r} is not supported; supported: {sorted(FAMILIES)}")
-        return FAMILIES[model_or_name]
+        if model_or_name not in families:
+            raise ValueError(f"family {model_or_name!r} is not supported; supported: {sorted(families)}")
+        return families[model_or_name]
     cls = model_or_name if isinstance(model_or_name, type) else type(model_or_name)
     for klass in cls.__mro__:
-        for fam in FAMILIES.values():
+        for fam in families.values():
             if klass.__module__ == f"transformers.models.{fam.name}.modeling_{fam.name}":
                 return fam
-    raise ValueError(f"model {cls.__name__} is not of a supported family; supported: {sorted(FAMILIES)}")
+    raise ValueError(f"model {cls.__name__} is not of a supported family; supported: {sorted(families)}")
 
 
 # Class-level replacements, so that unpatch_classes can put the originals back: (owner, name, original).
@@ -125,7 +134,7 @@ _ATTENTION_DETAIL = "tritonkit.attention: float16/bfloat16 calls (float32 under 
 
 
 def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True, rope: bool = True,
-          mlp: bool = True, loss: bool = True) -> torch.nn.Module:
+          mlp: bool = True, loss: bool = True, experts: bool = True) -> torch.nn.Module:
     """Put tritonkit's ops into a loaded transformers model, in place; returns the model.
 
     attention: the model's attention implementation becomes "tritonkit", and the q/k/v projections
@@ -141,14 +150,19 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
         which does not keep h = act(gate) * up for the backward (this model only).
     loss: with labels and gradients on, the causal-LM loss runs tritonkit.linear_cross_entropy on
         the hidden states; the output's `logits` is then None (this model only).
+    experts: a mixture-of-experts family's (EXPERTS_FAMILIES) routed experts run
+        tritonkit.moe_experts (experts_implementation "tritonkit", this model only); its other
+        parts are left for now. Models without experts have nothing to report here.
 
     A part that the ops cannot express for this model (or that it lacks) is left as it is;
     `model.tritonkit_report` (a PatchReport) says which parts were replaced and why others were
     left, and one log line ("tritonkit.transformers" logger) says the same.
     """
     requested = dict(attention=attention, norms=norms, rope=rope, mlp=mlp, loss=loss)
-    _check_parts(requested)
+    _check_parts(dict(requested, experts=experts))
     fam = family_of(model)
+    if fam.name in EXPERTS_FAMILIES:
+        return _patch_experts_family(model, fam, requested, experts)
     config = getattr(model, "config", None)
     report = PatchReport(fam.name)
     for part, wanted in requested.items():
@@ -197,6 +211,27 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
         else:
             report.left["loss"] = f"not a {lm_cls.__name__}"
 
+    model.tritonkit_report = report
+    report._log()
+    return model
+
+
+def _experts_report(fam: Family, requested: dict, experts: bool) -> PatchReport:
+    report = PatchReport(fam.name)
+    report.left.update({part: _EXPERTS_ONLY if wanted else "not requested" for part, wanted in requested.items()})
+    if not experts:
+        report.left["experts"] = "not requested"
+    return report
+
+
+def _patch_experts_family(model: torch.nn.Module, fam: Family, requested: dict, experts: bool) -> torch.nn.Module:
+    report = _experts_report(fam, requested, experts)
+    if experts:
+        detail, why = _experts.patch_experts(model)
+        if detail is None:
+            report.left["experts"] = why
+        else:
+            report.replaced["experts"] = detail
     model.tritonkit_report = report
     report._log()
     return model
@@ -251,7 +286,7 @@ def _patch_rope(fam: Family) -> None:
 
 
 def patch_classes(family: str, *, attention: bool = True, norms: bool = True, rope: bool = True,
-                  mlp: bool = True, loss: bool = True) -> PatchReport:
+                  mlp: bool = True, loss: bool = True, experts: bool = True) -> PatchReport:
     """Patch a family's classes, so that models built afterwards (from_pretrained, from_config,
     a Trainer) come up with tritonkit's ops; returns the PatchReport and logs it.
 
@@ -260,8 +295,17 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
     model of the family; `unpatch_classes(family)` undoes it.
     """
     requested = dict(attention=attention, norms=norms, rope=rope, mlp=mlp, loss=loss)
-    _check_parts(requested)
+    _check_parts(dict(requested, experts=experts))
     fam = family_of(family)
+    if fam.name in EXPERTS_FAMILIES:  # experts: "tritonkit" as the family's default implementation
+        report = _experts_report(fam, requested, experts)
+        if experts:
+            base = fam.cls("PreTrainedModel")
+            _set(base, "get_correct_experts_implementation",
+                 _experts.default_to_tritonkit(base.get_correct_experts_implementation))
+            report.replaced["experts"] = "tritonkit.moe_experts (the default experts implementation of the family)"
+        report._log()
+        return report
     report = PatchReport(fam.name)
     for part, wanted in requested.items():
         if not wanted:
