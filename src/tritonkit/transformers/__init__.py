@@ -15,10 +15,11 @@ implementation; `import tritonkit` alone never imports transformers. See docs/tr
 
 from __future__ import annotations
 
-from ._attention import register, tritonkit_attention_forward, tritonkit_mask
+from ._attention import AttentionFallbackWarning, register, tritonkit_attention_forward
+from ._masks import tritonkit_mask
 from ._patch import FAMILIES, PARTS, PatchReport, family_of, patch, patch_classes, unpatch_classes
 
 register()
 
-__all__ = ["patch", "patch_classes", "unpatch_classes", "PatchReport", "FAMILIES", "PARTS", "family_of",
+__all__ = ["patch", "AttentionFallbackWarning", "patch_classes", "unpatch_classes", "PatchReport", "FAMILIES", "PARTS", "family_of",
            "tritonkit_attention_forward", "tritonkit_mask"]
