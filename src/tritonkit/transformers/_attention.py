@@ -223,6 +223,42 @@ def sdpa_fallback(q, k, v, attention_mask, causal, scaling, sliding_window, soft
     return out.transpose(1, 2)
 
 
+def head_dim_of(config) -> int | None:
+    dim = getattr(config, "head_dim", None)
+    if dim is None and getattr(config, "hidden_size", None) and getattr(config, "num_attention_heads", None):
+        dim = config.hidden_size // config.num_attention_heads
+    return dim
+
+
+def describe(config, dtype: torch.dtype | None) -> tuple[str, str]:
+    """(where the model's calls run, what runs where in words) for a model's config and weights'
+    dtype (None: not known yet, as for patch_classes). Where: "kernels"; "autocast" (a float32
+    model: SDPA, the kernels inside a float16/bfloat16 autocast region); "sdpa" (never the kernels)."""
+    D = head_dim_of(config)
+    if D is not None and (D % 8 != 0 or not 16 <= D <= 256):
+        return "sdpa", f"SDPA: head dim {D} (the kernels take multiples of 8 from 16 to 256)"
+    types = list(getattr(config, "layer_types", None) or ())
+    window = getattr(config, "sliding_window", None)
+    sliding = sum(t == "sliding_attention" for t in types) if types else (getattr(config, "num_hidden_layers", 0)
+                                                                         if window else 0)
+    kernels = ("tritonkit.attention (causal rows; KV caches: dynamic, static, sliding) and attention_varlen "
+               "(padding removed, as in batched generate; packed rows)")
+    if sliding and window:
+        kernels += f", sliding layers ({sliding} of {config.num_hidden_layers}) with window ({window - 1}, 0)"
+    if getattr(config, "attn_logit_softcapping", None):
+        kernels += f", scores capped at {config.attn_logit_softcapping}"
+    sdpa = ("a 4D mask (passed in, or/and mask functions, block_sequence_ids), a padding mask with several "
+            "queries after cached keys (chunked prefill)")
+    if getattr(config, "attention_dropout", 0.0):
+        sdpa += f", attention dropout {config.attention_dropout} while training"
+    if dtype is not None and dtype not in _KERNEL_DTYPES:
+        return "autocast", (f"SDPA: the model is {dtype} (the kernels take float16/bfloat16); inside a float16/bfloat16 "
+                       f"autocast region its calls run {kernels}")
+    return "kernels", (f"{kernels} for float16/bfloat16 calls{'' if dtype is None else f' (the model is {dtype})'}; "
+                  f"SDPA with transformers' exact mask for {sdpa}" + ("" if dtype is not None else
+                                                                      ", and float32 calls outside autocast"))
+
+
 def register() -> None:
     """Make `attn_implementation="tritonkit"` known to transformers (idempotent)."""
     from transformers import AttentionInterface

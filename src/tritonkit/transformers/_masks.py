@@ -7,10 +7,9 @@ a static cache's whole buffer) and the 2D padding mask over all positions. Inste
 (Nq x Nk) tensor it returns:
 
 - None: causal (sliding through the layer's `sliding_window`), the queries the last keys;
-- a 2D bool padding mask (B, Nk), the queries the last keys;
 - `Packed`: packed rows, found from position ids that restart;
-- `Cached`: the queries are not the last keys of the layer's buffer (a static cache, whose
-  slots past the current position are unfilled): where they are, and the padding;
+- `Cached`: where the queries sit among the layer's keys (a static cache's slots past the
+  current position are unfilled), and the padding mask over the keys (batched generate);
 - a 4D bool mask, transformers' own, for what the kernels cannot express (a user's or/and
   mask function, bidirectional blocks), which the attention function hands to SDPA.
 """
@@ -48,11 +47,12 @@ class Packed:
 
 @dataclass(frozen=True)
 class Cached:
-    """Queries that are not the last keys of their layer's key buffer.
+    """Where the queries sit among their layer's keys, and the padding.
 
-    Query i is at key index `past + i` of the layer's keys; the keys past the last query are a
+    Query i is at key index `past + i` of the layer's keys; keys past the last query are a
     static cache's unfilled slots, which no query sees. `padding` (B, past + Nq) bool, False at
-    padding tokens, or None.
+    padding tokens, or None. (A plain 2D padding mask, which the attention function also
+    takes, puts the queries at the last keys.)
     """
     past: int
     padding: torch.Tensor | None
@@ -137,9 +137,9 @@ def tritonkit_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int
             attention_mask = attention_mask[:, :n_keys]
             no_padding = bool(attention_mask.all())
     padding = None if attention_mask is None or no_padding else attention_mask.bool()
-    if n_keys != kv_length:
-        return Cached(past, padding)
-    return padding
+    # A padding mask comes as `Cached` too: generate() may pass this function's result back to it
+    # (see `Cached`), and only a described mask is not sliced a second time.
+    return None if padding is None and n_keys == kv_length else Cached(past, padding)
 
 
 def dense_mask(B: int, Nq: int, Nk: int, device, attention_mask, causal: bool,

@@ -119,7 +119,6 @@ def _check_parts(parts: dict) -> None:
 
 # ---------------------------------------------------------------- per part: (replacement detail | None, why left)
 
-_ATTENTION_DETAIL = "tritonkit.attention: float16/bfloat16 calls (float32 under autocast)"
 
 
 
@@ -156,10 +155,12 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
             report.left[part] = "not requested"
 
     if attention:
-        model.set_attn_implementation(_attention.NAME)
+        where, words = _attention.describe(config, getattr(model, "dtype", None))
+        if where != "sdpa":  # a float32 model's calls inside an autocast region run the kernels
+            model.set_attn_implementation(_attention.NAME)
         grouped = _projections.group_attention(model, fam.cls("Attention"))
-        report.replaced["attention"] = _ATTENTION_DETAIL + (f"; q/k/v projections of {grouped} layers with one "
-                                                            "input gradient" if grouped else "")
+        words += f"; q/k/v projections of {grouped} layers with one input gradient" if grouped else ""
+        (report.replaced if where == "kernels" else report.left)["attention"] = words
 
     if norms:
         norm_cls = fam.cls("RMSNorm")
@@ -279,7 +280,8 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
             _set(base, "get_correct_attn_implementation", _default_to_tritonkit(base.get_correct_attn_implementation))
             attention_cls = fam.cls("Attention")
             _on_init(base, lambda model: _projections.group_attention(model, attention_cls))
-            report.replaced["attention"] = (_ATTENTION_DETAIL + " (the default implementation of the family); q/k/v "
+            words = _attention.describe(config, None)[1] if config is not None else "tritonkit.attention"
+            report.replaced["attention"] = (words + " (the default implementation of the family); q/k/v "
                                             "projections with one input gradient")
         else:
             report.left["attention"] = "pass attn_implementation='tritonkit' to from_pretrained"
