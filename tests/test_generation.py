@@ -70,13 +70,13 @@ def _cache(kind: str, config):
 ATTENTION = {part: part == "attention" for part in tkt.PARTS}  # the others run the interpreter's kernels slowly
 
 
-def _models(family: str, parts=ATTENTION):
-    """(unpatched float16, patched float16, the reference), the same weights."""
+def _models(family: str, parts=ATTENTION, dtype=torch.float16):
+    """(unpatched, patched, the reference), the same weights; the first two in `dtype`."""
     torch.manual_seed(0)
     reference = "eager" if family == "gemma2" else "sdpa"
     base = transformers.AutoModelForCausalLM.from_config(_config(family), attn_implementation=reference).eval()
     ref = copy.deepcopy(base).to(DEVICE, torch.float32 if family == "gemma2" else torch.float64)
-    base = base.to(DEVICE, torch.float16)
+    base = base.to(DEVICE, dtype)
     return base, tkt.patch(copy.deepcopy(base), **parts), ref
 
 
@@ -113,10 +113,10 @@ def _feed(model, cache, ids, mask, chunks, roads=()):
     return out
 
 
-def _check_steps(family, kind, ids, mask, chunks, roads):
+def _check_steps(family, kind, ids, mask, chunks, roads, dtype=torch.float16):
     """Each step's logits against the unpatched model's (the tokens that are not padding); the
     roads each step's attention calls took."""
-    base, patched, ref = _models(family)
+    base, patched, ref = _models(family, dtype=dtype)
     expected = _feed(ref, _cache(kind, ref.config), ids, mask, chunks)
     theirs = _feed(base, _cache(kind, base.config), ids, mask, chunks)
     del roads[:]
@@ -148,6 +148,16 @@ def test_cache_steps_match_unpatched(family, kind, roads):
     # Queries after cached keys with padding: each row's queries end at its last key, at a
     # different distance from its first; the kernels align rows to their first key, so SDPA.
     assert all(road == "kernel" or road.startswith(CHUNK_WITH_PADDING) for road in steps[1]), steps
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_float32_cache_steps_run_sdpa_exactly(family, roads):
+    # float32 calls run SDPA, with the mask placed in a static cache's buffer as the kernels' is.
+    ids = torch.randint(3, TINY["vocab_size"], (2, 11), device=DEVICE)
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    steps = _check_steps(family, "static", ids, mask, [6, 3, 1, 1], roads, dtype=torch.float32)
+    assert all(road.startswith("dtype torch.float32") for step in steps for road in step) and len(roads) == 8
 
 
 @pytest.mark.parametrize("family,kind", [("llama", "static"), ("gemma2", "dynamic"), ("mistral", "static"),
