@@ -135,6 +135,15 @@ CHUNK_WITH_PADDING = "a padding mask and several queries after cached keys"
 @pytest.mark.parametrize("kind", CACHES)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_cache_steps_match_unpatched(family, kind, roads):
+    _padded_steps(family, kind, roads)
+
+
+def test_unsized_cache_with_padding(roads):
+    # Every key kept under a sliding window, padding: a decoding query sees its window's keys only.
+    _padded_steps("mistral", "unsized", roads)
+
+
+def _padded_steps(family, kind, roads):
     # A left-padded batch: a prefill of 6 tokens, a chunk of 3 after them, two decoding steps.
     # The 11 tokens pass the window (sliding caches drop and roll keys) and stay under a static
     # cache's 16 slots (the slots past the tokens are unfilled).

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 import tritonkit
 from .._autocast import dtype_in_op
-from ._masks import Cached, Packed, dense_mask, tritonkit_mask
+from ._masks import Cached, Packed, dense_mask, host_values, tritonkit_mask
 
 NAME = "tritonkit"
 
@@ -141,11 +141,7 @@ def _kernels(query, key, value, attention_mask, causal, scaling, sliding_window,
                            scaling, sliding_window, softcap), None
         return None, "packed sequences and a cache"
     if isinstance(attention_mask, torch.Tensor):  # 2D padding mask
-        out = _unpadded(query, key, value, attention_mask, causal, scaling, sliding_window, softcap)
-        if out is None:
-            return None, ("a padding mask and several queries after cached keys (chunked prefill), or one query "
-                          "under a sliding window narrower than its keys")
-        return out, None
+        return _unpadded(query, key, value, attention_mask, causal, scaling, sliding_window, softcap)
     plan = _dense_plan(Nq, Nk, causal, sliding_window)
     if plan is None:
         return None, "more queries than keys, or a sliding window without a causal mask"
@@ -166,20 +162,35 @@ def _packed(q, k, v, cu_q, cu_k, max_q, max_k, causal, scaling, sliding_window, 
 
 
 def _unpadded(q, k, v, mask, causal, scaling, sliding_window, softcap):
-    """Padding removed, the sequences run through attention_varlen, zeros put back; None if inexpressible."""
+    """(output, None) with the padding removed, the sequences through attention_varlen and zeros
+    put back; or (None, why the kernels cannot)."""
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
-    if not (Nq == Nk or Nq == 1) or mask.shape[1] != Nk:
-        return None
+    if mask.shape[1] != Nk:
+        return None, "a padding mask of another length than the keys"
+    if not (Nq == Nk or Nq == 1):
+        return None, "a padding mask and several queries after cached keys (chunked prefill of a padded batch)"
+    if sliding_window is not None and not causal:
+        return None, "a sliding window without a causal mask"
+    if sliding_window is not None:  # keys older than every query's window: a decoding query keeps w
+        drop = max(0, Nk - Nq - (sliding_window - 1))
+        k, v, mask, Nk = k[:, :, drop:], v[:, :, drop:], mask[:, drop:], Nk - drop
     mask = mask.to(device=q.device, dtype=torch.bool)
     q_mask = mask[:, -Nq:]
     k_lens = mask.sum(1, dtype=torch.int32)
     q_lens = q_mask.sum(1, dtype=torch.int32)
-    max_k, max_q = int(k_lens.max()), int(q_lens.max())
+    holes = False
+    if sliding_window is not None:
+        # The window counts positions, and once the padding is gone, tokens: the same where each
+        # row's tokens are contiguous (left or right padding), not across holes.
+        first = mask.to(torch.int32).argmax(1)
+        last = Nk - 1 - mask.flip(1).to(torch.int32).argmax(1)
+        holes = ((last - first + 1 != k_lens) & (k_lens > 0)).any()
+    max_k, max_q, holes = host_values(k_lens.max(), q_lens.max(), holes)
     window = None
     if sliding_window is not None and max_k > sliding_window:
-        if Nq == 1:
-            return None
+        if holes:
+            return None, "a sliding window over a padding mask with holes"
         window = (sliding_window - 1, 0)
     zero = torch.zeros(1, dtype=torch.int32, device=q.device)
     cu_k = torch.cat([zero, k_lens.cumsum(0, dtype=torch.int32)])
@@ -191,7 +202,7 @@ def _unpadded(q, k, v, mask, causal, scaling, sliding_window, softcap):
                                      max_q, max_k, causal=causal and Nq > 1, scale=scaling,
                                      **_kernel_kwargs(window, softcap))
     full = out.new_zeros(B * Nq, H, D).index_put((rows_q,), out)
-    return full.view(B, Nq, H, D)
+    return full.view(B, Nq, H, D), None
 
 
 def sdpa_fallback(q, k, v, attention_mask, causal, scaling, sliding_window, softcap, dropout):

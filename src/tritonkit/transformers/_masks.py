@@ -84,7 +84,7 @@ def _leaves(fn, hf):
     return None
 
 
-def _host(*values):
+def host_values(*values):
     """Python ints and bools of 0-d tensors (one read from the device for all) and of Python values."""
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     if not tensors:
@@ -126,7 +126,7 @@ def tritonkit_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int
     if attention_mask is not None:
         attention_mask = attention_mask[:, kv_offset:]  # a sliding cache keeps the last keys
         seen = attention_mask.all()
-    q_offset, kv_offset, no_padding = _host(q_offset, kv_offset, seen)
+    q_offset, kv_offset, no_padding = host_values(q_offset, kv_offset, seen)
     past = q_offset - kv_offset
     n_keys = past + q_length  # the keys any query sees; a static buffer holds more
     if attention_mask is not None:
