@@ -21,5 +21,5 @@ from ._patch import FAMILIES, PARTS, PatchReport, family_of, patch, patch_classe
 
 register()
 
-__all__ = ["patch", "AttentionFallbackWarning", "patch_classes", "unpatch_classes", "PatchReport", "FAMILIES", "PARTS", "family_of",
-           "tritonkit_attention_forward", "tritonkit_mask"]
+__all__ = ["patch", "patch_classes", "unpatch_classes", "PatchReport", "FAMILIES", "PARTS", "family_of",
+           "AttentionFallbackWarning", "tritonkit_attention_forward", "tritonkit_mask"]

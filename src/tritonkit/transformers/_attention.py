@@ -250,12 +250,12 @@ def describe(config, dtype: torch.dtype | None) -> tuple[str, str]:
         return "sdpa", f"SDPA: head dim {D} (the kernels take multiples of 8 from 16 to 256)"
     types = list(getattr(config, "layer_types", None) or ())
     window = getattr(config, "sliding_window", None)
-    sliding = sum(t == "sliding_attention" for t in types) if types else (getattr(config, "num_hidden_layers", 0)
-                                                                         if window else 0)
+    layers = getattr(config, "num_hidden_layers", 0)
+    sliding = sum(t == "sliding_attention" for t in types) if types else (layers if window else 0)
     kernels = ("tritonkit.attention (causal rows; KV caches: dynamic, static, sliding) and attention_varlen "
                "(padding removed, as in batched generate; packed rows)")
     if sliding and window:
-        kernels += f", sliding layers ({sliding} of {config.num_hidden_layers}) with window ({window - 1}, 0)"
+        kernels += f", sliding layers ({sliding} of {layers}) with window ({window - 1}, 0)"
     if getattr(config, "attn_logit_softcapping", None):
         kernels += f", scores capped at {config.attn_logit_softcapping}"
     sdpa = ("a 4D mask (passed in, or/and mask functions, block_sequence_ids), a padding mask with several "
@@ -263,11 +263,12 @@ def describe(config, dtype: torch.dtype | None) -> tuple[str, str]:
     if getattr(config, "attention_dropout", 0.0):
         sdpa += f", attention dropout {config.attention_dropout} while training"
     if dtype is not None and dtype not in _KERNEL_DTYPES:
-        return "autocast", (f"SDPA: the model is {dtype} (the kernels take float16/bfloat16); inside a float16/bfloat16 "
-                       f"autocast region its calls run {kernels}")
-    return "kernels", (f"{kernels} for float16/bfloat16 calls{'' if dtype is None else f' (the model is {dtype})'}; "
-                  f"SDPA with transformers' exact mask for {sdpa}" + ("" if dtype is not None else
-                                                                      ", and float32 calls outside autocast"))
+        return "autocast", (f"SDPA: the model is {dtype} (the kernels take float16/bfloat16); inside a "
+                            f"float16/bfloat16 autocast region its calls run {kernels}")
+    model = "" if dtype is None else f" (the model is {dtype})"
+    other = "" if dtype is not None else ", and float32 calls outside autocast"
+    return "kernels", (f"{kernels} for float16/bfloat16 calls{model}; SDPA with transformers' exact mask for "
+                       f"{sdpa}{other}")
 
 
 def register() -> None:

@@ -117,18 +117,15 @@ def _check_parts(parts: dict) -> None:
             raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
-# ---------------------------------------------------------------- per part: (replacement detail | None, why left)
-
-
-
-
-
 def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True, rope: bool = True,
           mlp: bool = True, loss: bool = True) -> torch.nn.Module:
     """Put tritonkit's ops into a loaded transformers model, in place; returns the model.
 
-    attention: the model's attention implementation becomes "tritonkit", and the q/k/v projections
-        sum their input gradients in their GEMMs (_projections.py) (this model only).
+    attention: the model's attention implementation becomes "tritonkit" (unless its head dim is one
+        the kernels do not take), and the q/k/v projections sum their input gradients in their
+        GEMMs (_projections.py) (this model only). The report says which calls run the kernels and
+        which SDPA; a float32 model's attention is under `left` (its calls run SDPA outside a
+        float16/bfloat16 autocast region).
     norms: each of the family's RMSNorm modules runs tritonkit.rms_norm, and the decoder layers'
         residual adds run inside the norms that read their sums (rms_norm(residual=); see
         _residual.py) (this model only).
