@@ -13,12 +13,12 @@
   alignment or feature the kernels lack). The fallback builds the exact mask transformers would,
   and warns once a model and reason (`AttentionFallbackWarning`).
 
-Alignment: tritonkit's causal mask is top-left (query i sees keys j <= i); transformers aligns a
-query block to the end of the keys (a cache holds earlier tokens). The function keeps that
-meaning: equal lengths are the same either way, a single query row sees every cached key, and
-other shapes go through a window offset (more queries than keys, whose first rows see no key,
-through SDPA). A static cache's keys past the queries are unfilled slots: they are sliced off
-first, which leaves the queries the last keys.
+Alignment: transformers aligns a query block to the end of the keys (a cache holds earlier
+tokens), tritonkit's `causal_alignment="bottom_right"`, in each packed sequence too. Equal lengths
+keep the default (top-left, the same there), and a single query runs without a mask over the keys
+its window keeps: those are the calls Hopper's Gluon kernels take. More queries than keys (the
+first rows see no key) run SDPA. A static cache's keys past the queries are unfilled slots: they
+are sliced off first, which leaves the queries the last keys.
 """
 
 from __future__ import annotations
@@ -66,21 +66,18 @@ def _warn_fallback(module: torch.nn.Module, reason: str) -> None:
 
 
 def _dense_plan(Nq: int, Nk: int, causal: bool, sliding_window: int | None):
-    """(first key kept, causal, window) for rows aligned to the end of the keys, or None if inexpressible."""
+    """(first key kept, tritonkit.attention's keyword arguments) for queries that are the last Nq of
+    the Nk keys (transformers' alignment), or None if inexpressible."""
     if not causal:
-        return (0, False, None) if sliding_window is None else None
-    drop = max(0, Nk - Nq - (sliding_window - 1)) if sliding_window else 0  # keys no query sees
-    Nk -= drop
-    offset = Nk - Nq
-    if offset < 0:
-        return None  # transformers gives the first rows no keys; the kernel's top-left rows see some
-    left = sliding_window - 1 - offset if sliding_window else -1
-    needs_window = sliding_window is not None and Nk > sliding_window
-    if offset == 0:
-        return drop, True, ((left, 0) if needs_window else None)
-    if Nq == 1:  # the query is the last token: it sees every key kept
-        return drop, False, None
-    return drop, False, (left, offset)
+        return None if sliding_window is not None else (0, {"causal": False})
+    if Nq > Nk:
+        return None  # transformers gives the first rows no keys
+    if Nq == 1:  # the query is the last token: it sees every key its window keeps, unmasked
+        return (max(0, Nk - sliding_window) if sliding_window else 0), {"causal": False}
+    window = {"window": (sliding_window - 1, 0)} if sliding_window is not None and Nk > sliding_window else {}
+    if Nq == Nk:  # top-left and bottom-right are the same; the default is the one Hopper's Gluon kernels take
+        return 0, {"causal": True, **window}
+    return 0, {"causal": True, "causal_alignment": "bottom_right", **window}
 
 
 def _kernel_kwargs(window, softcap) -> dict:
@@ -145,9 +142,9 @@ def _kernels(query, key, value, attention_mask, causal, scaling, sliding_window,
     plan = _dense_plan(Nq, Nk, causal, sliding_window)
     if plan is None:
         return None, "more queries than keys, or a sliding window without a causal mask"
-    drop, kernel_causal, window = plan
-    out = tritonkit.attention(query, key[:, :, drop:], value[:, :, drop:], causal=kernel_causal,
-                              scale=scaling, **_kernel_kwargs(window, softcap))
+    drop, options = plan
+    out = tritonkit.attention(query, key[:, :, drop:], value[:, :, drop:], scale=scaling, **options,
+                              **_kernel_kwargs(None, softcap))
     return out.transpose(1, 2), None
 
 
@@ -168,8 +165,8 @@ def _unpadded(q, k, v, mask, causal, scaling, sliding_window, softcap):
     Nk = k.shape[2]
     if mask.shape[1] != Nk:
         return None, "a padding mask of another length than the keys"
-    if not (Nq == Nk or Nq == 1):
-        return None, "a padding mask and several queries after cached keys (chunked prefill of a padded batch)"
+    if Nq > Nk:
+        return None, "more queries than keys, or a sliding window without a causal mask"
     if sliding_window is not None and not causal:
         return None, "a sliding window without a causal mask"
     if sliding_window is not None:  # keys older than every query's window: a decoding query keeps w
@@ -198,8 +195,12 @@ def _unpadded(q, k, v, mask, causal, scaling, sliding_window, softcap):
     rows_q = torch.nonzero(q_mask.flatten()).flatten()
     rows_k = torch.nonzero(mask.flatten()).flatten()
     flat = lambda t, n: t.transpose(1, 2).reshape(B * n, t.shape[1], D)  # noqa: E731
+    # Each row's queries are its last tokens: a sequence's queries end at its last key. Equal
+    # lengths need no alignment (the default is the one Hopper's Gluon kernels take), and one
+    # query sees every key its window kept.
+    align = {"causal_alignment": "bottom_right"} if 1 < Nq < Nk else {}
     out = tritonkit.attention_varlen(flat(q, Nq)[rows_q], flat(k, Nk)[rows_k], flat(v, Nk)[rows_k], cu_q, cu_k,
-                                     max_q, max_k, causal=causal and Nq > 1, scale=scaling,
+                                     max_q, max_k, causal=causal and Nq > 1, scale=scaling, **align,
                                      **_kernel_kwargs(window, softcap))
     full = out.new_zeros(B * Nq, H, D).index_put((rows_q,), out)
     return full.view(B, Nq, H, D), None
@@ -252,14 +253,14 @@ def describe(config, dtype: torch.dtype | None) -> tuple[str, str]:
     window = getattr(config, "sliding_window", None)
     layers = getattr(config, "num_hidden_layers", 0)
     sliding = sum(t == "sliding_attention" for t in types) if types else (layers if window else 0)
-    kernels = ("tritonkit.attention (causal rows; KV caches: dynamic, static, sliding) and attention_varlen "
-               "(padding removed, as in batched generate; packed rows)")
+    kernels = ("tritonkit.attention (causal rows; KV caches: dynamic, static, sliding; prefill, chunked prefill, "
+               "decoding) and attention_varlen (padding removed, as in batched generate; packed rows)")
     if sliding and window:
         kernels += f", sliding layers ({sliding} of {layers}) with window ({window - 1}, 0)"
     if getattr(config, "attn_logit_softcapping", None):
         kernels += f", scores capped at {config.attn_logit_softcapping}"
-    sdpa = ("a 4D mask (passed in, or/and mask functions, block_sequence_ids), a padding mask with several "
-            "queries after cached keys (chunked prefill)")
+    sdpa = ("a 4D mask (passed in, or/and mask functions, block_sequence_ids), a sliding window over a padding "
+            "mask with holes")
     if getattr(config, "attention_dropout", 0.0):
         sdpa += f", attention dropout {config.attention_dropout} while training"
     if dtype is not None and dtype not in _KERNEL_DTYPES:
