@@ -5,7 +5,7 @@ model to be within twice the unpatched model's own error in the same dtype (test
 for logits, loss and every parameter's gradient. float32 models exercise the norms, rotary, MLP
 and loss ops (attention then runs SDPA: the kernels take float16/bfloat16); float16 models
 exercise the attention kernels. A part whose op is not in this tritonkit is skipped, naming it.
-The rotary replacement is family-wide, so each test takes its references before patching and
+Generation with each KV cache is tested in test_generation.py. The rotary replacement is family-wide, so each test takes its references before patching and
 the `_restore` fixture undoes the class-level changes after.
 """
 
@@ -170,19 +170,6 @@ def test_gradient_accumulation_num_items_in_batch(family):
                                   eps=eps_for(torch.float32, gradient=True), what=f"grad {name}")
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_generate_same_tokens(family):
-    base = _model(family).eval()
-    ids = torch.randint(3, 1000, (2, 7), device=DEVICE)
-    mask = torch.ones_like(ids)
-    mask[0, :2] = 0  # left padding
-    ids[mask == 0] = 0
-    kwargs = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
-    expected = base.generate(ids, **kwargs)
-    tkt.patch(base)
-    assert torch.equal(base.generate(ids, **kwargs), expected)
-
-
 # ---------------------------------------------------------------- the attention kernels (float16)
 
 class _Layer(torch.nn.Module):
@@ -220,14 +207,24 @@ def test_attention_alignment_against_the_end_of_the_keys(Nq, Nk, window):
     _check_attention(*_qkv(2, Nq, Nk), sliding_window=window)
 
 
-@pytest.mark.parametrize("Nq", [16, 1])
-def test_attention_padding_mask(Nq):
+@pytest.mark.parametrize("Nq,window", [(16, None), (1, None), (5, None), (16, 5), (1, 5), (5, 5)])
+def test_attention_padding_mask(Nq, window, monkeypatch):
+    fallbacks = []
+    monkeypatch.setattr(_attention, "_warn_fallback", lambda module, why: fallbacks.append(why))
     q, k, v = _qkv(3, Nq, 16)
     mask = torch.ones(3, 16, dtype=torch.bool, device=DEVICE)
     mask[0, :4] = False  # left padding
     mask[2, 11:] = False  # right padding
     # Padding query rows: transformers leaves them undefined, tritonkit writes zeros; compare the rest.
-    _check_attention(q, k, v, valid_rows=mask[:, -Nq:], mask=mask)
+    _check_attention(q, k, v, valid_rows=mask[:, -Nq:], mask=mask, sliding_window=window)
+    # Decoding under a window (the window's keys only) and a chunk after cached keys (each row's
+    # queries end at its last key: bottom-right within each sequence) run the kernels too.
+    assert not fallbacks, fallbacks
+    if window is not None and Nq > 1:
+        # A hole: the window counts positions, which the packed tokens no longer are. SDPA.
+        mask[1, 9:11] = False
+        _check_attention(q, k, v, valid_rows=mask[:, -Nq:], mask=mask, sliding_window=window)
+        assert fallbacks == ["a sliding window over a padding mask with holes"], fallbacks
 
 
 def test_attention_packed_rows():
@@ -273,7 +270,7 @@ def test_float32_model_under_autocast(rope, monkeypatch):
     # rope part, transformers' rotary embedding hands attention float32 q and k (its cos and sin
     # are float32), which attention casts as SDPA would.
     fallbacks = []
-    monkeypatch.setattr(_attention, "_note", fallbacks.append)
+    monkeypatch.setattr(_attention, "_warn_fallback", lambda module, why: fallbacks.append(why))
     ids = torch.randint(3, 1000, (2, 16), device=DEVICE)
     labels = _labels(ids)
     base = _model("llama")
@@ -335,11 +332,13 @@ def test_whole_patched_model_survives_torch_save(family, tmp_path):
 
 
 def test_report_names_what_was_left():
-    model = tkt.patch(_model("llama"), loss=False)
+    model = tkt.patch(_model("llama", torch.float16), loss=False)
     report = model.tritonkit_report
     assert report.left == {"loss": "not requested"} and "loss: not requested" in str(report)
-    base = tkt.patch(_model("llama").model)  # the decoder stack alone has no loss to replace
+    base = tkt.patch(_model("llama", torch.float16).model)  # the decoder stack alone has no loss to replace
     assert base.tritonkit_report.left == {"loss": "not a LlamaForCausalLM"}, base.tritonkit_report
+    # A float32 model's attention runs SDPA (the kernels only inside a float16/bfloat16 autocast region).
+    assert "float32" in tkt.patch(_model("llama")).tritonkit_report.left["attention"]
     with pytest.raises(ValueError, match="family"):
         tkt.patch_classes("gpt2")
     with pytest.raises(TypeError, match="norms"):

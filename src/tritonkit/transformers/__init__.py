@@ -16,12 +16,13 @@ implementation; `import tritonkit` alone never imports transformers. See docs/tr
 
 from __future__ import annotations
 
-from ._attention import register, tritonkit_attention_forward, tritonkit_mask
+from ._attention import AttentionFallbackWarning, register, tritonkit_attention_forward
 from ._experts import register as register_experts
+from ._masks import tritonkit_mask
 from ._patch import EXPERTS_FAMILIES, FAMILIES, PARTS, PatchReport, family_of, patch, patch_classes, unpatch_classes
 
 register()
 register_experts()
 
 __all__ = ["patch", "patch_classes", "unpatch_classes", "PatchReport", "FAMILIES", "EXPERTS_FAMILIES", "PARTS",
-           "family_of", "tritonkit_attention_forward", "tritonkit_mask"]
+           "family_of", "AttentionFallbackWarning", "tritonkit_attention_forward", "tritonkit_mask"]

@@ -126,19 +126,15 @@ def _check_parts(parts: dict) -> None:
             raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
-# ---------------------------------------------------------------- per part: (replacement detail | None, why left)
-
-_ATTENTION_DETAIL = "tritonkit.attention: float16/bfloat16 calls (float32 under autocast)"
-
-
-
-
 def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True, rope: bool = True,
           mlp: bool = True, loss: bool = True, experts: bool = True) -> torch.nn.Module:
     """Put tritonkit's ops into a loaded transformers model, in place; returns the model.
 
-    attention: the model's attention implementation becomes "tritonkit", and the q/k/v projections
-        sum their input gradients in their GEMMs (_projections.py) (this model only).
+    attention: the model's attention implementation becomes "tritonkit" (unless its head dim is one
+        the kernels do not take), and the q/k/v projections sum their input gradients in their
+        GEMMs (_projections.py) (this model only). The report says which calls run the kernels and
+        which SDPA; a float32 model's attention is under `left` (its calls run SDPA outside a
+        float16/bfloat16 autocast region).
     norms: each of the family's RMSNorm modules runs tritonkit.rms_norm, and the decoder layers'
         residual adds run inside the norms that read their sums (rms_norm(residual=); see
         _residual.py) (this model only).
@@ -170,10 +166,12 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
             report.left[part] = "not requested"
 
     if attention:
-        model.set_attn_implementation(_attention.NAME)
+        where, words = _attention.describe(config, getattr(model, "dtype", None))
+        if where != "sdpa":  # a float32 model's calls inside an autocast region run the kernels
+            model.set_attn_implementation(_attention.NAME)
         grouped = _projections.group_attention(model, fam.cls("Attention"))
-        report.replaced["attention"] = _ATTENTION_DETAIL + (f"; q/k/v projections of {grouped} layers with one "
-                                                            "input gradient" if grouped else "")
+        words += f"; q/k/v projections of {grouped} layers with one input gradient" if grouped else ""
+        (report.replaced if where == "kernels" else report.left)["attention"] = words
 
     if norms:
         norm_cls = fam.cls("RMSNorm")
@@ -323,7 +321,8 @@ def patch_classes(family: str, *, attention: bool = True, norms: bool = True, ro
             _set(base, "get_correct_attn_implementation", _default_to_tritonkit(base.get_correct_attn_implementation))
             attention_cls = fam.cls("Attention")
             _on_init(base, lambda model: _projections.group_attention(model, attention_cls))
-            report.replaced["attention"] = (_ATTENTION_DETAIL + " (the default implementation of the family); q/k/v "
+            words = _attention.describe(config, None)[1] if config is not None else "tritonkit.attention"
+            report.replaced["attention"] = (words + " (the default implementation of the family); q/k/v "
                                             "projections with one input gradient")
         else:
             report.left["attention"] = "pass attn_implementation='tritonkit' to from_pretrained"
