@@ -82,7 +82,11 @@ def _attn_bwd_dkdv_tiles(
     # NqTotal, Nk), NqTotal the row count of LSE and DELTA per head (Nq itself in a dense batch);
     # diag: `mask._diag`.
     b, b64, hk64, GROUP, H, q0, seq = head
-    (stride_qb, stride_qh, stride_qn), (stride_dob, stride_doh, stride_don), q_offs, do_offs = loads
+    # (Flat unpacking: Triton's dependency finder, which keys compiled kernels, cannot read nested
+    # tuple targets.)
+    stride_q, stride_do, q_offs, do_offs = loads
+    stride_qb, stride_qh, stride_qn = stride_q
+    stride_dob, stride_doh, stride_don = stride_do
     offs_n, offs_m0, d_row = tile
     Nq, NqTotal, Nk = lengths
     SOFTCAP: tl.constexpr = SCORE.softcap
