@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 
 import torch
@@ -18,6 +19,59 @@ def is_finite(value: float) -> bool:
     reads from a module attribute or a default argument (an eps, a scale), and math.isfinite of
     one breaks the graph."""
     return -math.inf < value < math.inf
+
+
+def _got(value: object) -> str:
+    """How an error names a value of the wrong type: its type, and the value when short."""
+    shown = repr(value)
+    return type(value).__name__ + (f" {shown}" if len(shown) <= 40 else "")
+
+
+# Scalar arguments: each public function checks its options with these, so that a wrong type
+# is a TypeError naming the argument (as torch's own functions give) instead of a value that
+# passes silently (causal="no" is truthy) or fails deep inside a kernel. Symbolic ints and
+# floats (torch.compile with dynamic shapes) pass as the numbers they stand for; bool is not
+# an int or a float here, as in torch.
+
+def check_bool(name: str, value: object) -> bool:
+    """`value` itself if it is True or False; TypeError naming `name` for anything else
+    (ints and strings too: torch refuses `is_causal=1`)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {_got(value)}")
+    return value
+
+
+def check_int(name: str, value: object, *, optional: bool = False) -> object:
+    """`value` itself if it is an int (a Python or numpy integer, or a symbolic int), or
+    None where `optional`; TypeError naming `name` otherwise (bools and floats included)."""
+    if value is None and optional:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, torch.SymInt)):
+        raise TypeError(f"{name} must be an int{' or None' if optional else ''}, got {_got(value)}")
+    return value
+
+
+def check_float(name: str, value: object, *, optional: bool = False) -> object:
+    """`value` itself if it is a real number (int or float, Python or numpy, or symbolic), or
+    None where `optional`; TypeError naming `name` otherwise (bools, strings and tensors
+    included). Range checks stay with the caller (see `is_finite`)."""
+    if value is None and optional:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, torch.SymInt, torch.SymFloat)):
+        raise TypeError(f"{name} must be a float{' or None' if optional else ''}, got {_got(value)}")
+    return value
+
+
+def check_choice(name: str, value: object, choices: Iterable[str]) -> str:
+    """`value` itself if it is one of the strings `choices`: TypeError naming `name` for a
+    non-string, ValueError listing the choices for another string."""
+    choices = tuple(choices)
+    listed = ", ".join(repr(c) for c in choices)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {listed}, got {_got(value)}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {listed}, got {value!r}")
+    return value
 
 
 def dtype_name(dtype: torch.dtype) -> str:
