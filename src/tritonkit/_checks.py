@@ -65,13 +65,12 @@ def check_float(name: str, value: object, *, optional: bool = False) -> object:
 def check_choice(name: str, value: object, choices: Iterable[str]) -> str:
     """`value` itself if it is one of the strings `choices`: TypeError naming `name` for a
     non-string, ValueError listing the choices for another string."""
-    choices = tuple(choices)
+    if isinstance(value, str) and value in choices:
+        return value
     listed = ", ".join(repr(c) for c in choices)
     if not isinstance(value, str):
         raise TypeError(f"{name} must be one of {listed}, got {_got(value)}")
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {listed}, got {value!r}")
-    return value
+    raise ValueError(f"{name} must be one of {listed}, got {value!r}")
 
 
 def dtype_name(dtype: torch.dtype) -> str:

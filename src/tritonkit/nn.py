@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import check_bool, check_float, check_int
 from .ops.attention import attention
 from .ops.norms import layer_norm, rms_norm
-from .ops.cross_entropy import linear_cross_entropy
+from .ops.cross_entropy import check_option_types, linear_cross_entropy
 
 
 class Attention(torch.nn.Module):
@@ -24,6 +25,11 @@ class Attention(torch.nn.Module):
     def __init__(self, dim: int, num_heads: int, num_kv_heads: int | None = None, causal: bool = True,
                  bias: bool = False, device: torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
+        check_int("dim", dim)
+        check_int("num_heads", num_heads)
+        check_int("num_kv_heads", num_kv_heads, optional=True)
+        check_bool("causal", causal)
+        check_bool("bias", bias)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads < 1 or dim % num_heads != 0:
             raise ValueError(f"dim {dim} is not a multiple of num_heads {num_heads}")
@@ -57,8 +63,11 @@ class Attention(torch.nn.Module):
 
 
 def _normalized_shape(normalized_shape) -> tuple[int, ...]:
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if not shape or any(not isinstance(s, int) or s < 0 for s in shape):
+    shape = normalized_shape if isinstance(normalized_shape, (tuple, list, torch.Size)) else (normalized_shape,)
+    if any(isinstance(s, bool) or not isinstance(s, int) for s in shape):
+        raise TypeError(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
+    shape = tuple(shape)
+    if not shape or any(s < 0 for s in shape):
         raise ValueError(f"normalized_shape must be a non-empty shape of sizes >= 0, got {normalized_shape!r}")
     return shape
 
@@ -102,9 +111,9 @@ class RMSNorm(_Norm):
                  device=None, dtype=None, *, weight_offset: float = 0.0):
         super().__init__()
         self.normalized_shape = _normalized_shape(normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        self.weight_offset = float(weight_offset)
+        self.eps = check_float("eps", eps, optional=True)
+        self.elementwise_affine = check_bool("elementwise_affine", elementwise_affine)
+        self.weight_offset = float(check_float("weight_offset", weight_offset))
         if elementwise_affine:
             self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
         else:
@@ -139,8 +148,9 @@ class LayerNorm(_Norm):
                  device=None, dtype=None):
         super().__init__()
         self.normalized_shape = _normalized_shape(normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
+        self.eps = check_float("eps", eps)
+        self.elementwise_affine = check_bool("elementwise_affine", elementwise_affine)
+        check_bool("bias", bias)
         factory = dict(device=device, dtype=dtype)
         for name, wanted in (("weight", elementwise_affine), ("bias", elementwise_affine and bias)):
             self.register_parameter(name, torch.nn.Parameter(torch.empty(self.normalized_shape, **factory))
@@ -183,6 +193,8 @@ class LinearCrossEntropyLoss(torch.nn.Module):
     def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean",
                  softcap: float | None = None, chunk_tokens: int | None = None):
         super().__init__()
+        check_option_types(dict(ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction,
+                                softcap=softcap, chunk_tokens=chunk_tokens))
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
         self.reduction, self.softcap, self.chunk_tokens = reduction, softcap, chunk_tokens
 
