@@ -1,6 +1,8 @@
 """Every public argument is type-checked: a wrong type is a TypeError naming the argument,
 as torch's own functions give, never a value that passes silently (causal="no" is truthy)."""
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -117,6 +119,35 @@ CASES = {
 }
 
 # attention's own checks (the lead's) cover its tensors, scale, window and softcap already
+# tritonkit.distributed: the wrong types are refused before any process group is needed
+# (the valid calls below stop at the missing process group instead)
+DISTRIBUTED = {
+    "distributed.ring_attention": ("ring_attention", lambda: dict(**_qkv(), causal=False),
+                                   dict(q=NOT_A_TENSOR, k=NOT_A_TENSOR, v=NOT_A_TENSOR, causal="no",
+                                        group="world", scale="0.5")),
+    "distributed.shard_for_ring": ("shard_for_ring", lambda: dict(x=_t(1, 2, 8, 16)),
+                                   dict(x=NOT_A_TENSOR, dim=2.0, group="world")),
+    "distributed.unshard_from_ring": ("unshard_from_ring", lambda: dict(shard=_t(1, 2, 8, 16)),
+                                      dict(shard=NOT_A_TENSOR, dim=2.0, group="world")),
+    "distributed.ring_positions": ("ring_positions", lambda: dict(seq_len=8),
+                                   dict(seq_len=8.0, group="world", device=1.5)),
+    "distributed.ring_chunks": ("ring_chunks", lambda: dict(world_size=2, rank=0),
+                                dict(world_size=2.0, rank="0")),
+}
+
+
+def _distributed(name: str):
+    import tritonkit.distributed
+    return getattr(tritonkit.distributed, name)
+
+
+def _call_distributed(name: str, **arguments):
+    return _distributed(name)(**arguments)
+
+
+CASES.update({key: (functools.partial(_call_distributed, name), valid, wrong)
+              for key, (name, valid, wrong) in DISTRIBUTED.items()})
+
 XFAIL = {(function, name) for function in ("attention", "attention_varlen") for name in ("causal", "return_lse")}
 
 
@@ -140,7 +171,11 @@ def test_a_wrong_type_is_a_type_error_naming_the_argument(function, argument):
 def test_the_valid_calls_run(function):
     # The baseline of the test above: each call fails only for the argument it was given.
     fn, valid, _ = CASES[function]
-    fn(**valid())
+    if function in DISTRIBUTED and function != "distributed.ring_chunks":
+        with pytest.raises(ValueError, match="process group"):
+            fn(**valid())
+    else:
+        fn(**valid())
 
 
 def test_every_public_argument_is_covered():
@@ -149,6 +184,7 @@ def test_every_public_argument_is_covered():
               if callable(getattr(tritonkit, name)) and name not in ("default_device",)}
     public.update({f"nn.{name}": getattr(tritonkit.nn, name)
                    for name in ("Attention", "RMSNorm", "LayerNorm", "LinearCrossEntropyLoss")})
+    public.update({key: _distributed(name) for key, (name, _, _) in DISTRIBUTED.items()})
     missing = []
     for name, fn in public.items():
         if name not in CASES:
