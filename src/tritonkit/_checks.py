@@ -121,6 +121,14 @@ def check_writable_output(name: str, out: torch.Tensor, **inputs: torch.Tensor) 
                              f"tensor or to {input_name} itself")
 
 
+def check_out_without_grad(function: str, out: object, *inputs: object) -> None:
+    """Refuse `out=` while autograd would record the call, as torch refuses it: the result
+    written into `out` would carry no gradient back to the inputs (or to what was in out)."""
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (out, *inputs)):
+        raise RuntimeError(f"{function}(): functions with out=... arguments don't support automatic "
+                           "differentiation, but one of the arguments requires grad.")
+
+
 def check_same_device(**tensors: torch.Tensor) -> None:
     items = list(tensors.items())
     first_name, first = items[0]
