@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_bool, check_float, check_int
+from ._checks import check_bool, check_float, check_int, dtype_name
 from .ops.attention import attention
 from .ops.norms import layer_norm, rms_norm
 from .ops.cross_entropy import check_option_types, linear_cross_entropy
+
+
+_ATTENTION_DTYPES = (torch.float16, torch.bfloat16)
 
 
 class Attention(torch.nn.Module):
@@ -20,6 +23,12 @@ class Attention(torch.nn.Module):
     of 8 from 16 to 256. num_kv_heads: heads of k and v (grouped-query attention), dividing
     num_heads; None means num_heads. causal: each position attends to itself and earlier ones.
     bias: whether both projections have a bias.
+
+    The attention kernel computes in float16 or bfloat16: make the module one of those
+    (``dtype=torch.bfloat16`` or ``.to(torch.bfloat16)``), or keep it in float32 and call it
+    inside ``torch.autocast(device_type, dtype=torch.bfloat16)`` (mixed precision). A float32
+    call outside autocast is refused (TypeError) rather than run at a lower precision than
+    its dtype promises.
     """
 
     def __init__(self, dim: int, num_heads: int, num_kv_heads: int | None = None, causal: bool = True,
@@ -54,6 +63,12 @@ class Attention(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.split_heads(x)
+        if q.dtype not in _ATTENTION_DTYPES:
+            raise TypeError(
+                f"tritonkit.nn.Attention computes in float16 or bfloat16, but its projection of x gives "
+                f"{dtype_name(q.dtype)} (x {dtype_name(x.dtype)}, weights {dtype_name(self.qkv.weight.dtype)}): "
+                f"make the module bfloat16 (.to(torch.bfloat16), and x too), or call it inside "
+                f"torch.autocast({q.device.type!r}, dtype=torch.bfloat16)")
         o = attention(q, k, v, causal=self.causal)  # laid out (B, N, H, D) in memory, like q
         return self.proj(o.transpose(1, 2).flatten(2))
 
