@@ -5,7 +5,7 @@ a byte-level tokenizer (256 byte values plus padding) needs no download. Both mo
 the same weights (one seed) and see the same batches, so their loss curves should agree within
 the dtype's noise; the script prints both curves and, where matplotlib is installed, saves a plot.
 
-    pip install "tritonkit[hf]"                            # transformers; add matplotlib for the plot
+    pip install -e ".[hf]"                                 # transformers; add matplotlib for the plot
     python examples/finetune_llama.py                      # GPU: bf16, 200 steps
     python examples/finetune_llama.py --steps 3 --tiny     # CPU smoke run through the interpreter
 """

@@ -113,7 +113,8 @@ def compile_report(op: str, pass_: str = "all", shape: tuple[int, ...] | None = 
     todo = [(name, launches, i) for name, launches in recorded for i in range(len(launches))]
     reports = []
     with Progress(len(todo), expected=_IDLE_SECONDS_PER_KERNEL * len(todo), enabled=progress) as meter:
-        meter.say(f"compiling {len(todo)} kernel{'s' if len(todo) != 1 else ''} of {op} for sm_{target} on the "
+        meter.say(f"compiling {len(todo)} kernel{'s' if len(todo) != 1 else ''} of {op}"
+                  f"{f' at offset {offset}' if offset else ''} for sm_{target} on the "
                   f"CPU: about {duration(_IDLE_SECONDS_PER_KERNEL * len(todo))} on an idle machine, longer on a "
                   "busy one (Triton keeps them cached: a second run is quicker)")
         for name, launches, i in todo:
