@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -71,6 +73,46 @@ def check_choice(name: str, value: object, choices: Iterable[str]) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be one of {listed}, got {_got(value)}")
     raise ValueError(f"{name} must be one of {listed}, got {value!r}")
+
+
+def optional_tensor(name: str, value: object) -> object:
+    """check_tensor, with None allowed (an optional bias, say)."""
+    return value if value is None else check_tensor(name, value)
+
+
+def optional_float(name: str, value: object) -> object:
+    return check_float(name, value, optional=True)
+
+
+def optional_int(name: str, value: object) -> object:
+    return check_int(name, value, optional=True)
+
+
+def choice_of(*choices: str) -> Callable[[str, object], str]:
+    """A check(name, value) for one of these strings, for `checked_arguments`."""
+    return functools.partial(check_choice, choices=choices)
+
+
+def checked_arguments(**checks: Callable[[str, object], object]):
+    """Decorator: before each call, every argument named in `checks`, passed by position or by
+    keyword, goes through its check(name, value) (check_bool, optional_float, choice_of(...),
+    ...), so that a function with many options types each of them in one place. Arguments left
+    at their defaults are not checked (the defaults are right)."""
+    def decorate(fn):
+        positions = [(i, name) for i, name in enumerate(inspect.signature(fn).parameters) if name in checks]
+
+        @functools.wraps(fn)
+        def checked(*args, **kwargs):
+            for i, name in positions:
+                if i < len(args):
+                    checks[name](name, args[i])
+            for name, value in kwargs.items():
+                check = checks.get(name)
+                if check is not None:
+                    check(name, value)
+            return fn(*args, **kwargs)
+        return checked
+    return decorate
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -7,7 +7,7 @@ import torch
 from ._checks import check_bool, check_float, check_int, dtype_name
 from .ops.attention import attention
 from .ops.norms import layer_norm, rms_norm
-from .ops.cross_entropy import check_option_types, linear_cross_entropy
+from .ops.cross_entropy import OPTION_TYPES, linear_cross_entropy
 
 
 _ATTENTION_DTYPES = (torch.float16, torch.bfloat16)
@@ -208,8 +208,9 @@ class LinearCrossEntropyLoss(torch.nn.Module):
     def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean",
                  softcap: float | None = None, chunk_tokens: int | None = None):
         super().__init__()
-        check_option_types(dict(ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction,
-                                softcap=softcap, chunk_tokens=chunk_tokens))
+        for name, value in dict(ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction,
+                                softcap=softcap, chunk_tokens=chunk_tokens).items():
+            OPTION_TYPES[name](name, value)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
         self.reduction, self.softcap, self.chunk_tokens = reduction, softcap, chunk_tokens
 
