@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tritonkit._checks import check_bool, check_choice, check_float, check_int
+from tritonkit._checks import check_bool, check_choice, check_float, check_int, checked_arguments, choice_of
 
 
 @pytest.mark.parametrize("check, good, bad", [
@@ -36,6 +36,19 @@ def test_choice_is_a_type_error_for_non_strings_and_a_value_error_for_other_stri
         check_choice("mode", 1, ("mean", "sum"))
     with pytest.raises(ValueError, match=r"^mode must be one of 'mean', 'sum', got 'avg'"):
         check_choice("mode", "avg", ("mean", "sum"))
+
+
+def test_checked_arguments_checks_positional_and_keyword_arguments():
+    @checked_arguments(scale=check_float, mode=choice_of("a", "b"))
+    def f(x, scale=1.0, *, mode="a"):
+        return x * scale, mode
+
+    assert f(2, 3) == (6, "a") and f(2, scale=0.5, mode="b") == (1.0, "b")
+    with pytest.raises(TypeError, match=r"^scale must be a float, got str"):
+        f(2, "3")
+    with pytest.raises(TypeError, match=r"^mode must be one of 'a', 'b', got int 1"):
+        f(2, mode=1)
+    assert f.__name__ == "f"
 
 
 # ---------------------------------------------------------------------------------------
