@@ -3,8 +3,9 @@
 The text is Python's own standard library source (it ships with every Python), read as bytes:
 a byte-level tokenizer (256 byte values plus padding) needs no download. Both models start from
 the same weights (one seed) and see the same batches, so their loss curves should agree within
-the dtype's noise; the script prints both curves and saves a plot.
+the dtype's noise; the script prints both curves and, where matplotlib is installed, saves a plot.
 
+    pip install -e ".[hf]"                                 # transformers; add matplotlib for the plot
     python examples/finetune_llama.py                      # GPU: bf16, 200 steps
     python examples/finetune_llama.py --steps 3 --tiny     # CPU smoke run through the interpreter
 """
@@ -19,7 +20,7 @@ import time
 
 import torch
 
-import tritonkit  # before transformers, which imports triton: without a GPU the interpreter must come first
+import tritonkit
 import tritonkit.transformers as tkt
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -75,7 +76,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--tiny", action="store_true", help="a 2-layer model, batch 2 x 32 (CPU smoke run)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", default="finetune_llama.png")
+    parser.add_argument("--plot", default="finetune_llama.png", help="where to save the plot ('' for none)")
     args = parser.parse_args()
     if args.tiny:
         args.batch, args.seq = 2, 32
@@ -101,7 +102,17 @@ def main() -> None:
     print(f"final loss: unpatched {ref_losses[-1]:.4f}, tritonkit {tk_losses[-1]:.4f}; largest per-step gap {gap:.4f}")
     print(f"tokens/s: unpatched {tokens / ref_s:.4g}, tritonkit {tokens / tk_s:.4g} (first steps include compiling)")
 
-    import matplotlib
+    save_plot(args.plot, ref_losses, tk_losses)
+
+
+def save_plot(path: str, ref_losses: list[float], tk_losses: list[float]) -> None:
+    if not path:
+        return
+    try:
+        import matplotlib
+    except ImportError:
+        print("no plot: matplotlib is not installed (pip install matplotlib)")
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -112,8 +123,8 @@ def main() -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(args.plot, dpi=110)
-    print(f"wrote {args.plot}")
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -235,6 +235,17 @@ def main(argv: list[str] | None = None) -> None:
                     json.dump(result, f, indent=1)
     finally:
         dist.destroy_process_group()
+    # A finished run leaves without Python's interpreter teardown. Gloo (the CPU backend) runs
+    # each collective on a worker thread that frees the collective's tensors after `wait()` has
+    # returned, and may need the GIL to do it; a thread that asks for the GIL once the
+    # interpreter is finalizing is ended by Python inside that C++ destructor, and the process
+    # aborts (SIGABRT, "terminate called without an active exception") after a run that
+    # succeeded, the likelier the busier the machine. destroy_process_group cannot stop those
+    # threads first: FSDP's and DTensor's caches keep the device mesh, and with it the process
+    # group, alive until the interpreter ends.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

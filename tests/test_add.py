@@ -199,3 +199,18 @@ def test_custom_op_registrations(device):
     x = torch.randn(4, 9, device=device, requires_grad=True)
     y = torch.randn(9, device=device, requires_grad=True)
     torch.library.opcheck(_ADD.forward_op, (x, y))
+
+
+def test_out_refuses_autograd_as_torch_does(device):
+    # Writing into out= records no gradient, so torch refuses it while autograd is on.
+    x = torch.randn(4, 5, device=device, requires_grad=True)
+    y = torch.randn(4, 5, device=device)
+    for args, out in (((x, y), torch.empty(4, 5, device=device)), ((y, x), torch.empty(4, 5, device=device)),
+                      ((y, y), torch.empty(4, 5, device=device, requires_grad=True))):
+        for fn in (torch.add, tritonkit.add):
+            with pytest.raises(RuntimeError, match=r"add\(\): functions with out=\.\.\. arguments don't support "
+                                                   "automatic differentiation"):
+                fn(*args, out=out)
+    with torch.no_grad():
+        out = torch.empty(4, 5, device=device)
+        assert tritonkit.add(x, y, out=out) is out and torch.equal(out, x + y)

@@ -277,3 +277,50 @@ def test_bench_train_tiny(autocast, tmp_path, capsys):
     losses = [r["loss"] for r in data["results"]]
     assert len(losses) == 2 and all(loss is not None and 0 < loss < 20 for loss in losses), data["results"]
     assert abs(losses[0] - losses[1]) < 0.05 * losses[0]   # the same model, the same batch
+
+
+def test_progress_is_never_silent_for_long():
+    # A step longer than the heartbeat gets lines while it runs, each saying how long so far
+    # and (from the steps done, weighted) about how long is left.
+    import io
+
+    from tritonkit._progress import Progress, duration
+
+    out = io.StringIO()
+    with Progress(total=3, stream=out, heartbeat=0.25) as progress:
+        with progress.step("first"):
+            time.sleep(0.4)
+        with progress.step("second", weight=2):
+            time.sleep(1.0)
+    lines = out.getvalue().splitlines()
+    second = [line for line in lines if line.startswith("   ... second: 1 s so far (33% done")]
+    assert len(second) >= 2 and all(line.startswith("   ... first: 1 s so far") for line in lines
+                                    if line not in second), lines
+    assert "left)" in second[0]
+    quiet = io.StringIO()
+    with Progress(total=1, stream=quiet, heartbeat=0.1, enabled=False) as progress, progress.step("x"):
+        progress.say("not said")
+        time.sleep(0.3)
+    assert quiet.getvalue() == ""
+    assert [duration(s) for s in (0.2, 40, 100, 600)] == ["1 s", "40 s", "2 min", "10 min"]
+
+
+@pytest.mark.skipif(not tritonkit.INTERPRETED, reason="the first run without a GPU")
+def test_first_run_says_how_long_and_shows_each_op_as_it_is_checked(capsys, monkeypatch):
+    # Each op's rows are printed before the next op is checked, so the table grows as it goes.
+    from tritonkit.bench import first_run
+
+    seen = []
+    real = first_run.accuracy_rows
+
+    def rows(name, entry, device):
+        seen.append(capsys.readouterr().out)
+        return real(name, entry, device)
+
+    monkeypatch.setattr(first_run, "accuracy_rows", rows)
+    monkeypatch.setattr(first_run, "inspect_sample", lambda names: "(inspect sample)")
+    assert runner.main(["softmax", "swiglu"]) == 0
+    printed = "".join(seen) + capsys.readouterr().out
+    assert "It takes about" in seen[0] and "on an idle 2-core machine" in seen[0]
+    assert seen[1].startswith("softmax ") and "swiglu " not in "".join(seen[:2])
+    assert "\nswiglu " in printed

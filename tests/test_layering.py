@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("tritonkit._runtime", "tritonkit._triton_version", "tritonkit._cuda_context", "tritonkit._launch",
               "tritonkit._checks", "tritonkit._layout", "tritonkit._counters", "tritonkit._streams",
               "tritonkit._graphs", "tritonkit._autocast", "tritonkit._sharding",
-              "tritonkit._dtensor", "tritonkit._op")),
+              "tritonkit._dtensor", "tritonkit._op", "tritonkit._progress")),
     # The ops: kernels, launchers, declarations, public functions (each op its own parts).
     ("ops", ("tritonkit.ops.*",)),
     # The public surface built from the ops.

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import check_bool, check_float, check_int, dtype_name
 from .ops.attention import attention
 from .ops.norms import layer_norm, rms_norm
-from .ops.cross_entropy import linear_cross_entropy
+from .ops.cross_entropy import OPTION_TYPES, linear_cross_entropy
+
+
+_ATTENTION_DTYPES = (torch.float16, torch.bfloat16)
 
 
 class Attention(torch.nn.Module):
@@ -19,11 +23,22 @@ class Attention(torch.nn.Module):
     of 8 from 16 to 256. num_kv_heads: heads of k and v (grouped-query attention), dividing
     num_heads; None means num_heads. causal: each position attends to itself and earlier ones.
     bias: whether both projections have a bias.
+
+    The attention kernel computes in float16 or bfloat16: make the module one of those
+    (``dtype=torch.bfloat16`` or ``.to(torch.bfloat16)``), or keep it in float32 and call it
+    inside ``torch.autocast(device_type, dtype=torch.bfloat16)`` (mixed precision). A float32
+    call outside autocast is refused (TypeError) rather than run at a lower precision than
+    its dtype promises.
     """
 
     def __init__(self, dim: int, num_heads: int, num_kv_heads: int | None = None, causal: bool = True,
                  bias: bool = False, device: torch.device | None = None, dtype: torch.dtype | None = None):
         super().__init__()
+        check_int("dim", dim)
+        check_int("num_heads", num_heads)
+        check_int("num_kv_heads", num_kv_heads, optional=True)
+        check_bool("causal", causal)
+        check_bool("bias", bias)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads < 1 or dim % num_heads != 0:
             raise ValueError(f"dim {dim} is not a multiple of num_heads {num_heads}")
@@ -48,6 +63,12 @@ class Attention(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.split_heads(x)
+        if q.dtype not in _ATTENTION_DTYPES:
+            raise TypeError(
+                f"tritonkit.nn.Attention computes in float16 or bfloat16, but its projection of x gives "
+                f"{dtype_name(q.dtype)} (x {dtype_name(x.dtype)}, weights {dtype_name(self.qkv.weight.dtype)}): "
+                f"make the module bfloat16 (.to(torch.bfloat16), and x too), or call it inside "
+                f"torch.autocast({q.device.type!r}, dtype=torch.bfloat16)")
         o = attention(q, k, v, causal=self.causal)  # laid out (B, N, H, D) in memory, like q
         return self.proj(o.transpose(1, 2).flatten(2))
 
@@ -57,8 +78,11 @@ class Attention(torch.nn.Module):
 
 
 def _normalized_shape(normalized_shape) -> tuple[int, ...]:
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if not shape or any(not isinstance(s, int) or s < 0 for s in shape):
+    shape = normalized_shape if isinstance(normalized_shape, (tuple, list, torch.Size)) else (normalized_shape,)
+    if any(isinstance(s, bool) or not isinstance(s, int) for s in shape):
+        raise TypeError(f"normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}")
+    shape = tuple(shape)
+    if not shape or any(s < 0 for s in shape):
         raise ValueError(f"normalized_shape must be a non-empty shape of sizes >= 0, got {normalized_shape!r}")
     return shape
 
@@ -102,9 +126,9 @@ class RMSNorm(_Norm):
                  device=None, dtype=None, *, weight_offset: float = 0.0):
         super().__init__()
         self.normalized_shape = _normalized_shape(normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        self.weight_offset = float(weight_offset)
+        self.eps = check_float("eps", eps, optional=True)
+        self.elementwise_affine = check_bool("elementwise_affine", elementwise_affine)
+        self.weight_offset = float(check_float("weight_offset", weight_offset))
         if elementwise_affine:
             self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
         else:
@@ -139,8 +163,9 @@ class LayerNorm(_Norm):
                  device=None, dtype=None):
         super().__init__()
         self.normalized_shape = _normalized_shape(normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
+        self.eps = check_float("eps", eps)
+        self.elementwise_affine = check_bool("elementwise_affine", elementwise_affine)
+        check_bool("bias", bias)
         factory = dict(device=device, dtype=dtype)
         for name, wanted in (("weight", elementwise_affine), ("bias", elementwise_affine and bias)):
             self.register_parameter(name, torch.nn.Parameter(torch.empty(self.normalized_shape, **factory))
@@ -183,6 +208,9 @@ class LinearCrossEntropyLoss(torch.nn.Module):
     def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean",
                  softcap: float | None = None, chunk_tokens: int | None = None):
         super().__init__()
+        for name, value in dict(ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction,
+                                softcap=softcap, chunk_tokens=chunk_tokens).items():
+            OPTION_TYPES[name](name, value)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
         self.reduction, self.softcap, self.chunk_tokens = reduction, softcap, chunk_tokens
 

@@ -11,12 +11,14 @@ Ops come from the registry: an entry with `op`, `sample` and `reference` is chec
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
 
 from .. import _runtime
-from ..registry import OpEntry
+from .._progress import Progress, duration
+from ..registry import OpEntry, entries
 from ..registry._accuracy import check_sample, relative_error
 
 
@@ -24,30 +26,50 @@ def _shape(t: torch.Tensor) -> str:
     return "x".join(map(str, t.shape)) or "scalar"
 
 
-def accuracy_table(selected: dict[str, OpEntry], device: torch.device) -> tuple[str, list[str]]:
-    """The table of errors, and the ops left out (with why)."""
-    rows, left_out = [], []
-    for name, entry in selected.items():
-        if entry.op is None or entry.sample is None or entry.reference is None:
-            missing = [f for f in ("op", "sample", "reference") if getattr(entry, f) is None]
-            left_out.append(f"{name} (its registry entry has no {', '.join(missing)})")
-            continue
-        torch.manual_seed(0)
-        for i, c in enumerate(check_sample(entry, device)):
-            rows.append((name if i == 0 else "", c.what, str(c.ours.dtype).removeprefix("torch."), _shape(c.ours),
-                         f"{relative_error(c.ours, c.reference):.1e}", f"{relative_error(c.torch, c.reference):.1e}"))
-    head = ("op", "result", "dtype", "shape", "tritonkit error", "torch error")
-    widths = [max(len(r[i]) for r in [head, *rows]) + 2 for i in range(len(head))]
-    lines = ["".join(cell.ljust(w) if i < 4 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
-             for r in [head, *rows]]
-    return "\n".join(lines), left_out
+_HEAD = ("op", "result", "dtype", "shape", "tritonkit error", "torch error")
+_WIDTHS = (22, 15, 10, 14, 17, 13)
+
+# What checking one op through the interpreter costs, relative to a row op: attention's sample
+# runs forward and backward kernels over several key blocks. Only the estimates of time left
+# read these.
+_WEIGHT = {"attention": 8, "attention_varlen": 8}
+# `tritonkit bench` of every op on an idle 2-core machine: the checks, then one small compile.
+_IDLE_SECONDS = 10
+
+
+def _row(cells: tuple[str, ...]) -> str:
+    return "".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, _WIDTHS)))
+
+
+def accuracy_rows(name: str, entry: OpEntry, device: torch.device) -> list[str]:
+    """The table's rows for one op: each output and gradient's error, ours and torch's."""
+    torch.manual_seed(0)
+    return [_row((name if i == 0 else "", c.what, str(c.ours.dtype).removeprefix("torch."), _shape(c.ours),
+                  f"{relative_error(c.ours, c.reference):.1e}", f"{relative_error(c.torch, c.reference):.1e}"))
+            for i, c in enumerate(check_sample(entry, device))]
+
+
+def print_accuracy_table(selected: dict[str, OpEntry], device: torch.device) -> list[str]:
+    """Print the table of errors op by op as each is checked; return the ops left out (with why)."""
+    checked = {name: entry for name, entry in selected.items()
+               if entry.op is not None and entry.sample is not None and entry.reference is not None}
+    left_out = [f"{name} (its registry entry has no "
+                f"{', '.join(f for f in ('op', 'sample', 'reference') if getattr(entry, f) is None)})"
+                for name, entry in selected.items() if name not in checked]
+    weights = {name: _WEIGHT.get(name, 1) for name in checked}
+    print(_row(_HEAD))
+    with Progress(sum(weights.values()), stream=sys.stdout) as progress:
+        for name, entry in checked.items():
+            with progress.step(f"checking {name}", weights[name]):
+                rows = accuracy_rows(name, entry, device)
+            progress.say("\n".join(rows))
+    return left_out
 
 
 def inspect_sample(names: list[str]) -> str:
     """`tritonkit inspect add --compare --offset 1` when add is selected (what a misaligned
     view does to the loads), else the first selected op's first pass at its default input."""
     from ..inspector import compile_report, format_compare, format_report
-    from ..registry import entries
 
     if "add" in names:
         command = "tritonkit inspect add --compare --offset 1"
@@ -69,16 +91,20 @@ def main(selected: dict[str, OpEntry]) -> int:
     print("tritonkit bench: no CUDA device here, so no speed to measure. Kernels run through Triton's\n"
           "interpreter on the CPU instead, which shows whether they compute the right thing, and the\n"
           "compiler shows what they would run on a Hopper GPU.\n")
+    share = sum(_WEIGHT.get(n, 1) for n in selected) / sum(_WEIGHT.get(n, 1) for n in entries())
+    print(f"It takes about {duration(max(_IDLE_SECONDS * share, 5))} on an idle 2-core machine, longer on a "
+          "busy one; each op's\nrows appear as it is checked.\n")
     print("1. Each op on a small sample at an awkward layout (strided, transposed, broadcast), through\n"
           "   the interpreter: relative error ||ours - ref|| / ||ref|| against a float64 reference,\n"
           "   beside torch's own error in the same dtype (ours should be of the same order).\n")
-    table, left_out = accuracy_table(selected, device)
-    print(table)
+    left_out = print_accuracy_table(selected, device)
     if left_out:
         print("not checked: " + "; ".join(left_out))
-    print("\n2. What a kernel compiles to, for sm_90 (H100/H200), compiled here on the CPU:\n")
+    print("\n2. What a kernel compiles to, for sm_90 (H100/H200), compiled here on the CPU:\n", flush=True)
     try:
-        print(inspect_sample(list(selected)))
+        with Progress(1, stream=sys.stdout) as progress, progress.step("compiling a kernel for sm_90"):
+            sample = inspect_sample(list(selected))
+        print(sample)
     except Exception as err:  # ptxas missing, say: the checks above still stand
         print(f"(the inspector could not compile here: {type(err).__name__}: {str(err).splitlines()[0][:120]})")
     print("\n   More: tritonkit inspect --help (docs/inspect.md).")

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .. import _runtime
+from .._progress import Progress
 from ..registry import BenchCase, OpEntry, entries
 from .timing import (HOST_CHECK_BELOW_MS, copy_ceiling_gbs, graphed_ms, held_bytes, host_bound_note, host_ms,
                      l2_clear_ms, matmul_ceiling_tflops, peak_extra_bytes, time_ms)
@@ -282,30 +283,33 @@ def main(argv: list[str] | None = None) -> int:
             pass
     results: list[Measurement] = []
     copy_same_bytes: dict[str, float] = {}
-    for op in dict.fromkeys(e.name for e, _ in selected):
-        entry = catalogue[op]
-        measured: dict[str, list[Measurement]] = {}
-        same_bytes: dict[str, float] = {}
-        for case in (c for e, c in selected if e.name == op):
-            if case.unit == "GB/s" and on_gpu:
-                same_bytes[case.label] = copy_ceiling_gbs(device, case.work)
+    # Through the interpreter a case can take long without a line: a heartbeat on stderr then.
+    with Progress(len(selected), enabled=not (on_gpu or progress or args.no_progress)) as heartbeat:
+        for op in dict.fromkeys(e.name for e, _ in selected):
+            entry = catalogue[op]
+            measured: dict[str, list[Measurement]] = {}
+            same_bytes: dict[str, float] = {}
+            for case in (c for e, c in selected if e.name == op):
+                if case.unit == "GB/s" and on_gpu:
+                    same_bytes[case.label] = copy_ceiling_gbs(device, case.work)
+                if progress:
+                    progress.set_postfix_str(f"{entry.name} {case.label}")
+                with heartbeat.step(f"timing {entry.name} {case.label}"):
+                    rows = _measure_case(entry.name, case, device, clear)
+                measured[case.label] = rows
+                results += rows
+                if case.seed_table:
+                    eager = "naive eager" if any(m.provider == "naive eager" for m in rows) else "torch native"
+                    table = _seed_table(rows, eager)
+                    if table:
+                        (progress.write if progress else print)(table)
+                if progress:
+                    progress.update()
             if progress:
-                progress.set_postfix_str(f"{entry.name} {case.label}")
-            rows = _measure_case(entry.name, case, device, clear)
-            measured[case.label] = rows
-            results += rows
-            if case.seed_table:
-                eager = "naive eager" if any(m.provider == "naive eager" for m in rows) else "torch native"
-                table = _seed_table(rows, eager)
-                if table:
-                    (progress.write if progress else print)(table)
-            if progress:
-                progress.update()
-        if progress:
-            progress.clear()
-        unit = next(iter(measured.values()))[0].unit
-        print(_case_table(entry, measured, ceilings[unit], same_bytes) + "\n")
-        copy_same_bytes.update({f"{op} {label}": rate for label, rate in same_bytes.items()})
+                progress.clear()
+            unit = next(iter(measured.values()))[0].unit
+            print(_case_table(entry, measured, ceilings[unit], same_bytes) + "\n")
+            copy_same_bytes.update({f"{op} {label}": rate for label, rate in same_bytes.items()})
     if progress:
         progress.close()
 

@@ -28,12 +28,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 
 import torch
 
 from .. import _runtime
+from .._progress import Progress
 
 CONFIGS = {
     "A": dict(layers=8, hidden=2048, intermediate=8192, heads=16, kv_heads=8, vocab=128256, batch=4, seq=2048),
@@ -217,14 +219,16 @@ def compare(config_name: str, device: torch.device, steps: int, autocast: bool =
     config = CONFIGS[config_name]
     batches = markov_batches(config, device, steps)
     curves = {}
-    for provider in ("hf eager", "tritonkit"):
-        losses = []
-        model = prepare(provider, llama(config, device, weights_dtype(device, autocast)))
-        opt, _ = train_steps(model, batches, steps, device, on_step=lambda i, loss: losses.append(loss.detach()),
-                             autocast=autocast)
-        curves[provider] = [float(x) for x in losses]
-        del model, opt
-        _cleanup()
+    with Progress(2, stream=sys.stdout, enabled=device.type != "cuda") as progress:
+        for provider in ("hf eager", "tritonkit"):
+            losses = []
+            with progress.step(f"{steps} steps of {provider}"):
+                model = prepare(provider, llama(config, device, weights_dtype(device, autocast)))
+                opt, _ = train_steps(model, batches, steps, device,
+                                     on_step=lambda i, loss: losses.append(loss.detach()), autocast=autocast)
+            curves[provider] = [float(x) for x in losses]
+            del model, opt
+            _cleanup()
     gaps = [abs(a - b) for a, b in zip(curves["hf eager"], curves["tritonkit"])]
     print(f"{'step':>5}{'hf eager':>12}{'tritonkit':>12}{'gap':>10}")
     for i, (a, b, g) in enumerate(zip(curves["hf eager"], curves["tritonkit"], gaps)):
@@ -278,7 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     # Liger patches classes and module functions for good: it runs after every other provider.
     order = [(c, p) for c in configs for p in providers if p != "liger"]
     order += [(c, p) for c in configs for p in providers if p == "liger"]
-    measured = {key: measure(*key, device, warmup, steps, args.autocast) for key in order}
+    measured = {}
+    # Through the interpreter a provider's steps take a while: say which one runs (on a GPU the
+    # output stays the table alone).
+    with Progress(len(order), stream=sys.stdout, enabled=not on_gpu) as progress:
+        for config, provider in order:
+            with progress.step(f"{provider} on config {config}"):
+                measured[(config, provider)] = measure(config, provider, device, warmup, steps, args.autocast)
+            progress.say(f"  measured {provider} on config {config}")
     results = [measured[(c, p)] for c in configs for p in providers]
     print(table(results))
     if args.json:

@@ -32,6 +32,7 @@ import math
 import torch
 import torch.distributed as dist
 
+from .._checks import check_bool, check_float, check_int
 from ..ops.attention import attention_bwd, attention_fwd
 
 
@@ -40,12 +41,22 @@ from ..ops.attention import attention_bwd, attention_fwd
 # ---------------------------------------------------------------------------------------
 
 def _group_shape(group: dist.ProcessGroup | None) -> tuple[int, int]:
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"group must be a torch.distributed ProcessGroup or None, got {type(group).__name__}")
     return dist.get_world_size(group), dist.get_rank(group)
 
 
 def ring_chunks(world_size: int, rank: int) -> tuple[int, int]:
     """The two chunks (of 2 * world_size) of the full sequence that `rank` holds, in order."""
+    check_int("world_size", world_size)
+    check_int("rank", rank)
     return rank, 2 * world_size - 1 - rank
+
+
+def _check_tensor_dim(name: str, x: object, dim: object) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    check_int("dim", dim)
 
 
 def _check_chunks(name: str, n: int, world_size: int) -> int:
@@ -59,6 +70,7 @@ def shard_for_ring(x: torch.Tensor, dim: int = 2, *, group: dist.ProcessGroup | 
     """This rank's shard of a full sequence `x` in the load-balanced layout: chunks r and
     2W-1-r of 2W equal chunks along `dim` (default 2: the N of (B, H, N, D)), concatenated.
     x's length along dim must be a multiple of 2W. Differentiable (slices and a cat)."""
+    _check_tensor_dim("x", x, dim)
     world, rank = _group_shape(group)
     c = _check_chunks("x", x.shape[dim], world)
     first, second = ring_chunks(world, rank)
@@ -68,6 +80,7 @@ def shard_for_ring(x: torch.Tensor, dim: int = 2, *, group: dist.ProcessGroup | 
 def unshard_from_ring(shard: torch.Tensor, dim: int = 2, *, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """The full sequence from every rank's `shard_for_ring` shard (an all-gather, then the
     chunks put back in order). For evaluation and tests: not differentiable."""
+    _check_tensor_dim("shard", shard, dim)
     world, _ = _group_shape(group)
     if shard.shape[dim] % 2:
         raise ValueError(f"shard has {shard.shape[dim]} positions along dim {dim}; a ring shard holds two equal chunks")
@@ -85,6 +98,7 @@ def ring_positions(seq_len: int, *, group: dist.ProcessGroup | None = None,
                    device: torch.device | str | None = None) -> torch.Tensor:
     """Global positions (int64) of this rank's tokens in the load-balanced layout of a
     sequence of seq_len tokens: what RoPE needs under ring attention (position_ids)."""
+    check_int("seq_len", seq_len)
     return shard_for_ring(torch.arange(seq_len, device=device), dim=0, group=group)
 
 
@@ -242,7 +256,8 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
     if k.shape[2] != q.shape[2]:
         raise ValueError(f"k holds {k.shape[2]} positions but q holds {q.shape[2]}: "
                          f"each rank's q, k and v shards cover the same positions")
-    causal = bool(causal)
+    check_bool("causal", causal)
+    check_float("scale", scale, optional=True)
     if causal and q.shape[2] % 2:
         raise ValueError(f"q holds {q.shape[2]} positions; causal ring attention needs the two equal "
                          f"chunks of shard_for_ring's layout (an even count)")

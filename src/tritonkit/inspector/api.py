@@ -10,10 +10,15 @@ import torch
 
 from .. import _runtime, _triton_version
 from .._launch import Launch, PathChoice, Recording, record_launches
+from .._progress import Progress, duration
 from .arguments import _describe_args
 from .compiling import _compile, _resolve, _specialise, parse_arch
 from .hopper import occupancy
 from .report import KernelReport
+
+# Compiling one kernel for a GPU target on an idle CPU core: about 4 s for an attention kernel,
+# 1 s for an elementwise one. For the estimate given before anything has compiled.
+_IDLE_SECONDS_PER_KERNEL = 4
 
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
            "float16": torch.float16, "half": torch.float16, "bf16": torch.bfloat16,
@@ -77,7 +82,7 @@ def _dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
 def compile_report(op: str, pass_: str = "all", shape: tuple[int, ...] | None = None,
                    dtype: str | torch.dtype | None = None, offset: int = 0, causal: bool = False,
                    arch: str | int | None = None, tma: bool | None = None,
-                   path: str | None = None) -> list[KernelReport]:
+                   path: str | None = None, progress: bool = False) -> list[KernelReport]:
     """Compile every kernel the op's pass(es) would launch for this input; one report each.
 
     pass_: a pass name from the op's catalogue entry ("fwd", "bwd") or "all".
@@ -86,6 +91,8 @@ def compile_report(op: str, pass_: str = "all", shape: tuple[int, ...] | None = 
     tma: False asks ops that have a tensor-descriptor path for their pointer path instead.
     path: one of the entry's kernel families ("gluon", "triton" for attention) to force; None
     compiles what the op's dispatch chooses for this input on the target.
+    progress: say on stderr how many kernels compile and about how long it takes, and keep
+    saying so while one compiles (compiling runs on the CPU and can take minutes on a busy one).
     """
     from ..registry import InspectRequest
 
@@ -102,12 +109,19 @@ def compile_report(op: str, pass_: str = "all", shape: tuple[int, ...] | None = 
                              offset=offset, causal=causal, tma=tma, path=path)
     asked = {"shape": list(shape) if shape else None, "dtype": _dtype_name(request.dtype),
              "offset": offset, "causal": causal, "tma": tma, "path": path}
+    recorded = [(name, record(op, name, request, arch=target)) for name in passes]
+    todo = [(name, launches, i) for name, launches in recorded for i in range(len(launches))]
     reports = []
-    for name in passes:
-        launches = record(op, name, request, arch=target)
-        for i, launch in enumerate(launches):
-            reports.append(kernel_report(launch, target, op=op, pass_name=name, asked=asked,
-                                         choice=_choice_for(launches, i)))
+    with Progress(len(todo), expected=_IDLE_SECONDS_PER_KERNEL * len(todo), enabled=progress) as meter:
+        meter.say(f"compiling {len(todo)} kernel{'s' if len(todo) != 1 else ''} of {op}"
+                  f"{f' at offset {offset}' if offset else ''} for sm_{target} on the "
+                  f"CPU: about {duration(_IDLE_SECONDS_PER_KERNEL * len(todo))} on an idle machine, longer on a "
+                  "busy one (Triton keeps them cached: a second run is quicker)")
+        for name, launches, i in todo:
+            launch = launches[i]
+            with meter.step(f"compiling {launch.name} ({op} {name})"):
+                reports.append(kernel_report(launch, target, op=op, pass_name=name, asked=asked,
+                                             choice=_choice_for(launches, i)))
     return reports
 
 

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         arch = parse_arch(opts.arch)
         common = dict(pass_=opts.pass_, shape=opts.shape, dtype=opts.dtype, causal=opts.causal, arch=arch,
-                      tma=opts.tma, path=opts.path)
+                      tma=opts.tma, path=opts.path, progress=True)
         if opts.compare:
             offset = opts.offset or 1
             left = compile_report(opts.op, offset=0, **common)

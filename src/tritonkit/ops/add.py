@@ -13,7 +13,7 @@ import triton.language as tl
 
 from .._op import Op
 from .._sharding import Replicate, Shard
-from .._checks import check_same_device, check_tensor, check_writable_output, dtype_name
+from .._checks import check_out_without_grad, check_same_device, check_tensor, check_writable_output, dtype_name
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, pad_front
 
@@ -230,12 +230,15 @@ def add(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None) ->
     shapes broadcast (0-d tensors act as scalars). The result has the broadcast shape
     and torch's promoted dtype (float16 + float32 gives float32). ``out``, if given,
     must have that shape and a float dtype the result can be cast to; it is written and
-    returned (no gradient through ``out``, and ``out=`` calls are not traced by torch.compile).
+    returned. As in torch, ``out=`` takes no part in autograd: with grad enabled, inputs or an
+    ``out`` that require grad are refused (RuntimeError), and ``out=`` calls are not traced by
+    torch.compile.
 
     Raises TypeError for non-tensors and unsupported dtypes, ValueError for shapes that
     do not broadcast, a wrong ``out`` shape, an ``out`` that partly overlaps x or y or
     whose elements share memory (as torch refuses them), or tensors on different devices.
     """
     if out is not None:
+        check_out_without_grad("add", out, x, y)
         return add_fwd(x, y, out)
     return _ADD(x, y)

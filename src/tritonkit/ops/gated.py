@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from .._checks import check_meta, check_same_device, check_tensor, dtype_name, meta_of
+from .._checks import check_choice, check_meta, check_same_device, check_tensor, dtype_name, meta_of
 from .._launch import Launch
 from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
 from .._op import Op
@@ -295,9 +295,7 @@ def _check_tensors(gate, up) -> None:
 
 
 def _activation_code(approximate: str) -> int:
-    if approximate not in _APPROXIMATE:
-        raise ValueError(f"approximate must be 'tanh' or 'none', got {approximate!r}")
-    return _ACTIVATIONS[_APPROXIMATE[approximate]]
+    return _ACTIVATIONS[_APPROXIMATE[check_choice("approximate", approximate, _APPROXIMATE)]]
 
 
 def _out_shape(gate_shape: tuple[int, ...], packed: bool) -> tuple[int, ...]:
@@ -475,6 +473,7 @@ def geglu(gate: torch.Tensor, up: torch.Tensor | None = None, approximate: str =
 
     approximate: "tanh" (the default, as Gemma's ``gelu_pytorch_tanh``) or "none" (exact erf).
     Shapes, dtypes, the packed ``up=None`` form and errors as for ``swiglu``; ValueError for
-    another ``approximate``.
+    another ``approximate`` (TypeError for one that is not a string).
     """
+    check_choice("approximate", approximate, _APPROXIMATE)
     return _GEGLU(*_promoted(gate, up), approximate)

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .._autocast import autocast_inputs
-from .._checks import check_meta, check_tensor, dtype_name, meta_of
+from .._checks import check_choice, check_meta, check_tensor, dtype_name, meta_of
 from .._op import Op, not_computed
 from .._sharding import Partial, Replicate, Shard, maybe, nonempty, only_shard
 from .gated import _ACTIVATIONS, _check_tensors, _gated_bwd_checked, _out_shape, _promoted, gated_fwd
@@ -68,9 +68,7 @@ def gated_hidden_reference(gate: torch.Tensor, up: torch.Tensor | None, activati
 
 
 def _activation_code(activation: str) -> int:
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"activation must be one of {', '.join(map(repr, _ACTIVATIONS))}, got {activation!r}")
-    return _ACTIVATIONS[activation]
+    return _ACTIVATIONS[check_choice("activation", activation, _ACTIVATIONS)]
 
 
 def _validate(gate: tuple, up: tuple | None, weight: tuple, bias: tuple | None) -> tuple[int, ...]:
@@ -286,10 +284,12 @@ def gated_linear(gate: torch.Tensor, up: torch.Tensor | None, weight: torch.Tens
     autograd asks for (a frozen weight: no h and no weight product).
 
     Raises TypeError for unsupported or mismatched dtypes (naming the argument), ValueError for
-    mismatched shapes or devices, a 0-d gate, an odd packed last dim, or another activation.
+    mismatched shapes or devices, a 0-d gate, an odd packed last dim, or another activation
+    (TypeError for one that is not a string).
     Inside a torch.autocast region gate, up, weight and bias are cast to its dtype first, as
     F.linear's input and weight are.
     """
+    check_choice("activation", activation, _ACTIVATIONS)
     gate, up, weight, bias = autocast_inputs(gate, up, weight, bias)
     gate, up = _promoted(gate, up)
     return _GATED_LINEAR(gate, up, weight, bias, activation)

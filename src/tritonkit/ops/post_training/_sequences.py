@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import torch
 
-from ..._checks import check_tensor
+from ..._checks import check_bool, check_choice, check_float, check_tensor, checked_arguments, optional_int
+from ..cross_entropy import OPTION_TYPES
 
-
-def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+# The types of the losses' options: the head's (OPTION_TYPES) and their own, checked before each
+# call (`typed_loss`); their values are checked where they are used.
+LOSS_OPTION_TYPES = dict(OPTION_TYPES, return_logps=check_bool, return_logprobs=check_bool,
+                         max_completion_length=optional_int)
+typed_loss = checked_arguments(**LOSS_OPTION_TYPES)
 
 
 def check_number(name: str, value: object, *, low: float | None = None, high: float | None = None,
@@ -18,8 +20,7 @@ def check_number(name: str, value: object, *, low: float | None = None, high: fl
     """A real number (a Python int or float) in [low, high], > 0 when positive; None if optional."""
     if value is None and optional:
         return
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a float{' or None' if optional else ''}, got {type(value).__name__}")
+    check_float(name, value)
     if (positive and not value > 0) or (low is not None and not value >= low) or (high is not None and not value <= high):
         bounds = "> 0" if positive else f"in [{low}, {high}]"
         raise ValueError(f"{name} must be {bounds}, got {value!r}")

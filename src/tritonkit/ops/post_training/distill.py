@@ -18,13 +18,13 @@ import torch
 import torch.nn.functional as F
 
 from ..._autocast import autocast_inputs
-from ..._checks import check_same_device, check_tensor
+from ..._checks import check_same_device, check_tensor, checked_arguments, optional_tensor
 from ..._op import Op
 from ..cross_entropy.chunks import check_chunk_tokens, check_head, chunk_buffer, chunk_loop, head_logits
 from ..cross_entropy.kernel import REDUCTIONS, check_target
 from ..cross_entropy.scale import scale_gradients
 from ._fused import gradient_outputs, grad_fakes, requires_grads
-from ._sequences import check_choice, check_number
+from ._sequences import LOSS_OPTION_TYPES, check_choice, check_number
 from .distill_kernel import KINDS, kind_for, launch_distill_rows
 from . import sharding
 
@@ -215,6 +215,7 @@ _LINEAR_DISTILL_LOSS = Op(
     backward_sharding=sharding.linear_distill_loss_bwd_sharding)
 
 
+@checked_arguments(**LOSS_OPTION_TYPES, teacher_weight=check_tensor, teacher_bias=optional_tensor)
 def distill_loss(hidden: torch.Tensor, weight: torch.Tensor, teacher_hidden: torch.Tensor,
                  teacher_weight: torch.Tensor, *, target: torch.Tensor | None = None, kind: str = "jsd",
                  beta: float = 0.5, temperature: float = 1.0, bias: torch.Tensor | None = None,

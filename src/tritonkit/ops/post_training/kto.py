@@ -20,7 +20,8 @@ from ..._checks import check_tensor
 from ..cross_entropy.chunks import check_chunk_tokens
 from ..cross_entropy.logprobs import check_options as check_head_options
 from ..cross_entropy.logprobs import linear_logprobs, linear_logprobs_reference
-from ._sequences import check_number, check_per_sequence, check_sequences, completion_mask, sequence_logps
+from ._sequences import (check_number, check_per_sequence, check_sequences, completion_mask, sequence_logps,
+                         typed_loss)
 
 
 def kto_objective(logp, mask, desirable, ref_logps, kl=0.0, *, beta=0.1, desirable_weight=1.0,
@@ -52,6 +53,7 @@ def _check(hidden, target, desirable, ref_logps, kl, beta, desirable_weight, und
     check_number("undesirable_weight", undesirable_weight, low=0.0)
 
 
+@typed_loss
 def kto_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, desirable: torch.Tensor,
              ref_logps: torch.Tensor, kl=0.0, *, beta: float = 0.1, desirable_weight: float = 1.0,
              undesirable_weight: float = 1.0, bias: torch.Tensor | None = None, temperature: float = 1.0,

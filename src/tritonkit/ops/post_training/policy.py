@@ -31,10 +31,12 @@ from __future__ import annotations
 import torch
 
 from ..._autocast import autocast_inputs
+from ..._checks import check_float, checked_arguments
 from ..cross_entropy.chunks import check_chunk_tokens
 from ..cross_entropy.logprobs import check_options as check_head_options
 from ..cross_entropy.logprobs import linear_logprobs, linear_logprobs_reference
-from ._sequences import check_choice, check_number, check_per_sequence, check_sequences, completion_mask
+from ._sequences import (LOSS_OPTION_TYPES, check_choice, check_number, check_per_sequence, check_sequences,
+                         completion_mask)
 from .policy_fused import fused_policy_loss
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
@@ -157,6 +159,14 @@ def _check(hidden, target, advantages, old_logprobs, ref_logprobs, policy_weight
     check_number("entropy_coef", entropy_coef)
 
 
+def _check_items(name: str, value: object) -> None:
+    """num_items_in_batch: None, a number, or a 0-d tensor (TRL passes either)."""
+    if value is None or isinstance(value, torch.Tensor) and value.dim() == 0:
+        return
+    check_float(name, value, optional=True)
+
+
+@checked_arguments(**LOSS_OPTION_TYPES, num_items_in_batch=_check_items)
 def grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, advantages: torch.Tensor, *,
               old_logprobs: torch.Tensor | None = None, ref_logprobs: torch.Tensor | None = None, beta: float = 0.0,
               kl_estimator: str = "k3", epsilon_low: float = 0.2, epsilon_high: float | None = None,

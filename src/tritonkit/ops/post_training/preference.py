@@ -29,7 +29,7 @@ from ..cross_entropy.chunks import check_chunk_tokens
 from ..cross_entropy.logprobs import check_options as check_head_options
 from ..cross_entropy.logprobs import linear_logprobs, linear_logprobs_reference
 from ._sequences import (check_choice, check_number, check_per_sequence, check_sequences, completion_mask,
-                         sequence_logps, split_pairs)
+                         sequence_logps, split_pairs, typed_loss)
 
 DPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo")
 
@@ -127,6 +127,7 @@ def _preference(kind, hidden, weight, target, ref, *, bias, temperature, softcap
     return (loss, *split_pairs(sequence_logps(logp.detach(), mask, average=kind != "dpo"), "hidden"))
 
 
+@typed_loss
 def dpo_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, ref_chosen_logps: torch.Tensor,
              ref_rejected_logps: torch.Tensor, *, beta: float = 0.1, loss_type: str = "sigmoid",
              label_smoothing: float = 0.0, nll_alpha: float = 0.0, bias: torch.Tensor | None = None,
@@ -149,6 +150,7 @@ def dpo_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, r
                        nll_alpha=nll_alpha)
 
 
+@typed_loss
 def simpo_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *, beta: float = 2.0,
                gamma: float = 0.5, label_smoothing: float = 0.0, nll_alpha: float = 0.0,
                bias: torch.Tensor | None = None, temperature: float = 1.0, softcap: float | None = None,
@@ -161,6 +163,7 @@ def simpo_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                        gamma=gamma, label_smoothing=label_smoothing, nll_alpha=nll_alpha)
 
 
+@typed_loss
 def orpo_loss(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *, beta: float = 0.1,
               bias: torch.Tensor | None = None, temperature: float = 1.0, softcap: float | None = None,
               ignore_index: int = -100, chunk_tokens: int | None = None, return_logps: bool = False):
