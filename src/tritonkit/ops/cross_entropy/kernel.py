@@ -68,6 +68,17 @@ def _lse_parts(lse):
 
 
 @triton.jit
+def _row_target(logits_ptr, target_ptr, l_row, t_stride, ignore_index, n_cols):
+    # This program's row (one a row): its logits' base pointer, its target, and whether the
+    # target is a class (not ignore_index). Out-of-range targets were refused by the launcher
+    # (host check or device assert); masking them here keeps every load in bounds whatever happens.
+    row = tl.program_id(0).to(tl.int64)
+    target = tl.load(target_ptr + row * t_stride).to(tl.int64)
+    valid = (target != ignore_index) & (target >= 0) & (target < n_cols)
+    return row, logits_ptr + row * l_row, target, valid
+
+
+@triton.jit
 def _cross_entropy_kernel(
     # pointers: logits [rows, C] read; grad [rows, C] written (may be the logits themselves);
     # target [rows]; loss [rows] (fp32, or the op's output for reduction "none"); lse [rows]
@@ -94,12 +105,7 @@ def _cross_entropy_kernel(
     # One program a row. Pass 1 walks the row in BLOCK columns keeping the running max m and
     # sum s of exp(z - m) (rescaled by exp(m_old - m_new) when the max grows); pass 2 walks it
     # again (from L2, where pass 1 just left it) and writes the gradient, in place if asked.
-    row = tl.program_id(0).to(tl.int64)
-    x_row = logits_ptr + row * l_row
-    target = tl.load(target_ptr + row * t_stride).to(tl.int64)
-    # Out-of-range targets were refused by the launcher (host check or device assert); masking
-    # them here keeps every load in bounds whatever happens.
-    valid = (target != ignore_index) & (target >= 0) & (target < n_cols)
+    row, x_row, target, valid = _row_target(logits_ptr, target_ptr, l_row, t_stride, ignore_index, n_cols)
     cols = tl.arange(0, BLOCK)
     if COMPUTE_LSE:
         m = -float("inf")

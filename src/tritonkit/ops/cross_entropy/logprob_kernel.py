@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ..._launch import Launch
-from .kernel import _lse_parts, _softcapped, row_block
+from .kernel import _lse_parts, _row_target, _softcapped, row_block
 
 
 @triton.jit
@@ -44,12 +44,7 @@ def _logprob_kernel(
     BLOCK: tl.constexpr, STATS: tl.constexpr, ENTROPY: tl.constexpr, GRAD: tl.constexpr,
     UP_LOGP: tl.constexpr, UP_ENTROPY: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    x_row = logits_ptr + row * l_row
-    target = tl.load(target_ptr + row * t_stride).to(tl.int64)
-    # Out-of-range targets were refused by the launcher (host check or device assert); masking
-    # them here keeps every load in bounds whatever happens.
-    valid = (target != ignore_index) & (target >= 0) & (target < n_cols)
+    row, x_row, target, valid = _row_target(logits_ptr, target_ptr, l_row, t_stride, ignore_index, n_cols)
     cols = tl.arange(0, BLOCK)
     h = 0.0
     if STATS:
