@@ -11,10 +11,32 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.language.core import _aggregate as aggregate
 
 
+def bundle(cls):
+    """`cls` as a Gluon aggregate (`triton.language.core._aggregate`, which later Tritons call
+    `gl.aggregate`): values that one @gluon.jit function hands another as one argument (a
+    kernel to its partitions), constexprs included, with @gluon.jit methods. Its constructor
+    takes the fields in the order they are declared: a field annotated gl.constexpr as a
+    constexpr, any other as `_value` has it."""
+    cls.__init__ = _init_fields
+    made = aggregate(cls)
+    made.FIELDS = tuple((name, kind is gl.constexpr) for name, kind in cls.__annotations__.items())
+    return made
+
+
+@gluon.constexpr_function
+def _init_fields(self, *values):
+    # Every bundle's constructor (`bundle`).
+    fields = type(self).FIELDS
+    assert len(values) == len(fields), f"{type(self).__name__} takes {len(fields)} fields, got {len(values)}"
+    for field, value in zip(fields, values):
+        name, is_constexpr = field
+        setattr(self, name, gl.constexpr(value) if is_constexpr else _value(value))
+
+
 @gluon.constexpr_function
 def _value(x):
-    # An aggregate field's value: a runtime value as it is; a Python value (an int argument
-    # Triton specialised to 1, a None pointer, a 0 standing for a dense batch's offset) as the
+    # A bundle field's value: a runtime value as it is; a Python value (an int argument Triton
+    # specialised to 1, a None pointer, a 0 standing for a dense batch's offset) as the
     # constexpr it stands for.
     return x if isinstance(x, gl.base_value) else gl.constexpr(x)
 
@@ -104,7 +126,7 @@ def _varlen_tile(t, n_m, H, Na, Nb, CU_A, CU_B, SEQS, ROWS: gl.constexpr, ASCEND
     return h, m0, a0, na, b0, nb
 
 
-@aggregate
+@bundle
 class Tiles:
     """The tiles a kernel's programs take and where each lies: `blocks` tiles a head of the
     tiled operand (query row blocks, or the dK/dV pass's key blocks; packed: cdiv(N, rows) +
@@ -124,19 +146,6 @@ class Tiles:
     LONGEST_FIRST: gl.constexpr
     VARLEN: gl.constexpr
 
-    @gluon.constexpr_function
-    def __init__(self, blocks, HEAD_SPAN, heads, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, LONGEST_FIRST, VARLEN):
-        self.blocks = _value(blocks)
-        self.HEAD_SPAN = _value(HEAD_SPAN)
-        self.heads = _value(heads)
-        self.GROUP = _value(GROUP)
-        self.Nq = _value(Nq)
-        self.Nk = _value(Nk)
-        self.CU_Q = _value(CU_Q)
-        self.CU_K = _value(CU_K)
-        self.SEQS = _value(SEQS)
-        self.LONGEST_FIRST = gl.constexpr(LONGEST_FIRST)
-        self.VARLEN = gl.constexpr(VARLEN)
 
     @gluon.jit
     def query_tile(self, t, SCORE: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
@@ -157,8 +166,8 @@ class Tiles:
                 n_full = nk // BLOCK_N
             b = 0
         else:
-            b, h, m0, n_kv, n_full = _dense_tile(t, self.blocks, self.HEAD_SPAN, self.LONGEST_FIRST, self.heads, self.Nk,
-                                                 SCORE, ROWS, BLOCK_N)
+            b, h, m0, n_kv, n_full = _dense_tile(t, self.blocks, self.HEAD_SPAN, self.LONGEST_FIRST, self.heads,
+                                                 self.Nk, SCORE, ROWS, BLOCK_N)
             q0 = 0
             nq = self.Nq
             k0 = 0

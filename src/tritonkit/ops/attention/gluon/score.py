@@ -14,10 +14,9 @@ apply to them.
 # No `from __future__ import annotations`: an aggregate's field annotations are its types.
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.language.core import _aggregate as aggregate
 
 from ..score import LOG2E
-from .common import _value
+from .common import bundle
 
 _LOG2E = gl.constexpr(LOG2E)
 
@@ -31,7 +30,7 @@ def _softcap_tanh(qk, cap_in):
                                      is_pure=True, pack=1)
 
 
-@aggregate
+@bundle
 class Scores:
     """The score of a kernel: SCORE, the `score.Score` it is compiled for (a constexpr), and
     qk_scale, what Q K^T is multiplied by. With t = `capped(s)` of raw products s, the base-2
@@ -40,10 +39,6 @@ class Scores:
     qk_scale: gl.base_value
     SCORE: gl.constexpr
 
-    @gluon.constexpr_function
-    def __init__(self, qk_scale, SCORE):
-        self.qk_scale = _value(qk_scale)
-        self.SCORE = gl.constexpr(SCORE)
 
     @gluon.jit
     def capped(self, s):

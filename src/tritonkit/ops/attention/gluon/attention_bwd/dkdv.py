@@ -17,13 +17,12 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
-from triton.language.core import _aggregate as aggregate
 
-from ..common import Tiles, _store_rows, _store_tile, _tma_view, _value, _wgmma_layout
+from ..common import Tiles, _store_rows, _store_tile, _tma_view, _wgmma_layout, bundle
 from ..score import Scores
 
 
-@aggregate
+@bundle
 class Buffers:
     """A program's shared memory and mbarriers: K and V (k_smem, v_smem: two halves, of the
     keys, or with SPLIT_D of the columns) with kv_ready; the ring of Q and dO blocks (q_bufs,
@@ -48,22 +47,6 @@ class Buffers:
     empty: gl.shared_memory_descriptor
     SPLIT_D: gl.constexpr
 
-    @gluon.constexpr_function
-    def __init__(self, k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready, ready,
-                 empty, SPLIT_D):
-        self.k_smem = k_smem
-        self.v_smem = v_smem
-        self.q_bufs = q_bufs
-        self.do_bufs = do_bufs
-        self.lse_bufs = lse_bufs
-        self.delta_bufs = delta_bufs
-        self.ops_smem = ops_smem
-        self.pf_smem = pf_smem
-        self.xbars = xbars
-        self.kv_ready = kv_ready
-        self.ready = ready
-        self.empty = empty
-        self.SPLIT_D = gl.constexpr(SPLIT_D)
 
     @gluon.jit
     def allocate(q_desc, k_desc, STAGES: gl.constexpr, SPLIT_D: gl.constexpr):
@@ -108,7 +91,7 @@ class Buffers:
                        empty, SPLIT_D)
 
 
-@aggregate
+@bundle
 class Globals:
     """What a program reads and writes in global memory: descriptors of the whole (B, H, Nq, D)
     q, do and (B, Hkv, Nk, D) k, v, dk, dv; for packed sequences DK, DV, the pointers of dk and
@@ -126,21 +109,6 @@ class Globals:
     stride_kn: gl.base_value
     LSE: gl.base_value
     DELTA: gl.base_value
-
-    @gluon.constexpr_function
-    def __init__(self, q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, LSE, DELTA):
-        self.q_desc = q_desc
-        self.do_desc = do_desc
-        self.k_desc = k_desc
-        self.v_desc = v_desc
-        self.dk_desc = dk_desc
-        self.dv_desc = dv_desc
-        self.DK = DK
-        self.DV = DV
-        self.stride_kh = _value(stride_kh)
-        self.stride_kn = _value(stride_kn)
-        self.LSE = LSE
-        self.DELTA = DELTA
 
 
 @gluon.jit

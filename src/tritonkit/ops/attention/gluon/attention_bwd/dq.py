@@ -8,13 +8,13 @@ passing a turn. The kernel builds its program's bundles once (`Buffers`, `Global
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
-from triton.language.core import _aggregate as aggregate
 
-from ..common import Tiles, _store_rows, _store_tile, _tma_view, _value, _walk, _wgmma_layout, _window_start, _zero_rows
+from ..common import (
+    Tiles, _store_rows, _store_tile, _tma_view, _walk, _wgmma_layout, _window_start, _zero_rows, bundle)
 from ..score import Scores
 
 
-@aggregate
+@bundle
 class Buffers:
     """A program's shared memory and mbarriers: each consumer warpgroup's Q, dO and O tiles
     (q_smem, do_smem, o_smem; Q's also stages dQ for its store) with their barrier q_ready, the
@@ -30,17 +30,6 @@ class Buffers:
     empty: gl.shared_memory_descriptor
     turn: gl.shared_memory_descriptor
 
-    @gluon.constexpr_function
-    def __init__(self, q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn):
-        self.q_smem = q_smem
-        self.do_smem = do_smem
-        self.o_smem = o_smem
-        self.k_bufs = k_bufs
-        self.v_bufs = v_bufs
-        self.q_ready = q_ready
-        self.ready = ready
-        self.empty = empty
-        self.turn = turn
 
     @gluon.jit
     def allocate(q_desc, k_desc, STAGES: gl.constexpr):
@@ -70,7 +59,7 @@ class Buffers:
         return Buffers(q_smem, do_smem, o_smem, k_bufs, v_bufs, q_ready, ready, empty, turn)
 
 
-@aggregate
+@bundle
 class Globals:
     """What a program reads and writes in global memory: descriptors of the whole (B, H, Nq, D)
     q, do, o, dq and (B, Hkv, Nk, D) k, v; for packed sequences DQ, dq's pointer, with its head
@@ -89,23 +78,6 @@ class Globals:
     DELTA: gl.base_value
     DLSE: gl.base_value
     HAS_DLSE: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, q_desc, do_desc, o_desc, k_desc, v_desc, dq_desc, DQ, stride_qh, stride_qn, LSE, DELTA, DLSE,
-                 HAS_DLSE):
-        self.q_desc = q_desc
-        self.do_desc = do_desc
-        self.o_desc = o_desc
-        self.k_desc = k_desc
-        self.v_desc = v_desc
-        self.dq_desc = dq_desc
-        self.DQ = DQ
-        self.stride_qh = _value(stride_qh)
-        self.stride_qn = _value(stride_qn)
-        self.LSE = LSE
-        self.DELTA = DELTA
-        self.DLSE = DLSE
-        self.HAS_DLSE = gl.constexpr(HAS_DLSE)
 
 
 @gluon.jit

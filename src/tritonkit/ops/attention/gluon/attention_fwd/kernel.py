@@ -7,13 +7,13 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
-from triton.language.core import _aggregate as aggregate
 
-from ..common import Tiles, _store_rows, _store_tile, _tma_view, _value, _walk, _wgmma_layout, _window_start, _zero_rows
+from ..common import (
+    Tiles, _store_rows, _store_tile, _tma_view, _walk, _wgmma_layout, _window_start, _zero_rows, bundle)
 from ..score import Scores
 
 
-@aggregate
+@bundle
 class Buffers:
     """A program's shared memory and mbarriers: each consumer warpgroup's Q tile (q_smem) and O
     staging buffer (o_smem: q_smem itself unless O_BUFFER), the rings of K and V blocks
@@ -34,22 +34,6 @@ class Buffers:
     tile_ids: gl.shared_memory_descriptor
     O_BUFFER: gl.constexpr
 
-    @gluon.constexpr_function
-    def __init__(self, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                 tile_ids, O_BUFFER):
-        self.q_smem = q_smem
-        self.o_smem = o_smem
-        self.k_bufs = k_bufs
-        self.v_bufs = v_bufs
-        self.q_ready = q_ready
-        self.q_empty = q_empty
-        self.k_ready = k_ready
-        self.v_ready = v_ready
-        self.k_empty = k_empty
-        self.v_empty = v_empty
-        self.turn = turn
-        self.tile_ids = tile_ids
-        self.O_BUFFER = gl.constexpr(O_BUFFER)
 
     @gluon.jit
     def allocate(q_desc, k_desc, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, O_BUFFER: gl.constexpr):
@@ -89,7 +73,7 @@ class Buffers:
                        tile_ids, O_BUFFER)
 
 
-@aggregate
+@bundle
 class Globals:
     """What a program reads and writes in global memory: descriptors of the whole (B, H, N, D)
     q, k, v, o; LSE (B, H, Nq) float32; and for packed sequences O, o's pointer, with its head
@@ -104,19 +88,8 @@ class Globals:
     stride_oh: gl.base_value
     stride_on: gl.base_value
 
-    @gluon.constexpr_function
-    def __init__(self, q_desc, k_desc, v_desc, o_desc, LSE, O, stride_oh, stride_on):
-        self.q_desc = q_desc
-        self.k_desc = k_desc
-        self.v_desc = v_desc
-        self.o_desc = o_desc
-        self.LSE = LSE
-        self.O = _value(O)
-        self.stride_oh = _value(stride_oh)
-        self.stride_on = _value(stride_on)
 
-
-@aggregate
+@bundle
 class Schedule:
     """How the persistent programs share the n_tiles tiles: round-robin, or with DYNAMIC each
     to the first program to ask, through SCHED's two int32 counters (tiles handed out, programs
@@ -124,12 +97,6 @@ class Schedule:
     SCHED: gl.base_value
     n_tiles: gl.base_value
     DYNAMIC: gl.constexpr
-
-    @gluon.constexpr_function
-    def __init__(self, SCHED, n_tiles, DYNAMIC):
-        self.SCHED = SCHED
-        self.n_tiles = _value(n_tiles)
-        self.DYNAMIC = gl.constexpr(DYNAMIC)
 
 
 @gluon.jit
