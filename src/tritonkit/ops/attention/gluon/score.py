@@ -41,6 +41,17 @@ class Scores:
 
 
     @gluon.jit
+    def check(self):
+        # What of a Score the Gluon kernels apply: a causal mask with a left window, a softcap,
+        # the scale's sign. The dispatch (`paths`) sends them nothing else; a Score with more
+        # does not compile here rather than being applied in part.
+        gl.static_assert(self.SCORE.window_right < 0, "the Gluon kernels have no right window")
+        gl.static_assert(self.SCORE.causal or self.SCORE.window_left < 0, "a window only under a causal mask")
+        gl.static_assert(not self.SCORE.bottom_right, "the Gluon kernels align queries and keys top-left")
+        gl.static_assert(self.SCORE.alibi == 0, "the Gluon kernels have no ALiBi")
+        gl.static_assert(not self.SCORE.sinks, "the Gluon kernels have no sinks")
+
+    @gluon.jit
     def capped(self, s):
         # Raw products s -> t: tanh(s qk_scale) with a softcap, s itself without.
         if self.SCORE.softcap > 0:

@@ -404,6 +404,7 @@ def _dkdv_kernel(
     io = Globals(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, DK, DV, stride_kh, stride_kn, LSE, DELTA)
     tiles = Tiles(n_kb, HEAD_SPAN, Hkv, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, LONGEST_FIRST, VARLEN)
     scores = Scores(qk_scale, SCORE)
+    scores.check()
     gl.warp_specialize([
         (_dkdv_consumer, (0, bufs, io, tiles, scores, sm_scale, KV_REGS)),
         (_dkdv_consumer, (1, bufs, io, tiles, scores, sm_scale, KV_REGS)),

@@ -296,6 +296,7 @@ def _dq_kernel(
     io = Globals(q_desc, do_desc, o_desc, k_desc, v_desc, dq_desc, DQ, stride_qh, stride_qn, LSE, DELTA, DLSE, HAS_DLSE)
     tiles = Tiles(n_m, HEAD_SPAN, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, LONGEST_FIRST, VARLEN)
     scores = Scores(qk_scale, SCORE)
+    scores.check()
     gl.warp_specialize([
         (_dq_consumer, (0, bufs, io, tiles, scores, sm_scale)),
         (_dq_consumer, (1, bufs, io, tiles, scores, sm_scale)),

@@ -126,8 +126,9 @@ def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score: Score = Sc
     must be Hopper (compute capability 9.0: the kernel uses wgmma and setmaxnreg, which sm_100
     does not have), the tensors float16/bfloat16 with head dim 64, 128 or 256, readable by TMA
     in place (see `tma_refusal`), with a positive-length key sequence and fewer than 2^31 tiles
-    of 128 rows (every `Score` is taken: `paths` sends here only the windows the kernels
-    have). The GPU is `_launch.target_capability`'s: the device's own, or the target the
+    of 128 rows. The Score's options the kernels lack (a right window, bottom-right
+    alignment, ALiBi, sinks: `score.Scores.check`) are refused by the dispatch before
+    (`paths`). The GPU is `_launch.target_capability`'s: the device's own, or the target the
     inspector records for (so it can show which path an input takes on an H100 from a CPU).
     Nothing here launches or synchronises."""
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):

@@ -490,6 +490,7 @@ def _attn_fwd_kernel(
     sched = Schedule(SCHED, n_tiles, DYNAMIC)
     tiles = Tiles(n_m, HEAD_SPAN, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, LONGEST_FIRST, VARLEN)
     scores = Scores(qk_scale, SCORE)
+    scores.check()
     if CONSUMERS == 3:
         gl.warp_specialize([
             (_consumer, (0, bufs, io, sched, tiles, scores, FIXED_MAX)),
