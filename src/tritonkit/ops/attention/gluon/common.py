@@ -16,7 +16,10 @@ def bundle(cls):
     `gl.aggregate`): values that one @gluon.jit function hands another as one argument (a
     kernel to its partitions), constexprs included, with @gluon.jit methods. Its constructor
     takes the fields in the order they are declared: a field annotated gl.constexpr as a
-    constexpr, any other as `_value` has it."""
+    constexpr, any other as `_value` has it. The order is the kernel's too: a worker
+    partition's bundles are flattened, field after field, into the values the partitions
+    capture (Triton drops those none reads and repeats), and their order lays out the captures
+    the workers load, so reordering fields changes the compiled kernel (not its results)."""
     cls.__init__ = _init_fields
     made = aggregate(cls)
     made.FIELDS = tuple((name, kind is gl.constexpr) for name, kind in cls.__annotations__.items())
