@@ -75,15 +75,16 @@ def _named(kernel, args) -> dict:
 def test_each_pass_carries_its_order(B, H, Hkv, N, span, kv_span):
     q, k, lse = _inputs(B, H, Hkv, N, 128)
     for causal in (True, False):
-        fwd = gluon_fwd.launch_args(q, k, k, q, lse, causal, 0.1)
-        dq = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, causal, 0.1)
-        dkdv = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, 0.1)
+        score = Score(causal=causal)
+        fwd = gluon_fwd.launch_args(q, k, k, q, lse, 0.1, score)
+        dq = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, 0.1, score)
+        dkdv = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, 0.1, score)
         for kernel, (_, args, kwargs), chosen in ((gluon_fwd._attn_fwd_kernel, fwd, span),
                                                   (gluon_bwd._dq_kernel, dq, span),
                                                   (gluon_bwd._dkdv_kernel, dkdv, kv_span)):
             chosen = chosen if causal else 0
             assert kwargs["LONGEST_FIRST"] is (chosen > 0)
-            assert _named(kernel, args)["HEAD_SPAN"] == max(chosen, 1)
+            assert _named(kernel, args)["tiling"][-1] == max(chosen, 1)          # HEAD_SPAN
 
 
 @pytest.mark.parametrize("longest", [False, True])
@@ -91,9 +92,10 @@ def test_compiles_both_ways_for_sm90(longest, monkeypatch):
     # The order is a constexpr: each value is its own kernel, within the passes' spill bounds.
     monkeypatch.setattr(order, "LONGEST_FIRST_MAX_TILES_PER_SM", SMS if longest else -1)
     q, k, lse = _inputs(1, 4, 2, 700, 128)
-    launches = [(gluon_fwd._attn_fwd_kernel, gluon_fwd.launch_args(q, k, k, q, lse, True, 0.1), 0),
-                (gluon_bwd._dq_kernel, gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, True, 0.1), 0),
-                (gluon_bwd._dkdv_kernel, gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, True, 0.1),
+    causal = Score(causal=True)
+    launches = [(gluon_fwd._attn_fwd_kernel, gluon_fwd.launch_args(q, k, k, q, lse, 0.1, causal), 0),
+                (gluon_bwd._dq_kernel, gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, 0.1, causal), 0),
+                (gluon_bwd._dkdv_kernel, gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, 0.1, causal),
                  DKDV_SPILL_BOUND[128])]
     for kernel, (_, args, kwargs), spill_bound in launches:
         assert kwargs["LONGEST_FIRST"] is longest
@@ -113,8 +115,8 @@ def test_orders_agree_bitwise(B, H, Hkv, N, D, monkeypatch):
     results = []
     for longest in (False, True):
         monkeypatch.setattr(order, "LONGEST_FIRST_MAX_TILES_PER_SM", 1 << 20 if longest else -1)
-        fwd = gluon_fwd.ForwardLaunch(q, k, True, D ** -0.5)
-        bwd = gluon_bwd.BackwardLaunches(q, k, True, D ** -0.5)
+        fwd = gluon_fwd.ForwardLaunch(q, k, D ** -0.5, Score(causal=True))
+        bwd = gluon_bwd.BackwardLaunches(q, k, D ** -0.5, Score(causal=True))
         assert fwd.template.constexprs["LONGEST_FIRST"] is longest
         o, lse = torch.empty_like(q), torch.empty(B, H, N, device="cuda")
         fwd(q, k, v, o, lse)

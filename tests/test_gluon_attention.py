@@ -17,6 +17,7 @@ from tritonkit._counters import zeroed_counters
 from tritonkit.ops.attention.gluon import attention_fwd as gluon_fwd, host
 from tritonkit.inspector.gluon import HOPPER_SHARED_LIMIT, compile_sm90
 from tritonkit.ops.attention import attention_fwd, attention_reference
+from tritonkit.ops.attention.score import Score
 
 from _tolerance import assert_close_to_reference
 
@@ -26,7 +27,8 @@ def _compiled(D: int, causal: bool, Nq: int = 333, Nk: int = 517, softcap: float
     k = torch.empty(2, 2, Nk, D, dtype=torch.bfloat16)
     v = torch.empty_like(k)
     o, lse = torch.empty_like(q), torch.empty(2, 4, Nq)
-    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, D ** -0.5, softcap, window_left)
+    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, D ** -0.5,
+                                               Score(causal=causal, window_left=window_left, softcap=softcap))
     kernel = compile_sm90(gluon_fwd._attn_fwd_kernel, args, kwargs)
     kernel.consumers = kwargs["CONSUMERS"]
     return kernel
@@ -74,12 +76,13 @@ CAUSAL_THREE_CONSUMERS_SPILL_BOUND = 124
 
 def test_consumer_count():
     rows = gluon_fwd.THREE_CONSUMERS_CAUSAL_ROWS
-    assert gluon_fwd.consumer_count(64, False, 1) == 3
-    assert gluon_fwd.consumer_count(64, True, rows - 1) == 2
-    assert gluon_fwd.consumer_count(64, True, rows) == 3
-    assert gluon_fwd.consumer_count(64, False, 1, softcap=50.0) == 2
-    assert gluon_fwd.consumer_count(64, True, rows, window_left=100) == 2
-    assert gluon_fwd.consumer_count(128, False, rows) == 2 and gluon_fwd.consumer_count(256, True, rows) == 2
+    causal = Score(causal=True)
+    assert gluon_fwd.consumer_count(64, Score(), 1) == 3
+    assert gluon_fwd.consumer_count(64, causal, rows - 1) == 2
+    assert gluon_fwd.consumer_count(64, causal, rows) == 3
+    assert gluon_fwd.consumer_count(64, Score(softcap=50.0), 1) == 2
+    assert gluon_fwd.consumer_count(64, Score(causal=True, window_left=100), rows) == 2
+    assert gluon_fwd.consumer_count(128, Score(), rows) == 2 and gluon_fwd.consumer_count(256, causal, rows) == 2
 
 
 def test_long_causal_structure_for_sm90():
@@ -98,8 +101,8 @@ def test_softcap_structure_for_sm90(D):
     assert "tanh.approx.f32" in kernel.ptx
     # Its qk_scale is the tanh's input factor scale / c (the cap folded in, as the Triton path's).
     q = torch.empty(1, 2, 64, D, dtype=torch.bfloat16)
-    _, args, kwargs = gluon_fwd.launch_args(q, q, q, q, torch.empty(1, 2, 64), True, 0.125, 50.0)
-    assert kwargs["SOFTCAP"] == 50.0 and _named(args)["qk_scale"] == 0.125 / 50.0
+    _, args, kwargs = gluon_fwd.launch_args(q, q, q, q, torch.empty(1, 2, 64), 0.125, Score(causal=True, softcap=50.0))
+    assert kwargs["SCORE"].softcap == 50.0 and _named(args)["qk_scale"] == 0.125 / 50.0
     # In bfloat16 the softmax measures p from a fixed reference (no running row maximum: no
     # max.f32 in the consumers' score loop).
     assert kwargs["FIXED_MAX"] == gluon_fwd.fixed_reference(50.0, torch.bfloat16) > 0
@@ -168,7 +171,7 @@ def test_descriptor_is_what_the_checked_constructor_makes():
 
 def test_not_supported_off_hopper():
     q = torch.randn(1, 2, 64, 64, dtype=torch.bfloat16)
-    assert not gluon_fwd.supported(q, q, q, False)
+    assert not gluon_fwd.supported(q, q, q)
 
 
 # ---------------------------------------------------------------------------------------
@@ -192,7 +195,7 @@ def _lse_reference(q, k, causal, scale):
 
 
 def _check(q, k, v, causal, scale=None):
-    assert gluon_fwd.supported(q, k, v, causal, scale)
+    assert gluon_fwd.supported(q, k, v, Score(causal=causal), scale)
     o, lse = attention_fwd(q, k, v, causal, scale, gluon=True)
     s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     ref = attention_reference(q, k, v, causal, s)
@@ -239,7 +242,7 @@ def test_matches_reference_and_triton(B, H, Hkv, Nq, Nk, D, causal):
 ])
 def test_long_causal_d64_three_consumers(B, H, Hkv, Nq, Nk):
     # The causal forward at D=64 from THREE_CONSUMERS_CAUSAL_ROWS rows runs 192-row tiles.
-    assert Nq >= gluon_fwd.THREE_CONSUMERS_CAUSAL_ROWS and gluon_fwd.consumer_count(64, True, Nq) == 3
+    assert Nq >= gluon_fwd.THREE_CONSUMERS_CAUSAL_ROWS and gluon_fwd.consumer_count(64, Score(causal=True), Nq) == 3
     _check(*_qkv(B, H, Hkv, Nq, Nk, 64), True)
 
 
@@ -252,10 +255,10 @@ def test_dynamic_schedule_leaves_its_counters_at_zero(window):
     # find them back at zero, and give the same bits as the first launch.
     q, k, v = _qkv(4, 16, 8, 777, 777, 128)
     o, lse = torch.empty_like(q), torch.empty(4, 16, 777, device="cuda")
-    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, True, 128 ** -0.5, 0.0, window)
+    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, 128 ** -0.5, Score(causal=True, window_left=window))
     named = _named(args)
     sched, n_tiles = named["SCHED"], -(-777 // 128) * 16 * 4
-    assert kwargs["DYNAMIC"] and sched.dtype == torch.int32 and named["n_tiles"] == n_tiles and grid[0] < n_tiles
+    assert kwargs["DYNAMIC"] and sched.dtype == torch.int32 and named["tiling"][1] == n_tiles and grid[0] < n_tiles
     kwargs = dict(kwargs)
     num_warps = kwargs.pop("num_warps")
     gluon_fwd._attn_fwd_kernel[grid](*args, **kwargs, num_warps=num_warps)
@@ -323,7 +326,7 @@ def test_float16_negative_scale_and_packed_layout(D):
 def _check_softcap(q, k, v, causal, softcap, scale=None):
     """The softcapped forward against the float64 reference (torch's error in the same dtype,
     with the same cap, the yardstick) and against the Triton path's softcap."""
-    assert gluon_fwd.supported(q, k, v, causal, scale)
+    assert gluon_fwd.supported(q, k, v, Score(causal=causal, softcap=softcap), scale)
     o, lse = attention_fwd(q, k, v, causal, scale, softcap=softcap, gluon=True)
     kw = dict(softcap=softcap, return_lse=True)
     ref, ref_lse = attention_reference(q, k, v, causal, scale, **kw)
@@ -455,5 +458,5 @@ def test_deterministic_and_refuses_what_tma_cannot_read():
     assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
     buffer = torch.randn(1 + 2 * 4 * 64 * 128, dtype=torch.bfloat16, device="cuda")
     odd = buffer[1:].view(2, 4, 64, 128)                 # 2-byte offset: not 16-byte aligned
-    assert not gluon_fwd.supported(odd, k, v, False)
-    assert not gluon_fwd.supported(q[..., :96], k[..., :96], v[..., :96], False)   # D=96
+    assert not gluon_fwd.supported(odd, k, v)
+    assert not gluon_fwd.supported(q[..., :96], k[..., :96], v[..., :96])   # D=96

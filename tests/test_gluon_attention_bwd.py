@@ -34,9 +34,11 @@ def _compiled(kernel: str, D: int, causal: bool, Nq: int = 333, Nk: int = 517, s
     k = torch.empty(2, 2, Nk, D, dtype=torch.bfloat16)
     lse = torch.empty(2, 4, Nq)
     if kernel == "dkdv":
-        grid, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, D ** -0.5, softcap)
+        grid, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, D ** -0.5,
+                                                        Score(causal=causal, softcap=softcap))
         return compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
-    grid, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, causal, D ** -0.5, softcap)
+    grid, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, D ** -0.5,
+                                                  Score(causal=causal, softcap=softcap))
     return compile_sm90(gluon_bwd._dq_kernel, args, kwargs)
 
 
@@ -109,11 +111,12 @@ def test_window_structure_for_sm90(kernel, D):
     q = torch.empty(2, 4, 333, D, dtype=torch.bfloat16)
     k = torch.empty(2, 2, 517, D, dtype=torch.bfloat16)
     lse = torch.empty(2, 4, 333)
+    window = Score(causal=True, window_left=100)
     if kernel == "dkdv":
-        _, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, True, D ** -0.5, 0.0, 100)
+        _, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, D ** -0.5, window)
         compiled = compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
     else:
-        _, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, True, D ** -0.5, 0.0, 100)
+        _, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, D ** -0.5, window)
         compiled = compile_sm90(gluon_bwd._dq_kernel, args, kwargs)
     _check_structure(compiled, kernel, D)
 
@@ -121,7 +124,7 @@ def test_window_structure_for_sm90(kernel, D):
 def test_not_supported_off_hopper_or_at_other_head_dims():
     q = torch.randn(1, 2, 64, 64, dtype=torch.bfloat16)
     lse = torch.zeros(1, 2, 64)
-    assert not gluon_bwd.supported(q, q, q, q, q, lse, False)
+    assert not gluon_bwd.supported(q, q, q, q, q, lse)
     # At D=256 a dK/dV kernel alone (the head dim split between the warpgroups); no dQ kernel.
     assert 256 not in gluon_bwd.HEAD_DIMS and 256 in gluon_bwd.DKDV_HEAD_DIMS
 
@@ -133,7 +136,7 @@ def test_not_supported_off_hopper_or_at_other_head_dims():
 def _check(q, k, v, causal, scale=None):
     do = torch.randn_like(q)
     o, lse = attention_fwd(q, k, v, causal, scale, gluon=False)
-    assert gluon_bwd.supported(do, q, k, v, o, lse, causal, scale)
+    assert gluon_bwd.supported(do, q, k, v, o, lse, Score(causal=causal), scale)
     dq, dk, dv = attention_bwd(do, q, k, v, o, lse, causal, scale, gluon=True)
     wide, theirs = reference_grads(q, k, v, causal, do, scale)
     if scale is not None and scale < 0:
@@ -185,7 +188,7 @@ def _check_softcap(q, k, v, causal, softcap, scale=None):
     backward's softcap, and bitwise run to run."""
     do = torch.randn_like(q)
     o, lse = attention_fwd(q, k, v, causal, scale, softcap=softcap, gluon=True)
-    assert gluon_bwd.supported(do, q, k, v, o, lse, causal, scale)
+    assert gluon_bwd.supported(do, q, k, v, o, lse, Score(causal=causal, softcap=softcap), scale)
     got = attention_bwd(do, q, k, v, o, lse, causal, scale, softcap=softcap, gluon=True)
     reference = lambda *t: attention_reference(*t, causal, scale, upcast=False, softcap=softcap)  # noqa: E731
     wide = grads(reference, [t.double() for t in (q, k, v)], do.double())
@@ -344,9 +347,9 @@ def test_split_head_dim_structure_for_sm90(causal, softcap, window_left):
     q = torch.empty(2, 4, 333, 256, dtype=torch.bfloat16)
     k = torch.empty(2, 2, 517, 256, dtype=torch.bfloat16)
     lse = torch.empty(2, 4, 333)
-    grid, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, 256 ** -0.5, softcap,
-                                                    window_left)
-    assert kwargs["SPLIT_D"] and kwargs["KV_REGS"] == 0 and kwargs["WINDOW_LEFT"] == window_left
+    grid, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, 256 ** -0.5,
+                                                    Score(causal=causal, window_left=window_left, softcap=softcap))
+    assert kwargs["SPLIT_D"] and kwargs["KV_REGS"] == 0 and kwargs["SCORE"].window_left == window_left
     assert [d.block_shape for d in args[:6]] == [[1, 1, 64, 128]] * 6
     assert grid == (-(-517 // 64) * 2 * 2, )                  # 64 keys a program
     compiled = compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs)
@@ -372,7 +375,7 @@ def test_split_head_dim_dkdv_matches_triton(causal, softcap):
     do = torch.randn_like(q)
     o, lse = attention_fwd(q, k, v, causal, softcap=softcap)
     delta = (do.float() * o.float()).sum(-1)
-    plan = gluon_bwd.BackwardLaunches(q, k, causal, 256 ** -0.5, softcap)
+    plan = gluon_bwd.BackwardLaunches(q, k, 256 ** -0.5, Score(causal=causal, softcap=softcap))
     runs = []
     for _ in range(2):
         dk, dv = torch.empty_like(k), torch.empty_like(v)

@@ -27,8 +27,8 @@ def _compiled(D: int, causal: bool, softcap: float = 0.0):
     lengths = (100, 200, 1, 400, 299)
     cu_q = cu(lengths, "cpu")
     q, k, v, o = _views(1000, 4, D), _views(1000, 2, D), _views(1000, 2, D), _views(1000, 4, D)
-    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, torch.empty(1, 4, 1000), causal, D ** -0.5, softcap,
-                                               cu_q=cu_q, cu_k=cu_q)
+    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, torch.empty(1, 4, 1000), D ** -0.5,
+                                               Score(causal=causal, softcap=softcap), cu_q=cu_q, cu_k=cu_q)
     kernel = compile_sm90(gluon_fwd._attn_fwd_kernel, args, kwargs)
     return kernel, kwargs
 

@@ -28,12 +28,13 @@ def _compiled(kernel: str, D: int, causal: bool, softcap: float = 0.0, window_le
     cu_q = cu((100, 200, 1, 400, 299), "cpu")
     q, k = _views(1000, 4, D), _views(1000, 2, D)
     lse = torch.empty(1, 4, 1000)
+    score = Score(causal=causal, window_left=window_left, softcap=softcap)
     if kernel == "dkdv":
-        _, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, causal, D ** -0.5, softcap,
-                                                     window_left, cu_q=cu_q, cu_k=cu_q)
+        _, args, kwargs = gluon_bwd.dkdv_launch_args(q, q, k, k, k, k, lse, lse, D ** -0.5, score, cu_q=cu_q,
+                                                     cu_k=cu_q)
         return compile_sm90(gluon_bwd._dkdv_kernel, args, kwargs), kwargs
-    _, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, causal, D ** -0.5, softcap,
-                                               window_left, cu_q=cu_q, cu_k=cu_q)
+    _, args, kwargs = gluon_bwd.dq_launch_args(q, q, k, k, q, q, lse, lse, None, D ** -0.5, score, cu_q=cu_q,
+                                               cu_k=cu_q)
     return compile_sm90(gluon_bwd._dq_kernel, args, kwargs), kwargs
 
 
@@ -187,5 +188,5 @@ def test_varlen_window_structure_for_sm90():
     # The window's bounds in the packed kernels: within the same spill bounds as without.
     dkdv, _ = _compiled("dkdv", 128, True, window_left=100)
     dq, kwargs = _compiled("dq", 128, True, window_left=100)
-    assert kwargs["VARLEN"] and kwargs["WINDOW_LEFT"] == 100
+    assert kwargs["VARLEN"] and kwargs["SCORE"].window_left == 100
     assert dkdv.spills()["spill_stores"] <= VARLEN_DKDV_SPILL_BOUND[128] and dq.spills()["spill_stores"] == 0

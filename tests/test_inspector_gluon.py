@@ -16,6 +16,7 @@ from tritonkit.ops.attention.gluon import attention_fwd as gluon_fwd, host
 from tritonkit.inspector.gluon import HOPPER_SHARED_LIMIT
 from tritonkit.inspector import compile_report, explain, format_report, main, record
 from tritonkit.registry import InspectRequest
+from tritonkit.ops.attention.score import Score
 
 import torch
 
@@ -66,7 +67,7 @@ def test_forward_with_one_query_row_compiles(D):
     # no rows in the only tile; the kernel must still lower (a change that lets the compiler
     # drop those warpgroups' products failed here, notes/gluon_attention.md).
     (report,) = compile_report("attention", pass_="fwd", shape=(1, 2, 1, D), dtype="bf16", arch="sm_90")
-    consumers = gluon_fwd.consumer_count(D, False, 1)
+    consumers = gluon_fwd.consumer_count(D, Score(), 1)
     assert report.launch == "attention_fwd_gluon" and report.language == "gluon"
     assert [p.warps for p in report.partitions] == [4] * consumers + [1], report.partitions
     assert report.spill_stores == 0 and report.tensor_cores["wgmma"] > 0
@@ -77,7 +78,7 @@ def test_forward_takes_the_gluon_kernel_and_its_structure(D, causal):
     (report,) = _reports("fwd", D, causal)
     assert report.launch == "attention_fwd_gluon" and report.kernel == "_attn_fwd_kernel"
     assert report.path_of == "attention forward" and f"head dim {D}" in report.path_reason
-    _check_warp_specialized(report, consumers=gluon_fwd.consumer_count(D, causal, SEQ))
+    _check_warp_specialized(report, consumers=gluon_fwd.consumer_count(D, Score(causal=causal), SEQ))
     if D == 128:
         assert "P(j-1) V(j-1)" in " ".join(explain(report))
 
@@ -103,7 +104,7 @@ def test_softcap_takes_the_gluon_forward_with_the_tanh_instruction(D):
     (report,) = _reports("fwd_softcap", D, True)
     assert report.launch == "attention_fwd_gluon" and "softcap 50" in report.path_reason
     _check_warp_specialized(report)
-    assert report.constexprs["SOFTCAP"] == "50.0" and "tanh.approx.f32" in report.asm["ptx"]
+    assert "softcap=50.0" in report.constexprs["SCORE"] and "tanh.approx.f32" in report.asm["ptx"]
 
 
 def test_softcap_backward_causal_d128_takes_the_gluon_kernels():

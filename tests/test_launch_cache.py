@@ -123,7 +123,7 @@ def test_gluon_kernels_take_the_cached_path(fake_driver):
 
     kernel = attention_fwd._attn_fwd_kernel
     q = torch.zeros(1, 2, 64, 64, dtype=torch.float16)
-    grid, args, kwargs = attention_fwd.launch_args(q, q, q, q, torch.zeros(1, 2, 64), False, 0.125)
+    grid, args, kwargs = attention_fwd.launch_args(q, q, q, q, torch.zeros(1, 2, 64), 0.125)
     kwargs = dict(kwargs)
     launch = Launch("t", kernel, grid, args, kwargs, kwargs.pop("num_warps"), None)
     assert launch._direct() is launch and _launch._specialization_key(launch) is not None
@@ -523,6 +523,7 @@ def test_gluon_plans_bind_their_launches(monkeypatch, cuda_standin):
     # straight, each with descriptors of its own tensors; the backward's two passes share the
     # descriptors of q, do, k and v (the same boxes at D=128).
     from tritonkit.ops.attention.gluon import attention_bwd, attention_fwd
+    from tritonkit.ops.attention.score import Score
 
     key = _launch._specialization_key
     keys = []
@@ -538,10 +539,10 @@ def test_gluon_plans_bind_their_launches(monkeypatch, cuda_standin):
 
     lse, delta = torch.zeros(1, 2, 64), torch.zeros(1, 2, 64)
     q, k, v, o = tensors(4)
-    forward = attention_fwd.ForwardLaunch(q, k, True, 0.125)
+    forward = attention_fwd.ForwardLaunch(q, k, 0.125, Score(causal=True))
     fwd = cached(forward.template, forward.head(q, k, v, o, lse))
     do, dq, dk, dv = tensors(4)
-    backward = attention_bwd.BackwardLaunches(q, k, True, 0.125)
+    backward = attention_bwd.BackwardLaunches(q, k, 0.125, Score(causal=True))
     heads = backward.heads(do, q, k, v, o, lse, delta, None, dq, dk, dv)
     assert heads[0][:2] + heads[0][3:5] == heads[1][:4]          # shared descriptors
     dq_pass, dkdv = cached(backward.dq[False].template, heads[0]), cached(backward.dkdv.template, heads[1])

@@ -80,7 +80,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
     cannot take the call)."""
     if gluon is False:
         return _chosen("forward", False, "gluon=False forces the Triton kernels")
-    causal, window_left, softcap = score.causal, score.window_left, score.softcap
+    causal, window_left = score.causal, score.window_left
     D = q.shape[-1]
     if gluon is None and D not in GLUON_FORWARD_HEAD_DIMS + GLUON_FORWARD_WIDE_TILE_HEAD_DIMS:
         return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen at head dims "
@@ -94,13 +94,13 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
                        f"{row_keys} keys a row: the Gluon forward is chosen for packed sequences from "
                        f"{GLUON_VARLEN_FORWARD_MIN_ROW_KEYS}, where it measured faster")
     if (gluon is None and D in GLUON_FORWARD_WIDE_TILE_HEAD_DIMS
-            and kernels.consumer_count(D, causal, rows, softcap, window_left) < 3):
+            and kernels.consumer_count(D, score, rows) < 3):
         return _chosen("forward", False, f"head dim {D}: the Gluon forward is chosen there only for its "
                        "three-warpgroup tile (full attention, or causal from "
                        f"{kernels.THREE_CONSUMERS_CAUSAL_ROWS} query rows; no softcap or window), where "
                        "it measured faster")
     refused = (_plain(score, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
-               or kernels.refusal(q, k, v, causal, scale))
+               or kernels.refusal(q, k, v, score, scale))
     if refused:
         return _refused("forward", refused, gluon)
     window = _packed_window(score, varlen)
@@ -126,7 +126,7 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     from .gluon import attention_bwd as kernels
     refused = (_plain(score, varlen, dkdv_config if dq_config is None else dq_config, tma,
                       causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
-               or kernels.refusal(do, q, k, v, o, lse, causal, scale))
+               or kernels.refusal(do, q, k, v, o, lse, score, scale))
     if refused:
         return _refused("backward", refused, gluon)
     window = _packed_window(score, varlen)

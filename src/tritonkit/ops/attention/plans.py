@@ -154,12 +154,12 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, score: Score, varlen
     Hkv, Nk = k.shape[1], k.shape[2]
     if B == 0 or Nq == 0 or Nk == 0:
         return None
-    causal, window_left, softcap = score.causal, score.window_left, score.softcap
+    softcap = score.softcap
     choice = gluon_forward(q, k, v, scale, score, varlen, config, tma, gluon)
     if choice.path == "gluon":
         from .gluon.attention_fwd import ForwardLaunch
-        return _ForwardLaunch(choice, gluon=ForwardLaunch(q, k, causal, scale, softcap, window_left,
-                                                          None if varlen is None else varlen[0], o_stride))
+        return _ForwardLaunch(choice, gluon=ForwardLaunch(q, k, scale, score, None if varlen is None else varlen[0],
+                                                          o_stride))
     block_d = _block_d(D)
     use_tma = _use_tma(tma, q, k, v)
     row_keys = _keys_a_row_sees(Nq, Nk, score, varlen)
@@ -337,7 +337,7 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     `_forward_launch`), writing dq, dk, dv of these strides."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    causal, window_left, softcap = score.causal, score.window_left, score.softcap
+    softcap = score.softcap
     row_keys = _keys_a_row_sees(Nq, Nk, score, varlen)
     block_d = _block_d(D)
     pad_d = block_d != D
@@ -350,7 +350,7 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
     gluon_plan = None
     if choice.path == "gluon":
         from .gluon.attention_bwd import BackwardLaunches
-        gluon_plan = BackwardLaunches(q, k, causal, scale, softcap, window_left, seqs, dq_stride, dk_stride)
+        gluon_plan = BackwardLaunches(q, k, scale, score, seqs, dq_stride, dk_stride)
         if gluon_plan.dq is not None:     # its dQ pass forms delta: no preprocess
             return _BackwardLaunches(None, choice, gluon=gluon_plan)
     pre_block = 32 if _interpreting() else 64

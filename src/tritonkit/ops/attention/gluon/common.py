@@ -1,13 +1,47 @@
 """Pieces the Gluon attention kernels (`attention_fwd`, `attention_bwd`) share: the wgmma
-accumulator layout, the view of a shared buffer as a descriptor's box, the query tile a
-program index stands for (dense or in packed sequences) and the key blocks its rows walk
-(causal, with a left window), the masked store of a tile's rows, and the softcap's tanh."""
+accumulator layout, the view of a shared buffer as a descriptor's box, the tiles a kernel's
+programs take (`Tiles`: the query tile or key block a program index stands for, dense or in
+packed sequences) and the key blocks a query tile walks under the mask, the masked store of a
+tile's rows. What happens to the scores themselves is `score.Scores`."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: an aggregate's field annotations are its types.
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma
+from triton.language.core import _aggregate as aggregate
+
+
+def bundle(cls):
+    """`cls` as a Gluon aggregate (`triton.language.core._aggregate`, which later Tritons call
+    `gl.aggregate`): values that one @gluon.jit function hands another as one argument (a
+    kernel to its partitions), constexprs included, with @gluon.jit methods. Its constructor
+    takes the fields in the order they are declared: a field annotated gl.constexpr as a
+    constexpr, any other as `_value` has it. The order is the kernel's too: a worker
+    partition's bundles are flattened, field after field, into the values the partitions
+    capture (Triton drops those none reads and repeats), and their order lays out the captures
+    the workers load, so reordering fields changes the compiled kernel (not its results)."""
+    cls.__init__ = _init_fields
+    made = aggregate(cls)
+    made.FIELDS = tuple((name, kind is gl.constexpr) for name, kind in cls.__annotations__.items())
+    return made
+
+
+@gluon.constexpr_function
+def _init_fields(self, *values):
+    # Every bundle's constructor (`bundle`).
+    fields = type(self).FIELDS
+    assert len(values) == len(fields), f"{type(self).__name__} takes {len(fields)} fields, got {len(values)}"
+    for field, value in zip(fields, values):
+        name, is_constexpr = field
+        setattr(self, name, gl.constexpr(value) if is_constexpr else _value(value))
+
+
+@gluon.constexpr_function
+def _value(x):
+    # A bundle field's value: a runtime value as it is; a Python value (an int argument Triton
+    # specialised to 1, a None pointer, a 0 standing for a dense batch's offset) as the
+    # constexpr it stands for.
+    return x if isinstance(x, gl.base_value) else gl.constexpr(x)
 
 
 @gluon.constexpr_function
@@ -45,16 +79,16 @@ def _ordered_tile(t, n_blocks, HEAD_SPAN, LONGEST_FIRST: gl.constexpr):
 
 
 @gluon.jit
-def _tile(t, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H, Nk, CAUSAL: gl.constexpr, ROWS: gl.constexpr,
-          BLOCK_N: gl.constexpr):
+def _dense_tile(t, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H, Nk, SCORE: gl.constexpr, ROWS: gl.constexpr,
+                BLOCK_N: gl.constexpr):
     # Tile t of ROWS query rows -> (b, h, first row m0, key blocks n_kv, unmasked key blocks
     # n_full), in `_ordered_tile`'s order; causal tiles go longest first within a head.
     hb, pid_m = _ordered_tile(t, n_m, HEAD_SPAN, LONGEST_FIRST)
-    if CAUSAL:
+    if SCORE.causal:
         pid_m = n_m - 1 - pid_m
     m0 = pid_m * ROWS
     # Key blocks [0, n_full) are visible to every row of the tile; [n_full, n_kv) need masks.
-    if CAUSAL:
+    if SCORE.causal:
         n_kv = gl.cdiv(gl.minimum(Nk, m0 + ROWS), BLOCK_N)
         n_full = gl.minimum(m0 + 1, Nk) // BLOCK_N
     else:
@@ -95,31 +129,93 @@ def _varlen_tile(t, n_m, H, Na, Nb, CU_A, CU_B, SEQS, ROWS: gl.constexpr, ASCEND
     return h, m0, a0, na, b0, nb
 
 
-@gluon.jit
-def _query_tile(t, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H, Nq, Nk, CU_Q, CU_K, SEQS, CAUSAL: gl.constexpr,
-                ROWS: gl.constexpr, BLOCK_N: gl.constexpr, VARLEN: gl.constexpr):
-    # Tile t -> (b, h, m0, n_kv, n_full, q0, nq, k0, nk): rows [m0, m0 + ROWS) of a sequence of
-    # nq queries and nk keys whose first rows are q0 and k0 of (b, h); key blocks [0, n_full)
-    # every row of the tile sees whole, [n_full, n_kv) masked. Dense: the batch's (q0 = k0 = 0).
-    # Dense tiles in `_ordered_tile`'s order.
-    # Packed: `_varlen_tile`'s sequence, m0 >= nq for a tile past its rows; a block only
-    # rows of the next sequence would see is not walked.
-    if VARLEN:
-        h, m0, q0, nq, k0, nk = _varlen_tile(t, n_m, H, Nq, Nk, CU_Q, CU_K, SEQS, ROWS, False)
-        if CAUSAL:
-            n_kv = gl.cdiv(gl.minimum(nk, gl.minimum(m0 + ROWS, nq)), BLOCK_N)
-            n_full = gl.minimum(m0 + 1, nk) // BLOCK_N
+@bundle
+class Tiles:
+    """The tiles a kernel's programs take and where each lies: `blocks` tiles a head of the
+    tiled operand (query row blocks, or the dK/dV pass's key blocks; packed: cdiv(N, rows) +
+    SEQS, `_varlen_tile`), of `heads` heads (H, or the dK/dV pass's Hkv), in `_ordered_tile`'s
+    order (HEAD_SPAN, LONGEST_FIRST); GROUP query heads a kv head; sequences of Nq queries and
+    Nk keys, or packed (VARLEN, B = 1, N the totals) with CU_Q, CU_K their int32 cumulative
+    lengths (SEQS + 1 each)."""
+    blocks: gl.base_value
+    HEAD_SPAN: gl.base_value
+    heads: gl.base_value
+    GROUP: gl.base_value
+    Nq: gl.base_value
+    Nk: gl.base_value
+    CU_Q: gl.base_value
+    CU_K: gl.base_value
+    SEQS: gl.base_value
+    LONGEST_FIRST: gl.constexpr
+    VARLEN: gl.constexpr
+
+
+    @gluon.jit
+    def query_tile(self, t, SCORE: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+        # Tile t of ROWS query rows -> (b, h, m0, n_kv, n_full, q0, nq, k0, nk): rows [m0, m0 +
+        # ROWS) of a sequence of nq queries and nk keys whose first rows are q0 and k0 of (b, h);
+        # key blocks [0, n_full) every row of the tile sees whole, [n_full, n_kv) masked. Dense:
+        # the batch's (q0 = k0 = 0), in `_ordered_tile`'s order. Packed: `_varlen_tile`'s
+        # sequence, m0 >= nq for a tile past its rows; a block only rows of the next sequence
+        # would see is not walked.
+        if self.VARLEN:
+            h, m0, q0, nq, k0, nk = _varlen_tile(t, self.blocks, self.heads, self.Nq, self.Nk, self.CU_Q, self.CU_K,
+                                                 self.SEQS, ROWS, False)
+            if SCORE.causal:
+                n_kv = gl.cdiv(gl.minimum(nk, gl.minimum(m0 + ROWS, nq)), BLOCK_N)
+                n_full = gl.minimum(m0 + 1, nk) // BLOCK_N
+            else:
+                n_kv = gl.cdiv(nk, BLOCK_N)
+                n_full = nk // BLOCK_N
+            b = 0
         else:
-            n_kv = gl.cdiv(nk, BLOCK_N)
-            n_full = nk // BLOCK_N
-        b = 0
-    else:
-        b, h, m0, n_kv, n_full = _tile(t, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nk, CAUSAL, ROWS, BLOCK_N)
-        q0 = 0
-        nq = Nq
-        k0 = 0
-        nk = Nk
-    return b, h, m0, n_kv, n_full, q0, nq, k0, nk
+            b, h, m0, n_kv, n_full = _dense_tile(t, self.blocks, self.HEAD_SPAN, self.LONGEST_FIRST, self.heads,
+                                                 self.Nk, SCORE, ROWS, BLOCK_N)
+            q0 = 0
+            nq = self.Nq
+            k0 = 0
+            nk = self.Nk
+        return b, h, m0, n_kv, n_full, q0, nq, k0, nk
+
+    @gluon.jit
+    def key_tile(self, t, SCORE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+        # The dK/dV pass's program t -> (b, hk, first key n0, q0, nq, k0, nk, query blocks [lo,
+        # end) that see its keys, of which [lo, band) straddle the causal diagonal and [mid,
+        # end) the left window's edge (masked), [band, mid) see all of them): keys and query
+        # rows local to a sequence of nq queries and nk keys whose first rows are q0 and k0 of
+        # (b, heads). Dense: the batch's (q0 = k0 = 0), in `_ordered_tile`'s order (a head's key
+        # blocks together, which share Q and dO in L2, or with LONGEST_FIRST every head's
+        # longest first), a head's longest (first) key blocks first. Packed: `_varlen_tile`'s
+        # sequence, heads fastest, a sequence's first key blocks first; n0 >= nk for a block
+        # past its keys.
+        if self.VARLEN:
+            hk, n0, k0, nk, q0, nq = _varlen_tile(t, self.blocks, self.heads, self.Nk, self.Nq, self.CU_K, self.CU_Q,
+                                                  self.SEQS, BLOCK_N, True)
+            b = 0
+        else:
+            hb, kb = _ordered_tile(t, self.blocks, self.HEAD_SPAN, self.LONGEST_FIRST)
+            b = hb // self.heads
+            hk = hb % self.heads
+            n0 = kb * BLOCK_N
+            q0 = 0
+            nq = self.Nq
+            k0 = 0
+            nk = self.Nk
+        end = gl.cdiv(nq, BLOCK_M)
+        if SCORE.causal:
+            lo = n0 // BLOCK_M            # query rows before n0 see none of these keys
+            band = gl.minimum(gl.cdiv(n0 + BLOCK_N, BLOCK_M), end)
+        else:
+            lo = 0
+            band = 0
+        if SCORE.window_left >= 0:
+            # Row i sees key j >= i - window_left: rows past n0 + BLOCK_N - 1 + window_left see
+            # none of these keys, and a block sees all of them while its last row does.
+            end = gl.minimum(end, gl.cdiv(n0 + BLOCK_N + SCORE.window_left, BLOCK_M))
+            mid = gl.maximum(gl.minimum((n0 + SCORE.window_left + 1) // BLOCK_M, end), band)
+        else:
+            mid = end
+        return b, hk, n0, q0, nq, k0, nk, lo, band, mid, end
 
 
 @gluon.jit
@@ -153,14 +249,14 @@ def _zero_rows(O, head_offset, row, n_rows, stride_on, ROWS: gl.constexpr, COLS:
 
 
 @gluon.jit
-def _window_start(m0, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+def _window_start(m0, SCORE: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
     # Rows [m0, m0 + ROWS) with a left window: the first key block any of them sees, and the
-    # first that all of them see whole (keys j >= i - WINDOW_LEFT). Without a window both are
+    # first that all of them see whole (keys j >= i - window_left). Without a window both are
     # the constant 0, so that the walks (the forward's, the dQ pass's) compile to the kernels
     # without one.
-    if WINDOW_LEFT >= 0:
-        lo = gl.maximum(m0 - WINDOW_LEFT, 0) // BLOCK_N
-        full_lo = gl.cdiv(gl.maximum(m0 + (ROWS - 1 - WINDOW_LEFT), 0), BLOCK_N)
+    if SCORE.window_left >= 0:
+        lo = gl.maximum(m0 - SCORE.window_left, 0) // BLOCK_N
+        full_lo = gl.cdiv(gl.maximum(m0 + (ROWS - 1 - SCORE.window_left), 0), BLOCK_N)
     else:
         lo: gl.constexpr = 0
         full_lo: gl.constexpr = 0
@@ -168,12 +264,12 @@ def _window_start(m0, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl
 
 
 @gluon.jit
-def _walk(m0, n_kv, n_full, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+def _walk(m0, n_kv, n_full, SCORE: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
     # The key blocks rows [m0, m0 + ROWS) walk, [lo, n_kv), counted from lo: [0, edge) hold
     # the left window's edge, [edge, band) are whole for every row, [band, count) hold the
     # diagonal and the ragged tail; and whether the first is whole.
-    if WINDOW_LEFT >= 0:
-        lo, full_lo = _window_start(m0, WINDOW_LEFT, ROWS, BLOCK_N)
+    if SCORE.window_left >= 0:
+        lo, full_lo = _window_start(m0, SCORE, ROWS, BLOCK_N)
         edge = gl.minimum(gl.maximum(full_lo, lo), n_kv) - lo
         band = gl.maximum(n_full - lo, edge)
         first_whole = (edge == 0) & (band > 0)
@@ -185,12 +281,3 @@ def _walk(m0, n_kv, n_full, WINDOW_LEFT: gl.constexpr, ROWS: gl.constexpr, BLOCK
         first_whole = n_full > 0
         count = n_kv
     return lo, edge, band, first_whole, count
-
-
-@gluon.jit
-def _softcap_tanh(qk, cap_in):
-    # tanh(y), y = qk * cap_in = scale q.k / c, for raw scores qk: one tanh.approx.f32 (a MUFU
-    # operation) an element, the instruction the Triton kernels use on the GPU, so that both
-    # paths' forwards and backwards agree on P.
-    return gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [qk * cap_in], dtype=gl.float32,
-                                     is_pure=True, pack=1)

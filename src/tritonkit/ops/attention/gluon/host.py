@@ -12,6 +12,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..descriptors import tma_layout_ok
+from ..score import Score
 
 ROWS_PER_WARPGROUP = 64      # wgmma's M per warpgroup: 4 warps x 16 rows
 # Registers per thread: 64K per SM over the consumer warpgroups' threads and the producer's
@@ -22,6 +23,13 @@ CONSUMER_REGS_OF_THREE = 160
 PRODUCER_REGS = 24
 
 GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+
+
+def kernel_score(score: Score) -> Score:
+    """The `Score` a Gluon kernel is compiled for (its SCORE): the Gluon kernels run only
+    compiled for the GPU, where a softcap's tanh is always `tanh.approx.f32` (`score.Scores`),
+    so that a Score differing in tanh_approx alone compiles the same kernel once."""
+    return score._replace(tanh_approx=score.softcap > 0)
 
 
 def consumer_regs(consumers: int) -> int:

@@ -5,8 +5,9 @@ Same contract as the Triton launcher `tritonkit.ops.attention.attention_bwd`:
 (B, H, Nq) float32 in natural-log units, as both forwards store it. With
 P = exp(scale * Q K^T - lse) (causal: zero above the top-left diagonal), delta = rowsum(dO * O):
   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - delta),  dK = scale * dS^T Q,  dQ = scale * dS K,
-dK and dV summed over the query heads of each kv head (GQA) in a fixed order. With a softcap c
-(SOFTCAP = c, a constexpr, 0 for none) the scores are c tanh(t), t = scale * Q K^T / c, recomputed
+dK and dV summed over the query heads of each kv head (GQA) in a fixed order. What happens to a
+score is one constexpr, the `ops.attention.score.Score` (SCORE), applied by `gluon.score.Scores`.
+With a softcap c the scores are c tanh(t), t = scale * Q K^T / c, recomputed
 from the raw Q K^T with the forward's `tanh.approx.f32`: P = exp(c tanh(t) - lse), and dS carries
 the capped score's derivative, dS = P (1 - tanh(t)^2) (dP - delta), folded into P once P has gone
 to dV's product.
@@ -34,7 +35,7 @@ key block is Nq x D float32 per (key block, head), Nk / 128 times the size of dQ
 B=4, H=32, N=16384, D=128), and an ordered in-place accumulation across programs serialises
 them; the dQ pass recomputes S and dP (7 products instead of 5) but reads only Q, dO, K, V.
 
-A causal mask may carry a left window (WINDOW_LEFT = L, a constexpr, -1 for none: query i sees
+A causal mask may carry a left window (the Score's window_left = L, -1 for none: query i sees
 keys i - L .. i): each pass walks only the blocks its tile sees, whole blocks unmasked, the
 two edges (the diagonal, the window's start) masked; the dispatch sends it here only where
 every query sees a key. Query rows past Nq load as zeros with lse = delta = 0, which adds
@@ -54,9 +55,9 @@ import torch
 
 from ....._launch import LaunchTemplate
 from ....._layout import cdiv
-from ...score import kernel_qk_scale
+from ...score import Score, kernel_qk_scale
 from ...order import longest_first_span, num_sms
-from ..host import CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, descriptor, tma_refusal
+from ..host import CONSUMER_REGS, PRODUCER_REGS, ROWS_PER_WARPGROUP, descriptor, kernel_score, tma_refusal
 from .dkdv import _dkdv_kernel
 from .dq import _dq_kernel
 
@@ -105,10 +106,10 @@ def kv_in_registers(head_dim: int) -> int:
     return 2 if head_dim == 64 else 0
 
 
-def _meta(causal: bool, softcap: float, window_left: int, stages: int, varlen: bool, span: int) -> dict:
+def _meta(score: Score, stages: int, varlen: bool, span: int) -> dict:
     """The constexprs both passes take (span: the tiles' order, `ops.attention.order`)."""
-    return dict(CAUSAL=bool(causal), SOFTCAP=float(softcap), WINDOW_LEFT=int(window_left), STAGES=stages,
-                CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, VARLEN=varlen, LONGEST_FIRST=span > 0)
+    return dict(SCORE=kernel_score(score), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+                VARLEN=varlen, LONGEST_FIRST=span > 0)
 
 
 class _Pass:
@@ -128,43 +129,40 @@ class BackwardLaunches:
     dtypes, alignment, device): grids, scalar arguments and constexprs worked out once, each
     compiled kernel bound after its first call (`_launch.LaunchTemplate`), so that a call makes
     only its descriptors, one per tensor and box (the passes read q, do, k and v in the same
-    boxes at D = 64 and 128). softcap: the cap c, 0 for none; window_left: causal only, keys
-    j >= i - window_left (-1: none)."""
+    boxes at D = 64 and 128). score: the call's `Score` (a left window only with a causal
+    mask, no right one: the dispatch's conditions)."""
 
     __slots__ = ("dkdv", "dq")
 
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, softcap: float = 0.0,
-                 window_left: int = -1, seqs: int | None = None, dq_stride: tuple | None = None,
-                 dk_stride: tuple | None = None):
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, scale: float, score: Score, seqs: int | None = None,
+                 dq_stride: tuple | None = None, dk_stride: tuple | None = None):
         B, H, Nq, D = q.shape
         Hkv, Nk = k.shape[1], k.shape[2]
         varlen = seqs is not None
         block_m, dkdv_stages, block_n, dq_stages = tile_config(D)
-        qk_scale = kernel_qk_scale(scale, softcap)
+        scales = (kernel_qk_scale(scale, score.softcap), scale)
         split = split_head_dim(D)
         # Packed sequences (seqs of them, on (1, heads, total, D) views): a sequence's last
         # block goes through pointers of these strides (dk's also dv's), and each sequence
         # may start a block of its own (`common._varlen_tile`).
         n_kb = cdiv(Nk, ROWS_PER_WARPGROUP if split else KEYS_PER_PROGRAM) + (seqs if varlen else 0)
         sms = num_sms(q.device)
-        dkdv_span = longest_first_span(bool(causal), window_left >= 0, varlen, B * Hkv, n_kb, sms)
+        dkdv_span = longest_first_span(score.causal, score.window, varlen, B * Hkv, n_kb, sms)
+        # each kernel's sizes, scales, tiling and packed
         self.dkdv = _Pass("attention_bwd_dkdv_gluon", _dkdv_kernel, (n_kb * Hkv * B,),
-                          (Nq, Nk, H, Hkv, H // Hkv, qk_scale, scale, n_kb, max(dkdv_span, 1),
-                           *_packed_tail(seqs, dk_stride)),
-                          dict(_meta(causal, softcap, window_left, dkdv_stages, varlen, dkdv_span),
-                               KV_REGS=kv_in_registers(D), SPLIT_D=split),
+                          ((Nq, Nk, H, Hkv, H // Hkv), scales, (n_kb, max(dkdv_span, 1)), _packed(seqs, dk_stride)),
+                          dict(_meta(score, dkdv_stages, varlen, dkdv_span), KV_REGS=kv_in_registers(D),
+                               SPLIT_D=split),
                           block_m, ROWS_PER_WARPGROUP, D // 2 if split else None)
         if D not in HEAD_DIMS:          # a dK/dV kernel alone (DKDV_HEAD_DIMS)
             self.dq = None
             return
         n_m = cdiv(Nq, QUERIES_PER_PROGRAM) + (seqs if varlen else 0)
-        dq_span = longest_first_span(bool(causal), window_left >= 0, varlen, B * H, n_m, sms)
+        dq_span = longest_first_span(score.causal, score.window, varlen, B * H, n_m, sms)
         # keyed by whether lse has an upstream gradient to take from delta (HAS_DLSE)
         self.dq = {has_dlse: _Pass("attention_bwd_dq_gluon", _dq_kernel, (n_m * H * B,),
-                                   (Nq, Nk, H, H // Hkv, qk_scale, scale, n_m, max(dq_span, 1),
-                                    *_packed_tail(seqs, dq_stride)),
-                                   dict(_meta(causal, softcap, window_left, dq_stages, varlen, dq_span),
-                                        HAS_DLSE=has_dlse),
+                                   ((Nq, Nk, H, H // Hkv), scales, (n_m, max(dq_span, 1)), _packed(seqs, dq_stride)),
+                                   dict(_meta(score, dq_stages, varlen, dq_span), HAS_DLSE=has_dlse),
                                    ROWS_PER_WARPGROUP, block_n)
                    for has_dlse in (False, True)}
 
@@ -216,8 +214,8 @@ class BackwardLaunches:
         self.dkdv.template(*dkdv)
 
 
-def _packed_tail(seqs: int | None, grad_stride: tuple | None) -> tuple:
-    """A pass's trailing SEQS, head and row strides of its gradient: zeros when dense."""
+def _packed(seqs: int | None, grad_stride: tuple | None) -> tuple:
+    """A pass's `packed`: SEQS, the head and row strides of its gradient; zeros when dense."""
     if seqs is None:
         return 0, 0, 0
     return seqs, grad_stride[1], grad_stride[2]
@@ -229,32 +227,31 @@ def _launch_args(which: _Pass, head: tuple) -> tuple[tuple, tuple, dict]:
 
 
 def dkdv_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dk: torch.Tensor,
-                     dv: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, causal: bool,
-                     scale: float, softcap: float = 0.0, window_left: int = -1, cu_q: torch.Tensor | None = None,
-                     cu_k: torch.Tensor | None = None) -> tuple[tuple, tuple, dict]:
+                     dv: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, scale: float, score: Score = Score(),
+                     cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args with num_warps) of the dK/dV launch, as
     `BackwardLaunches` makes it: what `compile_sm90` takes. delta as the dQ pass leaves it.
     Packed sequences: the (1, heads, total, D) views, cu_q and cu_k their offsets."""
     seqs = None if cu_q is None else cu_q.numel() - 1
-    plan = BackwardLaunches(q, k, causal, scale, softcap, window_left, seqs, q.stride(), dk.stride())
+    plan = BackwardLaunches(q, k, scale, score, seqs, q.stride(), dk.stride())
     return _launch_args(plan.dkdv, plan.dkdv_head(do, q, k, v, lse, delta, dk, dv, cu_q, cu_k))
 
 
 def dq_launch_args(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                    dq: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, dlse: torch.Tensor | None,
-                   causal: bool, scale: float, softcap: float = 0.0, window_left: int = -1,
-                   cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None) -> tuple[tuple, tuple, dict]:
+                   scale: float, score: Score = Score(), cu_q: torch.Tensor | None = None,
+                   cu_k: torch.Tensor | None = None) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args with num_warps) of the dQ launch, as
     `BackwardLaunches` makes it: what `compile_sm90` takes. It writes delta (from do and o,
     less dlse where given) for the dK/dV pass. Packed sequences as `dkdv_launch_args`."""
     seqs = None if cu_q is None else cu_q.numel() - 1
-    plan = BackwardLaunches(q, k, causal, scale, softcap, window_left, seqs, dq.stride(), k.stride())
+    plan = BackwardLaunches(q, k, scale, score, seqs, dq.stride(), k.stride())
     return _launch_args(plan.dq[dlse is not None],
                         plan.heads(do, q, k, v, o, lse, delta, dlse, dq, k, v, cu_q, cu_k)[0])
 
 
 def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-            lse: torch.Tensor, causal: bool = False, scale: float | None = None) -> str | None:
+            lse: torch.Tensor, score: Score = Score(), scale: float | None = None) -> str | None:
     """Why `BackwardLaunches` cannot take these inputs (already validated by the Triton
     launcher's checks), or None where it can: the forward's conditions (`attention_fwd.refusal`:
     a Hopper GPU, float16/bfloat16, q, k, v that TMA can read in place) with head dim 64 or
@@ -268,10 +265,10 @@ def refusal(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return f"head dim {q.shape[-1]}: the Gluon backward has kernels for {', '.join(map(str, DKDV_HEAD_DIMS))}"
     if do.shape != q.shape or do.dtype != q.dtype:
         return "do must have q's shape and dtype"
-    return forward_refusal(q, k, v, causal, scale) or tma_refusal(do=do, o=o)
+    return forward_refusal(q, k, v, score, scale) or tma_refusal(do=do, o=o)
 
 
 def supported(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-              lse: torch.Tensor, causal: bool = False, scale: float | None = None) -> bool:
+              lse: torch.Tensor, score: Score = Score(), scale: float | None = None) -> bool:
     """Whether `BackwardLaunches` takes these inputs (see `refusal`)."""
-    return refusal(do, q, k, v, o, lse, causal, scale) is None
+    return refusal(do, q, k, v, o, lse, score, scale) is None

@@ -4,9 +4,11 @@ Same contract as the Triton launcher `tritonkit.ops.attention.attention_fwd`:
 o[b, h, i] = sum_j softmax_j(s_ij) v[b, hk, j],  s_ij = scale * q[b, h, i] . k[b, hk, j],
 hk = h // (H // Hkv), causal top-left aligned (query i sees keys j <= i, as SDPA's is_causal), and
 lse[b, h, i] = log sum_j exp(s_ij) in natural-log units, float32, which both backwards read.
-With a softcap c (Gemma 2; SOFTCAP = c, a constexpr, 0 for none) the scores are c tanh(s_ij / c),
-in the softmax and in lse alike; tanh is the GPU's `tanh.approx.f32`, as in the Triton kernels
-(`tritonkit.ops.attention.triton_score` has the formula and its accuracy). In bfloat16, for caps up
+What happens to a score (causal, a left window, a softcap, the scale's sign) is one constexpr,
+the `ops.attention.score.Score` the Triton kernels take too, applied by `gluon.score.Scores`.
+With a softcap c (Gemma 2) the scores are c tanh(s_ij / c), in the softmax and in lse alike; tanh
+is the GPU's `tanh.approx.f32`, as in the Triton kernels (`tritonkit.ops.attention.triton_score`
+has the formula and its accuracy). In bfloat16, for caps up
 to FIXED_REFERENCE_MAX_CAP, the softcap kernel measures p from a fixed reference instead of a
 running row maximum (`fixed_reference`): the softcap's scores are bounded, and the score loop,
 which the softcap makes issue-bound, loses the row maximum and the rescaling.
@@ -51,9 +53,9 @@ import torch
 from ....._counters import zeroed_counters
 from ....._launch import LaunchTemplate, target_capability
 from ....._layout import cdiv
-from ...score import LOG2E, kernel_qk_scale
+from ...score import LOG2E, Score, kernel_qk_scale
 from ...order import longest_first_span, num_sms
-from ..host import GL_DTYPES, PRODUCER_REGS, ROWS_PER_WARPGROUP, consumer_regs, descriptor, tma_refusal
+from ..host import GL_DTYPES, PRODUCER_REGS, ROWS_PER_WARPGROUP, consumer_regs, descriptor, kernel_score, tma_refusal
 from .kernel import _attn_fwd_kernel
 
 HEAD_DIMS = (64, 128, 256)
@@ -65,7 +67,7 @@ HEAD_DIMS = (64, 128, 256)
 THREE_CONSUMERS_CAUSAL_ROWS = 8192
 
 
-def consumer_count(head_dim: int, causal: bool, n_rows: int, softcap: float = 0.0, window_left: int = -1) -> int:
+def consumer_count(head_dim: int, score: Score, n_rows: int) -> int:
     """Consumer warpgroups of a tile (64 query rows each). At head dim 64 a 128-key block's two
     products take about as many tensor-core cycles as its softmax takes issue cycles, so with
     two warpgroups one's softmax does not fit under the other's products; with three, each
@@ -73,9 +75,9 @@ def consumer_count(head_dim: int, causal: bool, n_rows: int, softcap: float = 0.
     full attention and for causal from THREE_CONSUMERS_CAUSAL_ROWS rows; two at D = 128 and 256,
     with a softcap (measured slower with three) and with a window (not measured with three; the
     masked blocks spill at 160 registers)."""
-    if head_dim != 64 or softcap or window_left >= 0:
+    if head_dim != 64 or score.softcap or score.window_left >= 0:
         return 2
-    return 3 if not causal or n_rows >= THREE_CONSUMERS_CAUSAL_ROWS else 2
+    return 3 if not score.causal or n_rows >= THREE_CONSUMERS_CAUSAL_ROWS else 2
 
 
 @functools.lru_cache(maxsize=None)
@@ -117,14 +119,16 @@ def fixed_reference(softcap: float, dtype: torch.dtype) -> float:
     return min(c, 120.0 - c)
 
 
-def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score: Score = Score(),
             scale: float | None = None) -> str | None:
     """Why `ForwardLaunch` cannot take these inputs (already validated by the Triton
     launcher's checks), or None where it can: the GPU that launches on q's device would run on
     must be Hopper (compute capability 9.0: the kernel uses wgmma and setmaxnreg, which sm_100
     does not have), the tensors float16/bfloat16 with head dim 64, 128 or 256, readable by TMA
     in place (see `tma_refusal`), with a positive-length key sequence and fewer than 2^31 tiles
-    of 128 rows. The GPU is `_launch.target_capability`'s: the device's own, or the target the
+    of 128 rows. The Score's options the kernels lack (a right window, bottom-right
+    alignment, ALiBi, sinks: `score.Scores.check`) are refused by the dispatch before
+    (`paths`). The GPU is `_launch.target_capability`'s: the device's own, or the target the
     inspector records for (so it can show which path an input takes on an H100 from a CPU).
     Nothing here launches or synchronises."""
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
@@ -148,30 +152,31 @@ def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = Fa
     return tma_refusal(q=q, k=k, v=v)
 
 
-def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score: Score = Score(),
               scale: float | None = None) -> bool:
     """Whether `ForwardLaunch` takes these inputs (see `refusal`)."""
-    return refusal(q, k, v, causal, scale) is None
+    return refusal(q, k, v, score, scale) is None
 
 
 class ForwardLaunch:
     """The forward launch of one attention plan (one layout of q, k, v: shapes, dtypes,
     alignment, device): grid, scalar arguments and constexprs worked out once, the compiled
     kernel bound after the first call (`_launch.LaunchTemplate`), so that a call makes only its
-    descriptors (and takes its stream's schedule counters). softcap: the cap c, 0 for none;
-    window_left: causal only, keys j >= i - window_left (-1: none). Packed sequences: seqs, their
-    number, on (1, H, total, D) views, with o_stride the strides of the o each call writes (a
-    sequence's last rows go through pointers: a TMA store would reach into the next one's)."""
+    descriptors (and takes its stream's schedule counters). score: the call's `Score` (a left
+    window only with a causal mask, no right one: the dispatch's conditions). Packed sequences:
+    seqs, their number, on (1, H, total, D) views, with o_stride the strides of the o each call
+    writes (a sequence's last rows go through pointers: a TMA store would reach into the next
+    one's)."""
 
     __slots__ = ("template", "block_n", "dynamic")
 
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, softcap: float = 0.0,
-                 window_left: int = -1, seqs: int | None = None, o_stride: tuple | None = None):
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, scale: float, score: Score, seqs: int | None = None,
+                 o_stride: tuple | None = None):
         B, H, Nq, D = q.shape
         varlen = seqs is not None
         # A packed batch's rows are its sequences' (the mean length stands for a row's walk).
         row_keys = Nq // max(seqs, 1) if varlen else Nq
-        consumers = consumer_count(D, bool(causal), row_keys, softcap, window_left)
+        consumers = consumer_count(D, score, row_keys)
         self.block_n, stages, o_buffer = tile_config(D)
         rows = consumers * ROWS_PER_WARPGROUP
         n_m = cdiv(Nq, rows) + (seqs if varlen else 0)
@@ -184,15 +189,15 @@ class ForwardLaunch:
         # to whichever program asks first (DYNAMIC; notes/gluon_attention.md has the schedules
         # measured), through two of `_counters`' int32 counters, which start at zero and which
         # the kernel leaves at zero.
-        self.dynamic = bool(causal) or varlen
-        stride_oh, stride_on = (o_stride[1], o_stride[2]) if varlen else (0, 0)
-        span = longest_first_span(bool(causal), window_left >= 0, varlen, B * H, n_m, num_sms(q.device))
-        tail = (Nq, k.shape[2], H, H // k.shape[1], kernel_qk_scale(scale, softcap), n_m, n_tiles, max(span, 1),
-                seqs if varlen else 0, stride_oh, stride_on)
-        constexprs = dict(CAUSAL=bool(causal), SCALE_POS=scale > 0, SOFTCAP=float(softcap),
-                          WINDOW_LEFT=int(window_left), DYNAMIC=self.dynamic, STAGES=stages, CONSUMERS=consumers,
+        self.dynamic = score.causal or varlen
+        packed = (seqs, o_stride[1], o_stride[2]) if varlen else (0, 0, 0)
+        span = longest_first_span(score.causal, score.window, varlen, B * H, n_m, num_sms(q.device))
+        # the kernel's sizes, qk_scale, tiling and packed
+        tail = ((Nq, k.shape[2], H, H // k.shape[1]), kernel_qk_scale(scale, score.softcap),
+                (n_m, n_tiles, max(span, 1)), packed)
+        constexprs = dict(SCORE=kernel_score(score), DYNAMIC=self.dynamic, STAGES=stages, CONSUMERS=consumers,
                           CONSUMER_REGS=consumer_regs(consumers), PRODUCER_REGS=PRODUCER_REGS,
-                          FIXED_MAX=fixed_reference(softcap, q.dtype), VARLEN=varlen,
+                          FIXED_MAX=fixed_reference(score.softcap, q.dtype), VARLEN=varlen,
                           LONGEST_FIRST=span > 0, O_BUFFER=o_buffer)
         self.template = LaunchTemplate("attention_fwd_gluon", _attn_fwd_kernel, (min(n_tiles, num_sms(q.device)),),
                                        tail, constexprs, num_warps=4, num_stages=None)
@@ -211,18 +216,18 @@ class ForwardLaunch:
         natural log, exactly as `tritonkit.ops.attention.attention_fwd` defines them, for
         inputs of the plan's layout; packed sequences as `attention_varlen_fwd` (on its
         (1, H, total, D) views, lse (1, H, Tq)). Made by the attention dispatch
-        (`tritonkit.ops.attention.paths`) only where `supported(q, k, v, causal, scale)` is
+        (`tritonkit.ops.attention.paths`) only where `supported(q, k, v, score, scale)` is
         true (and with a window, where every row sees a key); inputs are not validated again."""
         self.template(*self.head(q, k, v, o, lse, cu_q, cu_k))
 
 
 def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                causal: bool, scale: float, softcap: float = 0.0, window_left: int = -1,
-                cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None) -> tuple[tuple, tuple, dict]:
+                scale: float, score: Score = Score(), cu_q: torch.Tensor | None = None,
+                cu_k: torch.Tensor | None = None) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args with num_warps) of one forward launch, as
     `ForwardLaunch` makes it: what `tritonkit.inspector.gluon.compile_sm90` compiles for sm_90 without a GPU.
     Packed sequences: q, k, v, o the (1, H, total, D) views, cu_q and cu_k their offsets."""
     seqs = None if cu_q is None else cu_q.numel() - 1
-    plan = ForwardLaunch(q, k, causal, scale, softcap, window_left, seqs, None if cu_q is None else o.stride())
+    plan = ForwardLaunch(q, k, scale, score, seqs, None if cu_q is None else o.stride())
     launch = plan.template.as_launch(plan.head(q, k, v, o, lse, cu_q, cu_k))
     return launch.grid, launch.args, {**launch.constexprs, "num_warps": launch.num_warps}

@@ -1,28 +1,114 @@
 """The Gluon attention forward's kernel and its partitions (the design, the contract and the
-launch are in the package's `__init__`)."""
+launch are in the package's `__init__`). The kernel builds its program's bundles once (`Buffers`,
+`Globals`, `Schedule`, `common.Tiles`, `score.Scores`) and hands them to every partition."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: an aggregate's field annotations are its types.
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 from ..common import (
-    _query_tile, _softcap_tanh, _store_rows, _store_tile, _tma_view, _walk, _wgmma_layout, _window_start,
-    _zero_rows)
+    Tiles, _store_rows, _store_tile, _tma_view, _walk, _wgmma_layout, _window_start, _zero_rows, bundle)
+from ..score import Scores
+
+
+@bundle
+class Buffers:
+    """A program's shared memory and mbarriers: each consumer warpgroup's Q tile (q_smem) and O
+    staging buffer (o_smem: q_smem itself unless O_BUFFER), the rings of K and V blocks
+    (k_bufs, v_bufs: STAGES slots); barriers q_ready / q_empty a consumer, k_ready / v_ready /
+    k_empty / v_empty a ring slot, turn the consumers' ping-pong; tile_ids: with a dynamic
+    schedule, each consumer's next tile as the producer posts it (one value, 32 copies)."""
+    q_smem: gl.shared_memory_descriptor
+    o_smem: gl.shared_memory_descriptor
+    k_bufs: gl.shared_memory_descriptor
+    v_bufs: gl.shared_memory_descriptor
+    q_ready: gl.shared_memory_descriptor
+    q_empty: gl.shared_memory_descriptor
+    k_ready: gl.shared_memory_descriptor
+    v_ready: gl.shared_memory_descriptor
+    k_empty: gl.shared_memory_descriptor
+    v_empty: gl.shared_memory_descriptor
+    turn: gl.shared_memory_descriptor
+    tile_ids: gl.shared_memory_descriptor
+    O_BUFFER: gl.constexpr
+
+
+    @gluon.jit
+    def allocate(q_desc, k_desc, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, O_BUFFER: gl.constexpr):
+        # The buffers of CONSUMERS 64-row warpgroups (Q's box rows: 64) and a ring of STAGES
+        # key blocks (K's box rows), their barriers initialised.
+        BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+        HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+        dtype: gl.constexpr = q_desc.dtype
+        smem_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
+        kv_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+        q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_DIM], smem_2d)
+        if O_BUFFER:
+            o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_DIM], smem_2d)
+        else:
+            o_smem = q_smem
+        k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
+        v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
+        q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+        tile_ids = gl.allocate_shared_memory(gl.int32, [CONSUMERS, 32], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        for i in gl.static_range(CONSUMERS):
+            mbarrier.init(q_ready.index(i), count=1)
+            mbarrier.init(q_empty.index(i), count=1)
+            mbarrier.init(turn.index(i), count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=CONSUMERS)   # released by every consumer warpgroup
+            mbarrier.init(v_empty.index(i), count=CONSUMERS)
+        return Buffers(q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
+                       tile_ids, O_BUFFER)
+
+
+@bundle
+class Globals:
+    """What a program reads and writes in global memory: descriptors of the whole (B, H, N, D)
+    q, k, v, o; LSE (B, H, Nq) float32; and for packed sequences O, o's pointer, with its head
+    and row strides, for the rows of a tile that reach past their sequence (None and zeros
+    otherwise)."""
+    q_desc: gl.base_value
+    k_desc: gl.base_value
+    v_desc: gl.base_value
+    o_desc: gl.base_value
+    LSE: gl.base_value
+    O: gl.base_value
+    stride_oh: gl.base_value
+    stride_on: gl.base_value
+
+
+@bundle
+class Schedule:
+    """How the persistent programs share the n_tiles tiles: round-robin, or with DYNAMIC each
+    to the first program to ask, through SCHED's two int32 counters (tiles handed out, programs
+    done), zero at launch and left at zero."""
+    SCHED: gl.base_value
+    n_tiles: gl.base_value
+    DYNAMIC: gl.constexpr
 
 
 @gluon.jit
-def _load_kv(desc, bufs, ready, empty, c, b, hk, row):
+def _load_kv(desc, ring, ready, empty, c, b, hk, row):
     # The key block from row `row` of (b, hk) into ring slot c % STAGES (c counts blocks over the
     # program's tiles). A fresh mbarrier is in phase 0, so waiting for parity 1 passes: the
     # first lap is free.
-    STAGES: gl.constexpr = bufs.shape[0]
+    STAGES: gl.constexpr = ring.shape[0]
     s = c % STAGES
     mbarrier.wait(empty.index(s), ((c // STAGES) & 1) ^ 1)
     mbarrier.expect(ready.index(s), desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(desc, [b, hk, row, 0], ready.index(s), _tma_view(bufs.index(s), desc))
+    tma.async_copy_global_to_shared(desc, [b, hk, row, 0], ready.index(s), _tma_view(ring.index(s), desc))
 
 
 @gluon.jit
@@ -48,145 +134,118 @@ def _post_tile(tile_ids, w, t):
 
 
 @gluon.jit
-def _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                  v_empty, tile_ids, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
-                  CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, VARLEN: gl.constexpr):
+def _produce_tile(t, c, ti, io, bufs, sched, tiles, SCORE: gl.constexpr):
     # Tile t's loads (c: K/V blocks loaded before it, ti: tiles before it); returns (c, ti)
     # after it. A packed batch's tiles past their sequence's rows are skipped: no consumer
     # hears of them.
-    BLOCK_N: gl.constexpr = k_bufs.shape[1]
-    CONSUMERS: gl.constexpr = tile_ids.shape[0]
-    BLOCK_M: gl.constexpr = q_smem.shape[1]
-    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS,
-                                                       CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N, VARLEN)
-    lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
-    if VARLEN:
+    BLOCK_N: gl.constexpr = bufs.k_bufs.shape[1]
+    CONSUMERS: gl.constexpr = bufs.tile_ids.shape[0]
+    BLOCK_M: gl.constexpr = bufs.q_smem.shape[1]
+    b, h, m0, n_kv, n_full, q0, nq, k0, nk = tiles.query_tile(t, SCORE, CONSUMERS * BLOCK_M, BLOCK_N)
+    lo, _ = _window_start(m0, SCORE, CONSUMERS * BLOCK_M, BLOCK_N)
+    if tiles.VARLEN:
         if m0 < nq:
-            c = _load_tile(t, c, ti, b, h // GROUP, h, q0 + m0, k0, lo, n_kv - lo, q_desc, k_desc, v_desc, q_smem,
-                           k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, tile_ids, DYNAMIC,
-                           )
+            c = _load_tile(t, c, ti, b, h // tiles.GROUP, h, q0 + m0, k0, lo, n_kv - lo, io, bufs, sched.DYNAMIC)
             ti += 1
     else:
-        c = _load_tile(t, c, ti, b, h // GROUP, h, m0, k0, lo, n_kv - lo, q_desc, k_desc, v_desc, q_smem, k_bufs,
-                       v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, tile_ids, DYNAMIC)
+        c = _load_tile(t, c, ti, b, h // tiles.GROUP, h, m0, k0, lo, n_kv - lo, io, bufs, sched.DYNAMIC)
         ti += 1
     return c, ti
 
 
 @gluon.jit
-def _load_tile(t, c, ti, b, hk, h, q_row, k0, lo, count, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready,
-               q_empty, k_ready, v_ready, k_empty, v_empty, tile_ids, DYNAMIC: gl.constexpr):
+def _load_tile(t, c, ti, b, hk, h, q_row, k0, lo, count, io, bufs, DYNAMIC: gl.constexpr):
     # Tile t: its Q tiles from row q_row of (b, h), its key blocks lo .. lo + count of the
     # keys from row k0 of (b, hk); returns c after them.
-    STAGES: gl.constexpr = k_bufs.shape[0]
-    BLOCK_N: gl.constexpr = k_bufs.shape[1]
-    CONSUMERS: gl.constexpr = tile_ids.shape[0]
-    BLOCK_M: gl.constexpr = q_smem.shape[1]
+    STAGES: gl.constexpr = bufs.k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = bufs.k_bufs.shape[1]
+    CONSUMERS: gl.constexpr = bufs.tile_ids.shape[0]
+    BLOCK_M: gl.constexpr = bufs.q_smem.shape[1]
     # The tile's first K/V blocks go before its Q, whose buffer the previous tile holds until
     # its last S product has retired (or, with O staged in Q's buffer, until O's store has
     # read it): they load while the consumers finish that tile.
     n_pre = gl.minimum(count, STAGES)
     for j in range(n_pre):
-        _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
-        _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
+        _load_kv(io.k_desc, bufs.k_bufs, bufs.k_ready, bufs.k_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
+        _load_kv(io.v_desc, bufs.v_bufs, bufs.v_ready, bufs.v_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
     for w in gl.static_range(CONSUMERS):
-        mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
+        mbarrier.wait(bufs.q_empty.index(w), (ti & 1) ^ 1)
         if DYNAMIC:
-            _post_tile(tile_ids, w, t)
-        mbarrier.expect(q_ready.index(w), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [b, h, q_row + w * BLOCK_M, 0], q_ready.index(w),
-                                        _tma_view(q_smem.index(w), q_desc))
+            _post_tile(bufs.tile_ids, w, t)
+        mbarrier.expect(bufs.q_ready.index(w), io.q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(io.q_desc, [b, h, q_row + w * BLOCK_M, 0], bufs.q_ready.index(w),
+                                        _tma_view(bufs.q_smem.index(w), io.q_desc))
     for j in range(n_pre, count):
-        _load_kv(k_desc, k_bufs, k_ready, k_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
-        _load_kv(v_desc, v_bufs, v_ready, v_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
+        _load_kv(io.k_desc, bufs.k_bufs, bufs.k_ready, bufs.k_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
+        _load_kv(io.v_desc, bufs.v_bufs, bufs.v_ready, bufs.v_empty, c + j, b, hk, k0 + (lo + j) * BLOCK_N)
     return c + count
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
-              tile_ids, sched, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST: gl.constexpr, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS,
-              CAUSAL: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr, VARLEN: gl.constexpr):
+def _producer(io, bufs, sched, tiles, SCORE: gl.constexpr):
     c = 0
     ti = 0
-    if DYNAMIC:
+    if sched.DYNAMIC:
         # Tiles in order, each to the program whose producer asks first: the longest go first
         # and the programs that finish early take the short ones (greedy longest-first).
-        t = _warp_increment(sched)
-        while t < n_tiles:
-            c, ti = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
-                                  v_ready, k_empty, v_empty, tile_ids, n_m, HEAD_SPAN, LONGEST_FIRST, H, GROUP, Nq, Nk,
-                                  CU_Q, CU_K, SEQS, CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)
-            t = _warp_increment(sched)
-        CONSUMERS: gl.constexpr = tile_ids.shape[0]
+        t = _warp_increment(sched.SCHED)
+        while t < sched.n_tiles:
+            c, ti = _produce_tile(t, c, ti, io, bufs, sched, tiles, SCORE)
+            t = _warp_increment(sched.SCHED)
+        CONSUMERS: gl.constexpr = bufs.tile_ids.shape[0]
         for w in gl.static_range(CONSUMERS):    # no tile left: each consumer gets t >= n_tiles and stops
-            mbarrier.wait(q_empty.index(w), (ti & 1) ^ 1)
-            _post_tile(tile_ids, w, t)
-            mbarrier.arrive(q_ready.index(w), count=1)
+            mbarrier.wait(bufs.q_empty.index(w), (ti & 1) ^ 1)
+            _post_tile(bufs.tile_ids, w, t)
+            mbarrier.arrive(bufs.q_ready.index(w), count=1)
         # The last program to finish puts the schedule back to zero, so that the same
         # arguments launch again (a benchmark's repeats, a CUDA graph's replays).
-        last = _warp_increment(sched + 1) == gl.num_programs(0) - 1
+        last = _warp_increment(sched.SCHED + 1) == gl.num_programs(0) - 1
         lanes: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
         lane = gl.arange(0, 32, layout=lanes)
-        gl.atomic_xchg(sched + lane, gl.zeros([32], gl.int32, lanes), mask=(lane < 2) & last)
+        gl.atomic_xchg(sched.SCHED + lane, gl.zeros([32], gl.int32, lanes), mask=(lane < 2) & last)
     else:
-        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-            c, ti = _produce_tile(t, c, ti, q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready,
-                                  v_ready, k_empty, v_empty, tile_ids, n_m, HEAD_SPAN, LONGEST_FIRST, H, GROUP, Nq, Nk,
-                                  CU_Q, CU_K, SEQS, CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)
+        for t in range(gl.program_id(0), sched.n_tiles, gl.num_programs(0)):
+            c, ti = _produce_tile(t, c, ti, io, bufs, sched, tiles, SCORE)
 
 
 @gluon.jit
-def _softmax_step(qk, m_i, l_i, row0, col0, Nk, qk_scale, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
-                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-                  FIXED_MAX: gl.constexpr):
-    # Online softmax of one key block in base 2 (qk_scale = scale * log2 e):
-    #   m' = max(m, max_j s_j * qk_scale),  p_j = 2^(s_j * qk_scale - m'),
+def _softmax_step(qk, m_i, l_i, row0, col0, Nk, scores, MASKED: gl.constexpr, FIXED_MAX: gl.constexpr):
+    # Online softmax of one key block in base 2 (`scores.base2`: without a softcap, times
+    # qk_scale = scale * log2 e):
+    #   m' = max(m, max_j base2(s_j)),  p_j = 2^(base2(s_j) - m'),
     #   alpha = 2^(m - m'),  l' = alpha * l + sum_j p_j.
     # With a positive scale the row maximum is taken on the raw scores and scaled once, and
-    # s * qk_scale - m' is one fused multiply-add per score. With a softcap (qk_scale = scale / c)
-    # the base-2 score is tanh(qk qk_scale) c log2 e: the row maximum is taken on tanh (c > 0
+    # base2(s) - m' is one fused multiply-add per score. With a softcap the base-2 score is
+    # tanh(qk qk_scale) c log2 e (`scores.capped`): the row maximum is taken on tanh (c > 0
     # keeps the order) and scaled once the same way.
     # With FIXED_MAX (a softcap's bound reference, `fixed_reference`), m stays FIXED_MAX: every
     # base-2 score lies in [-C, C], C = c log2 e, so p = 2^(score - FIXED_MAX) is normal and
     # bounded without a running maximum; alpha is 1 and nothing is rescaled.
-    BLOCK_M: gl.constexpr = qk.shape[0]
-    BLOCK_N: gl.constexpr = qk.shape[1]
-    s_layout: gl.constexpr = qk.type.layout
-    MAX_SCALED: gl.constexpr = SCALE_POS or SOFTCAP > 0
-    if SOFTCAP > 0:
-        qk = _softcap_tanh(qk, qk_scale)
-        row_scale = SOFTCAP * 1.4426950408889634
-    else:
-        row_scale = qk_scale
-        if not SCALE_POS:
-            qk = qk * qk_scale
+    SCORE: gl.constexpr = scores.SCORE
+    MAX_SCALED: gl.constexpr = SCORE.scale_positive or SCORE.softcap > 0
+    qk = scores.capped(qk)
+    if not MAX_SCALED:
+        qk = scores.base2(qk)
     if MASKED:
-        cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        keep = gl.expand_dims(cols < Nk, 0)
-        if CAUSAL:
-            rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
-            if WINDOW_LEFT >= 0:
-                keep = keep & (gl.expand_dims(cols, 0) >= gl.expand_dims(rows - WINDOW_LEFT, 1))
-        qk = gl.where(keep, qk, float("-inf"))
+        qk = scores.mask(qk, float("-inf"), row0, col0, Nk)
     if FIXED_MAX > 0:
-        p = gl.exp2(qk * row_scale - FIXED_MAX)
+        p = gl.exp2(scores.base2(qk) - FIXED_MAX)
         m_new = m_i
         alpha = m_i                                       # unused: nothing to rescale
         l_new = l_i + gl.sum(p, axis=1)
     else:
         if MAX_SCALED:
-            m_new = gl.maximum(m_i, gl.max(qk, axis=1) * row_scale)
+            m_new = gl.maximum(m_i, scores.base2(gl.max(qk, axis=1)))
         else:
             m_new = gl.maximum(m_i, gl.max(qk, axis=1))
         # A window's first blocks may hold none of a row's keys yet (its window starts further
         # on): its max is still -inf, and 2^(-inf - -inf) would be NaN; measured from 0 instead,
         # its p and alpha are 0. Every row sees a key by its last block (the dispatch's condition).
         m_base = m_new
-        if MASKED and WINDOW_LEFT >= 0:
+        if MASKED and SCORE.window_left >= 0:
             m_base = gl.where(m_new == float("-inf"), 0.0, m_new)
         if MAX_SCALED:
-            p = gl.exp2(qk * row_scale - gl.expand_dims(m_base, 1))
+            p = gl.exp2(scores.base2(qk) - gl.expand_dims(m_base, 1))
         else:
             p = gl.exp2(qk - gl.expand_dims(m_base, 1))
         alpha = gl.exp2(m_i - m_base)
@@ -206,16 +265,14 @@ def _wait_turn(my_turn, c, WG: gl.constexpr):
 
 
 @gluon.jit
-def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                    my_turn, next_turn, q_free, last, WG: gl.constexpr, row0, Nk, qk_scale, MASKED: gl.constexpr,
-                    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-                    FIXED_MAX: gl.constexpr, RELEASE_Q: gl.constexpr):
+def _consumer_block(c, j, acc, pb, m_i, l_i, q, q_free, last, my_turn, next_turn, WG: gl.constexpr, row0, Nk, bufs,
+                    scores, MASKED: gl.constexpr, FIXED_MAX: gl.constexpr):
     # Key block j of a tile, not its first (c: this block counted over the program's tiles):
-    # S(j) and P(j-1) V(j-1) in flight together, softmax(j) under the latter. With RELEASE_Q
-    # the tile's last block (last) releases Q's buffer once its S, the last product to read Q,
-    # has retired (`_consumer_tile`).
-    STAGES: gl.constexpr = k_bufs.shape[0]
-    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    # S(j) and P(j-1) V(j-1) in flight together, softmax(j) under the latter. With O staged in
+    # a buffer of its own (O_BUFFER) the tile's last block (last) releases Q's buffer once its
+    # S, the last product to read Q, has retired (`_consumer_tile`).
+    STAGES: gl.constexpr = bufs.k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = bufs.k_bufs.shape[1]
     BLOCK_M: gl.constexpr = q.shape[0]
     NW: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
@@ -223,45 +280,42 @@ def _consumer_block(c, j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready
     p_layout: gl.constexpr = pb.type.layout
     s = c % STAGES
     sp = (c - 1) % STAGES
-    mbarrier.wait(k_ready.index(s), (c // STAGES) & 1)
-    mbarrier.wait(v_ready.index(sp), ((c - 1) // STAGES) & 1)
+    mbarrier.wait(bufs.k_ready.index(s), (c // STAGES) & 1)
+    mbarrier.wait(bufs.v_ready.index(sp), ((c - 1) // STAGES) & 1)
     _wait_turn(my_turn, c, WG)
-    qk = warpgroup_mma(q, k_bufs.index(s).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+    qk = warpgroup_mma(q, bufs.k_bufs.index(s).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
                        use_acc=False, is_async=True)
-    acc = warpgroup_mma(pb, v_bufs.index(sp), acc, is_async=True)
+    acc = warpgroup_mma(pb, bufs.v_bufs.index(sp), acc, is_async=True)
     mbarrier.arrive(next_turn, count=1)
     qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk, ))
-    mbarrier.arrive(k_empty.index(s), count=1)
-    if RELEASE_Q:
+    mbarrier.arrive(bufs.k_empty.index(s), count=1)
+    if bufs.O_BUFFER:
         mbarrier.arrive(q_free, count=1, pred=last)
-    p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, qk_scale, MASKED, CAUSAL, SCALE_POS,
-                                       SOFTCAP, WINDOW_LEFT, FIXED_MAX)
+    p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, j * BLOCK_N, Nk, scores, MASKED, FIXED_MAX)
     pb_next = gl.convert_layout(p.to(q.dtype), p_layout)
     # pb is the register operand of the product in flight: a dependency of the wait that
     # retires it, so its registers are not reused before the tensor cores have read them.
     acc, pb = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pb))
-    mbarrier.arrive(v_empty.index(sp), count=1)
+    mbarrier.arrive(bufs.v_empty.index(sp), count=1)
     if FIXED_MAX == 0:
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     return acc, pb_next, m_i, l_i
 
 
 @gluon.jit
-def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_full, q0, nq, nk, q, q_free, o_buf,
-                   k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, my_turn, next_turn, o_desc, LSE, O, stride_oh,
-                   stride_on, H, Nq, qk_scale, CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr,
-                   WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr,
-                   O_BUFFER: gl.constexpr):
+def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, tile, q, q_free, o_buf, my_turn, next_turn, bufs, io,
+                   tiles, scores, FIXED_MAX: gl.constexpr):
     # Rows [m0, m0 + ROWS) of a sequence of nq queries and nk keys (q0: its first row in the
     # (b, h) rows of o and LSE; rows local to the sequence); this warpgroup's 64 of them.
     # Q's buffer is released (q_free) as soon as nothing reads it again: with O staged in a
     # buffer of its own (O_BUFFER; o_buf), once the tile's last S product has retired, so that
     # the next tile's Q lands under this one's last softmax, last P V and epilogue; with O
     # staged in Q's buffer (o_buf is q), once O's store has read it.
+    b, h, m0, n_kv, n_full, q0, nq, nk = tile
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
-    STAGES: gl.constexpr = k_bufs.shape[0]
-    BLOCK_N: gl.constexpr = k_bufs.shape[1]
+    STAGES: gl.constexpr = bufs.k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = bufs.k_bufs.shape[1]
     NW: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
     o_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
@@ -270,115 +324,101 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, b, h, m0, n_kv, n_fu
     # The walk: key blocks [lo, n_kv), of which [lo, edge) hold the left window's edge,
     # [edge, band) are whole for every row and [band, n_kv) hold the diagonal and the ragged
     # tail (edge and band counted from lo).
-    lo, edge, band, first_whole, count = _walk(m0, n_kv, n_full, WINDOW_LEFT, ROWS, BLOCK_N)
+    lo, edge, band, first_whole, count = _walk(m0, n_kv, n_full, scores.SCORE, ROWS, BLOCK_N)
 
     # Block lo: S alone, then its softmax (masked unless whole).
     s0 = c % STAGES
-    mbarrier.wait(k_ready.index(s0), (c // STAGES) & 1)
+    mbarrier.wait(bufs.k_ready.index(s0), (c // STAGES) & 1)
     _wait_turn(my_turn, c, WG)
-    qk = warpgroup_mma(q, k_bufs.index(s0).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+    qk = warpgroup_mma(q, bufs.k_bufs.index(s0).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
                        use_acc=False, is_async=True)
     mbarrier.arrive(next_turn, count=1)
     qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
-    mbarrier.arrive(k_empty.index(s0), count=1)
+    mbarrier.arrive(bufs.k_empty.index(s0), count=1)
     m_i = gl.full([BLOCK_M], FIXED_MAX if FIXED_MAX > 0 else float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
     if first_whole:
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, nk, qk_scale, False, CAUSAL, SCALE_POS,
-                                           SOFTCAP, WINDOW_LEFT, FIXED_MAX)
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, nk, scores, False, FIXED_MAX)
     else:
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, nk, qk_scale, True, CAUSAL, SCALE_POS,
-                                           SOFTCAP, WINDOW_LEFT, FIXED_MAX)
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, nk, scores, True, FIXED_MAX)
     pb = gl.convert_layout(p.to(q.dtype), p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, edge):
-        acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
-                                            k_empty, v_empty, my_turn, next_turn, q_free, j + 1 == count, WG, row0,
-                                            nk, qk_scale, True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
-                                            O_BUFFER)
+        acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, q_free, j + 1 == count, my_turn,
+                                            next_turn, WG, row0, nk, bufs, scores, True, FIXED_MAX)
     for j in range(gl.maximum(edge, 1), band):
-        acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
-                                            k_empty, v_empty, my_turn, next_turn, q_free, j + 1 == count, WG, row0,
-                                            nk, qk_scale, False, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
-                                            O_BUFFER)
+        acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, q_free, j + 1 == count, my_turn,
+                                            next_turn, WG, row0, nk, bufs, scores, False, FIXED_MAX)
     for j in range(gl.maximum(band, 1), count):
-        acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, k_bufs, v_bufs, k_ready, v_ready,
-                                            k_empty, v_empty, my_turn, next_turn, q_free, j + 1 == count, WG, row0,
-                                            nk, qk_scale, True, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX,
-                                            O_BUFFER)
+        acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, q_free, j + 1 == count, my_turn,
+                                            next_turn, WG, row0, nk, bufs, scores, True, FIXED_MAX)
 
     # The last block's P V, then O = acc / l through shared memory (o_buf) and a TMA store
     # that drops rows past Nq; in a packed batch a warpgroup's rows that reach past their
     # sequence (into the next one's rows) are stored through masked pointers instead.
     c_last = c + count - 1
     s_last = c_last % STAGES
-    mbarrier.wait(v_ready.index(s_last), (c_last // STAGES) & 1)
-    acc = warpgroup_mma(pb, v_bufs.index(s_last), acc, is_async=True)
+    mbarrier.wait(bufs.v_ready.index(s_last), (c_last // STAGES) & 1)
+    acc = warpgroup_mma(pb, bufs.v_bufs.index(s_last), acc, is_async=True)
     acc, pb = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pb))
-    mbarrier.arrive(v_empty.index(s_last), count=1)
-    if O_BUFFER:
+    mbarrier.arrive(bufs.v_empty.index(s_last), count=1)
+    if bufs.O_BUFFER:
         mbarrier.arrive(q_free, count=1, pred=count == 1)     # a walk of one block: its S was the last
     acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
-    if O_BUFFER:
+    if bufs.O_BUFFER:
         tma.store_wait(pendings=0)          # the previous tile's O has left o_buf
-    if VARLEN:
+    if tiles.VARLEN:
         if row0 + BLOCK_M <= nq:
-            _store_tile(o_buf, o_desc, acc, b, h, q0 + row0, 0)
+            _store_tile(o_buf, io.o_desc, acc, b, h, q0 + row0, 0)
         else:
-            _store_rows(O, acc.to(q.dtype), h * stride_oh, q0 + row0, nq - row0, stride_on)
+            _store_rows(io.O, acc.to(q.dtype), h * io.stride_oh, q0 + row0, nq - row0, io.stride_on)
     else:
-        _store_tile(o_buf, o_desc, acc, b, h, row0, 0)
+        _store_tile(o_buf, io.o_desc, acc, b, h, row0, 0)
 
     rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     lse = (m_i + gl.log2(l_i)) * 0.6931471805599453          # natural-log units
-    gl.store(LSE + (b * H + h).to(gl.int64) * Nq + q0 + rows, lse, mask=rows < nq)
-    if not O_BUFFER:
+    gl.store(io.LSE + (b * tiles.heads + h).to(gl.int64) * tiles.Nq + q0 + rows, lse, mask=rows < nq)
+    if not bufs.O_BUFFER:
         tma.store_wait(pendings=0)          # O has left Q's buffer: a next Q may land
         mbarrier.arrive(q_free, count=1)
 
 
 @gluon.jit
-def _empty_rows(WG: gl.constexpr, q, LSE, O, stride_oh, stride_on, h, m0, q0, nq, Nq):
+def _empty_rows(WG: gl.constexpr, q, h, m0, q0, nq, io, tiles):
     # A packed sequence with no keys: its rows see none, so o = 0 and lse = -inf (this
     # warpgroup's 64 rows of the tile from m0).
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
     row0 = m0 + WG * BLOCK_M
-    _zero_rows(O, h * stride_oh, q0 + row0, nq - row0, stride_on, BLOCK_M, HEAD_DIM, q.dtype)
+    _zero_rows(io.O, h * io.stride_oh, q0 + row0, nq - row0, io.stride_on, BLOCK_M, HEAD_DIM, q.dtype)
     rows_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     rows = row0 + gl.arange(0, BLOCK_M, layout=rows_layout)
-    gl.store(LSE + h.to(gl.int64) * Nq + q0 + rows, gl.full([BLOCK_M], float("-inf"), gl.float32, rows_layout),
+    gl.store(io.LSE + h.to(gl.int64) * tiles.Nq + q0 + rows, gl.full([BLOCK_M], float("-inf"), gl.float32, rows_layout),
              mask=rows < nq)
 
 
 @gluon.jit
-def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, o_buf, k_bufs, v_bufs, k_ready,
-                  v_ready, k_empty, v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN,
-                  LONGEST_FIRST: gl.constexpr, H, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr,
-                  SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, FIXED_MAX: gl.constexpr,
-                  VARLEN: gl.constexpr, O_BUFFER: gl.constexpr):
+def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, o_buf, bufs, io, tiles, scores,
+                  FIXED_MAX: gl.constexpr):
     # Tile t, its Q landed (c: K/V blocks consumed before it); returns c after it, with Q's
     # buffer released (q_free).
     BLOCK_M: gl.constexpr = q.shape[0]
-    BLOCK_N: gl.constexpr = k_bufs.shape[1]
-    b, h, m0, n_kv, n_full, q0, nq, k0, nk = _query_tile(t, n_m, HEAD_SPAN, LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS,
-                                                       CAUSAL, CONSUMERS * BLOCK_M, BLOCK_N, VARLEN)
-    lo, _ = _window_start(m0, WINDOW_LEFT, CONSUMERS * BLOCK_M, BLOCK_N)
-    if VARLEN:
+    BLOCK_N: gl.constexpr = bufs.k_bufs.shape[1]
+    SCORE: gl.constexpr = scores.SCORE
+    b, h, m0, n_kv, n_full, q0, nq, k0, nk = tiles.query_tile(t, SCORE, CONSUMERS * BLOCK_M, BLOCK_N)
+    lo, _ = _window_start(m0, SCORE, CONSUMERS * BLOCK_M, BLOCK_N)
+    if tiles.VARLEN:
         if n_kv > lo:
-            _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q0, nq, nk, q, q_free, o_buf,
-                           k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, turn.index(WG),
-                           turn.index((WG + 1) % CONSUMERS), o_desc, LSE, O, stride_oh, stride_on, H, Nq, qk_scale,
-                           CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, FIXED_MAX, VARLEN, O_BUFFER)
+            _consumer_tile(WG, CONSUMERS * BLOCK_M, c, (b, h, m0, n_kv, n_full, q0, nq, nk), q, q_free, o_buf,
+                           bufs.turn.index(WG), bufs.turn.index((WG + 1) % CONSUMERS), bufs, io, tiles, scores,
+                           FIXED_MAX)
         else:
-            _empty_rows(WG, q, LSE, O, stride_oh, stride_on, h, m0, q0, nq, Nq)
+            _empty_rows(WG, q, h, m0, q0, nq, io, tiles)
             mbarrier.arrive(q_free, count=1)
     else:
-        _consumer_tile(WG, CONSUMERS * BLOCK_M, c, b, h, m0, n_kv, n_full, q0, nq, nk, q, q_free, o_buf, k_bufs,
-                       v_bufs, k_ready, v_ready, k_empty, v_empty, turn.index(WG), turn.index((WG + 1) % CONSUMERS),
-                       o_desc, LSE, O, stride_oh, stride_on, H, Nq, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT,
-                       FIXED_MAX, VARLEN, O_BUFFER)
+        _consumer_tile(WG, CONSUMERS * BLOCK_M, c, (b, h, m0, n_kv, n_full, q0, nq, nk), q, q_free, o_buf,
+                       bufs.turn.index(WG), bufs.turn.index((WG + 1) % CONSUMERS), bufs, io, tiles, scores, FIXED_MAX)
     return c + n_kv - lo
 
 
@@ -390,36 +430,28 @@ def _posted_tile(tile_ids, WG: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
-              turn, tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN,
-              LONGEST_FIRST: gl.constexpr, H, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL: gl.constexpr,
-              SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr, DYNAMIC: gl.constexpr,
-              FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr, O_BUFFER: gl.constexpr):
-    CONSUMERS: gl.constexpr = turn.shape[0]
-    q = q_smem.index(WG)
-    o_buf = o_smem.index(WG)
+def _consumer(WG: gl.constexpr, bufs, io, sched, tiles, scores, FIXED_MAX: gl.constexpr):
+    CONSUMERS: gl.constexpr = bufs.turn.shape[0]
+    q = bufs.q_smem.index(WG)
+    o_buf = bufs.o_smem.index(WG)
     c = 0
     ti = 0
-    if DYNAMIC:
-        mbarrier.wait(q_ready.index(WG), 0)
-        t = _posted_tile(tile_ids, WG)
-        while t < n_tiles:
-            c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), o_buf, k_bufs, v_bufs, k_ready, v_ready,
-                              k_empty, v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN,
-                              LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP,
-                              WINDOW_LEFT, FIXED_MAX, VARLEN, O_BUFFER)
+    if sched.DYNAMIC:
+        mbarrier.wait(bufs.q_ready.index(WG), 0)
+        t = _posted_tile(bufs.tile_ids, WG)
+        while t < sched.n_tiles:
+            c = _consume_tile(WG, CONSUMERS, t, c, q, bufs.q_empty.index(WG), o_buf, bufs, io, tiles, scores,
+                              FIXED_MAX)
             ti += 1
-            mbarrier.wait(q_ready.index(WG), ti & 1)
-            t = _posted_tile(tile_ids, WG)
+            mbarrier.wait(bufs.q_ready.index(WG), ti & 1)
+            t = _posted_tile(bufs.tile_ids, WG)
     else:
-        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-            mbarrier.wait(q_ready.index(WG), ti & 1)
-            c = _consume_tile(WG, CONSUMERS, t, c, q, q_empty.index(WG), o_buf, k_bufs, v_bufs, k_ready, v_ready,
-                              k_empty, v_empty, turn, o_desc, LSE, O, stride_oh, stride_on, n_m, HEAD_SPAN,
-                              LONGEST_FIRST, H, Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP,
-                              WINDOW_LEFT, FIXED_MAX, VARLEN, O_BUFFER)
+        for t in range(gl.program_id(0), sched.n_tiles, gl.num_programs(0)):
+            mbarrier.wait(bufs.q_ready.index(WG), ti & 1)
+            c = _consume_tile(WG, CONSUMERS, t, c, q, bufs.q_empty.index(WG), o_buf, bufs, io, tiles, scores,
+                              FIXED_MAX)
             ti += 1
-    if O_BUFFER:
+    if bufs.O_BUFFER:
         tma.store_wait(pendings=0)          # the last O stored before the program ends
 
 
@@ -431,90 +463,45 @@ def _attn_fwd_kernel(
     # CU_K their int32 cumulative lengths (SEQS + 1 each), O the output's pointer for the rows of
     # a tile that reach past their sequence (None, None and o's data otherwise)
     q_desc, k_desc, v_desc, o_desc, LSE, SCHED, CU_Q, CU_K, O,
-    # shapes and scale (GROUP = query heads per kv head; qk_scale = scale * log2 e, or with a
-    # softcap c scale / c); tiles: n_m row blocks of CONSUMERS x 64 per head, n_tiles = n_m * H * B,
-    # taken round-robin by the programs, or with DYNAMIC each by the first program to ask;
-    # packed: n_m = cdiv(Nq, CONSUMERS x 64) + SEQS a head (`_varlen_tile`), n_tiles = n_m * H;
-    # HEAD_SPAN: the heads LONGEST_FIRST orders together (`common._ordered_tile`); o's head and
-    # row strides
-    Nq, Nk, H, GROUP, qk_scale, n_m, n_tiles, HEAD_SPAN, SEQS, stride_oh, stride_on,
-    # meta (SOFTCAP: the cap c, 0 for none; WINDOW_LEFT: a causal mask's left window, -1 for none;
-    # CONSUMERS: 64-row consumer warpgroups, 2 or 3, with CONSUMER_REGS registers each;
-    # FIXED_MAX: the softcap's fixed base-2 reference for p, 0 for a running row maximum;
-    # VARLEN: packed sequences; LONGEST_FIRST: the tiles' order, `common._ordered_tile`;
-    # O_BUFFER: O staged in shared memory of its own rather than in Q's, so that a tile's Q
-    # buffer is free for the next tile's Q before this tile's epilogue, `_consumer_tile`)
-    CAUSAL: gl.constexpr, SCALE_POS: gl.constexpr, SOFTCAP: gl.constexpr, WINDOW_LEFT: gl.constexpr,
-    DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    PRODUCER_REGS: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr,
+    # sizes: (Nq, Nk, H, GROUP), GROUP = query heads per kv head; qk_scale: what Q K^T is
+    # multiplied by (`score.kernel_qk_scale`); tiling: (n_m, n_tiles, HEAD_SPAN), n_m row blocks
+    # of CONSUMERS x 64 per head, n_tiles = n_m * H * B, taken round-robin by the programs, or
+    # with DYNAMIC each by the first program to ask; packed: n_m = cdiv(Nq, CONSUMERS x 64) +
+    # SEQS a head (`common._varlen_tile`), n_tiles = n_m * H; HEAD_SPAN: the heads LONGEST_FIRST
+    # orders together (`common._ordered_tile`); packed: (SEQS, o's head and row strides), zeros
+    # when dense
+    sizes, qk_scale, tiling, packed,
+    # meta (SCORE: the `score.Score`, `score.Scores` applies it; CONSUMERS: 64-row consumer
+    # warpgroups, 2 or 3, with CONSUMER_REGS registers each; FIXED_MAX: the softcap's fixed
+    # base-2 reference for p, 0 for a running row maximum; VARLEN: packed sequences;
+    # LONGEST_FIRST: the tiles' order, `common._ordered_tile`; O_BUFFER: O staged in shared
+    # memory of its own rather than in Q's, so that a tile's Q buffer is free for the next
+    # tile's Q before this tile's epilogue, `_consumer_tile`)
+    SCORE: gl.constexpr, DYNAMIC: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, FIXED_MAX: gl.constexpr, VARLEN: gl.constexpr,
     LONGEST_FIRST: gl.constexpr, O_BUFFER: gl.constexpr,
 ):
-    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
-    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    dtype: gl.constexpr = q_desc.dtype
     gl.static_assert(gl.num_warps() == 4)
-
-    smem_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
-    kv_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_DIM], smem_2d)
-    if O_BUFFER:
-        o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_DIM], smem_2d)
-    else:
-        o_smem = q_smem
-    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
-    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
-    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    # DYNAMIC: each consumer warpgroup's next tile, posted by the producer (one value, 32 copies)
-    tile_ids = gl.allocate_shared_memory(gl.int32, [CONSUMERS, 32], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    for i in gl.static_range(CONSUMERS):
-        mbarrier.init(q_ready.index(i), count=1)
-        mbarrier.init(q_empty.index(i), count=1)
-        mbarrier.init(turn.index(i), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=CONSUMERS)   # released by every consumer warpgroup
-        mbarrier.init(v_empty.index(i), count=CONSUMERS)
-
-    # Each partition's arguments written out in both calls: held in a variable, a tuple of
-    # arguments does not carry the constexprs into the partitions (tried, with gl.constexpr too).
+    Nq, Nk, H, GROUP = sizes
+    n_m, n_tiles, HEAD_SPAN = tiling
+    SEQS, stride_oh, stride_on = packed
+    bufs = Buffers.allocate(q_desc, k_desc, STAGES, CONSUMERS, O_BUFFER)
+    io = Globals(q_desc, k_desc, v_desc, o_desc, LSE, O, stride_oh, stride_on)
+    sched = Schedule(SCHED, n_tiles, DYNAMIC)
+    tiles = Tiles(n_m, HEAD_SPAN, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, LONGEST_FIRST, VARLEN)
+    scores = Scores(qk_scale, SCORE)
+    scores.check()
     if CONSUMERS == 3:
         gl.warp_specialize([
-            (_consumer, (0, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
-                          Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
-                          FIXED_MAX, VARLEN, O_BUFFER)),
-            (_consumer, (1, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
-                          Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
-                          FIXED_MAX, VARLEN, O_BUFFER)),
-            (_consumer, (2, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
-                          Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
-                          FIXED_MAX, VARLEN, O_BUFFER)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                         v_empty, tile_ids, SCHED, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H, GROUP, Nq, Nk, CU_Q,
-                         CU_K, SEQS, CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)),
+            (_consumer, (0, bufs, io, sched, tiles, scores, FIXED_MAX)),
+            (_consumer, (1, bufs, io, sched, tiles, scores, FIXED_MAX)),
+            (_consumer, (2, bufs, io, sched, tiles, scores, FIXED_MAX)),
+            (_producer, (io, bufs, sched, tiles, SCORE)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.static_assert(CONSUMERS == 2)
         gl.warp_specialize([
-            (_consumer, (0, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
-                          Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
-                          FIXED_MAX, VARLEN, O_BUFFER)),
-            (_consumer, (1, q_smem, o_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn,
-                          tile_ids, o_desc, LSE, O, stride_oh, stride_on, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H,
-                          Nq, Nk, CU_Q, CU_K, SEQS, qk_scale, CAUSAL, SCALE_POS, SOFTCAP, WINDOW_LEFT, DYNAMIC,
-                          FIXED_MAX, VARLEN, O_BUFFER)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_ready, q_empty, k_ready, v_ready, k_empty,
-                         v_empty, tile_ids, SCHED, n_tiles, n_m, HEAD_SPAN, LONGEST_FIRST, H, GROUP, Nq, Nk, CU_Q,
-                         CU_K, SEQS, CAUSAL, WINDOW_LEFT, DYNAMIC, VARLEN)),
+            (_consumer, (0, bufs, io, sched, tiles, scores, FIXED_MAX)),
+            (_consumer, (1, bufs, io, sched, tiles, scores, FIXED_MAX)),
+            (_producer, (io, bufs, sched, tiles, SCORE)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
