@@ -28,6 +28,7 @@ from tritonkit._counters import zeroed_counters
 from tritonkit.ops.attention.gluon import attention_fwd as gluon_fwd
 from tritonkit.ops.attention.order import num_sms
 from tritonkit.ops.attention import attention_fwd
+from tritonkit.ops.attention.score import Score
 
 CASES = [  # (B, H, N, D, causal)
     (4, 32, 4096, 128, False), (4, 32, 4096, 128, True),
@@ -50,7 +51,7 @@ def gluon_variant(q, k, v, causal, stages=None, schedule=None, o_buffer=None):
     variants with each other, not with the launcher."""
     B, H, N, D = q.shape
     o, lse = torch.empty_like(q), torch.empty(B, H, N, device=q.device)
-    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, causal, D ** -0.5)
+    grid, args, kwargs = gluon_fwd.launch_args(q, k, v, o, lse, D ** -0.5, Score(causal=causal))
     if stages is not None:
         kwargs = dict(kwargs, STAGES=stages)
     if o_buffer is not None:
@@ -144,8 +145,8 @@ def backward_main(opts) -> None:
                 o, do, delta, None, N, D, *o.stride(), *do.stride(), BLOCK_M=64, BLOCK_D=D, PAD_D=False, num_warps=4,
                 num_stages=1),
         }
-        g1, a1, k1 = gluon_bwd.dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, causal, scale)
-        g2, a2, k2 = gluon_bwd.dq_launch_args(do, q, k, v, o, dq, lse, delta, None, causal, scale)
+        g1, a1, k1 = gluon_bwd.dkdv_launch_args(do, q, k, v, dk, dv, lse, delta, scale, Score(causal=causal))
+        g2, a2, k2 = gluon_bwd.dq_launch_args(do, q, k, v, o, dq, lse, delta, None, scale, Score(causal=causal))
         stages["dkdv"] = lambda: gluon_bwd._dkdv_kernel[g1](*a1, **k1)
         stages["dq"] = lambda: gluon_bwd._dq_kernel[g2](*a2, **k2)
         alone = []

@@ -16,7 +16,7 @@ For query row i and key j (positions local to a packed sequence), with Nq querie
                                                                 (gpt-oss), else absent
 
 The kernels apply it in one helper per backend: `triton_score` for the Triton kernels, and the
-Gluon kernels' own (`gluon.common`). The float64 references (`reference.py`) state it in
+Gluon kernels' own (`gluon.score`). The float64 references (`reference.py`) state it in
 plain torch.
 """
 
