@@ -210,3 +210,23 @@ def test_bad_input(kw, error, words, device):
           for key, val in kw.items()}
     with pytest.raises(error, match=words):
         tritonkit.attention(q, k, v, **kw)
+
+
+def test_kernels_with_every_option_compile_for_hopper():
+    # The interpreter runs what the GPU compiler refuses (plain-float globals, nested tuple
+    # targets in a kernel: both were seen): compile every pass with every score option on, as a
+    # GPU launch would, for sm_90 on the CPU.
+    from tritonkit._launch import record_launches
+    from tritonkit.inspector.api import kernel_report
+    from tritonkit.ops.attention import attention_bwd, attention_fwd
+
+    q, k, v = make_qkv(2, 4, 2, 40, 64, 64, torch.float16, "cpu")
+    options = dict(bottom_right=True, alibi_slopes=torch.rand(2, 4), sinks=torch.randn(4))
+    with record_launches(execute=False, capability=90) as launches:
+        o, lse = attention_fwd(q, k, v, True, None, 16, -1, 30.0, **options)
+        attention_bwd(torch.randn_like(q), q, k, v, torch.randn_like(q), torch.randn(2, 4, 40), True, None, 16, -1,
+                      30.0, None, **options)
+    compiled = {launch.name: kernel_report(launch, 90) for launch in launches}
+    assert set(compiled) >= {"attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq"}, set(compiled)
+    for name, report in compiled.items():
+        assert "alibi=2" in report.constexprs.get("SCORE", "alibi=2"), name

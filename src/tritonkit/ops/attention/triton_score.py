@@ -27,7 +27,10 @@ tanh(y) comes from one of two formulas, chosen by a constexpr (TANH_APPROX):
 import triton
 import triton.language as tl
 
-from .score import LOG2E
+from .score import LOG2E as _LOG2E_VALUE
+
+# A global a kernel reads must be a constexpr (compiled kernels refuse plain floats).
+LOG2E = tl.constexpr(_LOG2E_VALUE)
 
 
 @triton.jit
