@@ -29,7 +29,7 @@ from ..._op import not_computed
 from .activation import gated, load_gate_up, store_gate_up
 from .checks import Sizes
 from .configs import Tile, combine_block, dot_precision, row_block, row_tiles
-from .product import row_tile, tile_product
+from .product import program_tile, tile_product
 from .routing import Routing, route
 
 
@@ -47,11 +47,7 @@ def _gate_up_kernel(
 ):
     # A program: BLOCK_M sorted rows of one expert x BLOCK_N columns of the intermediate,
     # the gate's and the up's (two accumulators, or one of 2 BLOCK_N interleaved columns).
-    pid = tl.program_id(0)
-    n_blocks = tl.cdiv(I, BLOCK_N)
-    tile = pid // n_blocks
-    n0 = (pid % n_blocks) * BLOCK_N
-    expert, rows, row_mask, empty = row_tile(tiles_ptr, tile, BLOCK_M)
+    expert, rows, row_mask, empty, n0 = program_tile(tiles_ptr, I, BLOCK_M, BLOCK_N)
     if empty:
         return
     token = (tl.load(order_ptr + rows, mask=row_mask, other=0) // TOP_K).to(tl.int64)
@@ -95,11 +91,7 @@ def _down_kernel(
     # out[slot(r)] = scale[slot(r)] * (A[r] @ W[e] + bias[e]) for the rows r of a tile of expert e.
     # The forward's down product (A = h, W[e][k, n] = W_d[e, n, k]) and the input gradient's
     # product (A = dgu, W[e] = W_gu[e], no bias or scale).
-    pid = tl.program_id(0)
-    n_blocks = tl.cdiv(N, BLOCK_N)
-    tile = pid // n_blocks
-    n0 = (pid % n_blocks) * BLOCK_N
-    expert, rows, row_mask, empty = row_tile(tiles_ptr, tile, BLOCK_M)
+    expert, rows, row_mask, empty, n0 = program_tile(tiles_ptr, N, BLOCK_M, BLOCK_N)
     if empty:
         return
     cols = n0 + tl.arange(0, BLOCK_N)

@@ -15,6 +15,17 @@ import triton.language as tl
 
 
 @triton.jit
+def program_tile(tiles_ptr, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's part of a grouped product over N columns, one program a (row tile,
+    BLOCK_N columns) pair, column blocks fastest: (expert, rows, row_mask, empty, n0), as
+    `row_tile` gives them for its row tile, and its first column."""
+    pid = tl.program_id(0)
+    n_blocks = tl.cdiv(N, BLOCK_N)
+    expert, rows, row_mask, empty = row_tile(tiles_ptr, pid // n_blocks, BLOCK_M)
+    return expert, rows, row_mask, empty, (pid % n_blocks) * BLOCK_N
+
+
+@triton.jit
 def row_tile(tiles_ptr, tile, BLOCK_M: tl.constexpr):
     """(expert, rows, row_mask, empty) of row tile `tile` (routing.py): its BLOCK_M sorted
     rows, the ones inside the expert's segment, and whether the tile has no rows at all (a
