@@ -182,11 +182,10 @@ def _bad_inputs(device):
         ((good[0], t(2, 2, 8, 32), t(2, 2, 8, 32)), ValueError, "k has batch 2"),
         ((good[0], t(1, 3, 8, 32), t(1, 3, 8, 32)), ValueError, "do not divide"),
         ((good[0], t(1, 2, 8, 40), t(1, 2, 8, 40)), ValueError, "k has head_dim 40"),
-        ((good[0], good[1], t(1, 2, 8, 48)), ValueError, "v has head_dim 48"),
+        ((good[0], good[1], t(1, 2, 8, 520)), ValueError, "v has head_dim 520"),
         ((good[0], good[1], t(1, 2, 9, 32)), ValueError, "v has"),
-        ((t(1, 4, 8, 12), t(1, 2, 8, 12), t(1, 2, 8, 12)), ValueError, "head_dim 12"),
-        ((t(1, 4, 8, 264), t(1, 2, 8, 264), t(1, 2, 8, 264)), ValueError, "head_dim 264"),
-        ((t(1, 4, 8, 36), t(1, 2, 8, 36), t(1, 2, 8, 36)), ValueError, "head_dim 36"),
+        ((t(1, 4, 8, 0), t(1, 2, 8, 0), t(1, 2, 8, 0)), ValueError, "q has head_dim 0"),
+        ((t(1, 4, 8, 520), t(1, 2, 8, 520), t(1, 2, 8, 520)), ValueError, "q has head_dim 520"),
     ]
 
 
@@ -307,7 +306,8 @@ def test_tma_path_is_taken_only_where_the_host_check_allows(name, device):
     assert all(isinstance(t, TensorDescriptor) is want for t in (Q, K, V))
     assert attention_module._tma_ok(*(attention_module._head_dim_innermost(t) for t in (q, k, v))) is want
     if want:  # the real 4-d tensors, their own strides, one (batch, head) tile at a time
-        block_m, block_n, block_d = (launch.constexprs[n] for n in ("BLOCK_M", "BLOCK_N", "BLOCK_D"))
+        block_m, block_n = launch.constexprs["BLOCK_M"], launch.constexprs["BLOCK_N"]
+        block_d = launch.constexprs["HEAD"].qk
         assert Q.block_shape == [1, 1, block_m, block_d] and K.block_shape == [1, 1, block_n, block_d]
         for desc, t in zip((K, V), (k, v)):
             assert desc.base is t and desc.shape == list(t.shape) and desc.strides == list(t.stride())
@@ -358,7 +358,8 @@ def test_descriptors_take_the_tile_of_the_config_that_launches():
     # kernel's pre-run hook reshapes them (Triton compiles for the block shape they carry).
     q, k, v = (torch.randn(1, 2, 64, 64, dtype=torch.float16) for _ in range(3))
     descs = [attention_module._descriptor(t, 16, 64) for t in (q, k, v)]
-    attention_module._fit_descriptors(*descs, USE_TMA=True, BLOCK_M=128, BLOCK_N=64, BLOCK_D=64)
+    head = attention_module.head_tiles(64, 64)
+    attention_module._fit_descriptors(*descs, USE_TMA=True, BLOCK_M=128, BLOCK_N=64, HEAD=head)
     assert [d.block_shape for d in descs] == [[1, 1, 128, 64], [1, 1, 64, 64], [1, 1, 64, 64]]
     assert attention_module._fit_descriptors in attention_module._attn_fwd_kernel.pre_run_hooks
 
@@ -400,10 +401,11 @@ def test_tuner_tries_the_configs_of_the_chosen_path():
     with record_launches(execute=False):  # the GPU's fixed configs
         for block_d, n_bucket in [(d, n) for d in (64, 128, 256) for n in (1024, 16384)]:
             named = {"Nq": n_bucket, "Nk": n_bucket}  # runtime arguments reach the pruner by name
+            head = attention_module.head_tiles(block_d, block_d)
             tma = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, named,
-                                              BLOCK_D=block_d, USE_TMA=True, SCORE=Score())
+                                              HEAD=head, USE_TMA=True, SCORE=Score())
             pointer = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, named,
-                                                  BLOCK_D=block_d, USE_TMA=False, SCORE=Score())
+                                                  HEAD=head, USE_TMA=False, SCORE=Score())
             fixed = attention_module.fixed_configs(block_d, n_bucket)
             assert tma[0] == fixed["fwd_tma"].triton_config() and pointer[0] == fixed["fwd"].triton_config()
             assert tma and {str(c) for c in tma} <= {str(c.triton_config()) for c in attention_module.autotune_configs("fwd_tma")}
@@ -456,8 +458,8 @@ def test_every_tensor_descriptor_config(D, device):
     # Every config the TMA path's tuner may pick, against the pointer path's fixed config.
     q, k, v = make_qkv(1, 4, 2, 333, 333, D, torch.bfloat16, device)
     ref, _ = attention_fwd(q, k, v, True, tma=False)
-    block_d = attention_module._block_d(D)
-    configs = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, {}, BLOCK_D=block_d, USE_TMA=True)
+    configs = attention_module._prune_fwd(attention_module._attn_fwd_tuned.configs, {},
+                                          HEAD=attention_module.head_tiles(D, D), USE_TMA=True, SCORE=Score())
     tiles = [TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in configs]
     for cfg in tiles:
         try:

@@ -21,6 +21,7 @@ import tritonkit
 from tritonkit._launch import record_launches
 from tritonkit.ops import attention as attention_module
 from tritonkit.ops.attention import attention_bwd, attention_fwd, attention_reference
+from tritonkit.ops.attention.score import Score
 from tritonkit.registry.attention import packed_qkv
 from _tolerance import assert_close_to_reference, eps_for
 from conftest import ON_GPU
@@ -189,9 +190,10 @@ def test_backward_tma_refused_where_inputs_do_not_allow_it(device):
 def test_backward_descriptors_take_the_tile_of_the_config_that_launches():
     q, k, v, do = (torch.randn(1, 2, 64, 64, dtype=torch.float16) for _ in range(4))
     descs = [attention_module._descriptor(t, 16, 64) for t in (q, k, v, do)]
-    attention_module._fit_dkdv_descriptors(*descs, USE_TMA=True, BLOCK_M=32, BLOCK_N=128, BLOCK_D=64)
+    head = attention_module.head_tiles(64, 64)
+    attention_module._fit_dkdv_descriptors(*descs, USE_TMA=True, BLOCK_M=32, BLOCK_N=128, HEAD=head)
     assert [d.block_shape for d in descs] == [[1, 1, 32, 64], [1, 1, 16, 64], [1, 1, 16, 64], [1, 1, 32, 64]]
-    attention_module._fit_dq_descriptors(*descs, USE_TMA=True, BLOCK_M=32, BLOCK_N=128, BLOCK_D=64)
+    attention_module._fit_dq_descriptors(*descs, USE_TMA=True, BLOCK_M=32, BLOCK_N=128, HEAD=head)
     assert [d.block_shape for d in descs[1:3]] == [[1, 1, 128, 64], [1, 1, 128, 64]]
     assert attention_module._fit_dkdv_descriptors in attention_module._attn_bwd_dkdv_kernel.pre_run_hooks
     assert attention_module._fit_dq_descriptors in attention_module._attn_bwd_dq_kernel.pre_run_hooks
@@ -301,8 +303,8 @@ def test_nn_attention_refuses_bad_shapes():
         tritonkit.nn.Attention(100, 3)
     with pytest.raises(ValueError, match="num_kv_heads"):
         tritonkit.nn.Attention(128, 4, 3)
-    with pytest.raises(ValueError, match="head_dim"):
-        tritonkit.nn.Attention(48, 4)
+    with pytest.raises(ValueError, match="head_dim 520"):
+        tritonkit.nn.Attention(4 * 520, 4)
 
 
 def test_compile_fullgraph_traces_forward_and_backward(device):
@@ -413,7 +415,8 @@ def test_every_tuning_config(D, device):
     ref = attention_bwd(do, q, k, v, ref_o, ref_lse, True)
     kinds = {"fwd": attention_module._prune_fwd, "dkdv": attention_module._prune_dkdv, "dq": attention_module._prune_dq}
     for kind, prune in kinds.items():
-        kept = prune([c.triton_config() for c in attention_module.autotune_configs(kind)], {}, BLOCK_D=block_d)
+        kept = prune([c.triton_config() for c in attention_module.autotune_configs(kind)], {},
+                     HEAD=attention_module.head_tiles(D, D), SCORE=Score())
         for c in kept:
             cfg = attention_module.TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
             if kind == "fwd":

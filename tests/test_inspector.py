@@ -6,6 +6,7 @@ pointer argument, tensor-core instructions, the specialisation of each argument.
 """
 
 import json
+import re
 
 import pytest
 import torch
@@ -191,7 +192,8 @@ def test_attention_uses_wgmma_on_hopper():
     # the config's (the kernel's pre-run hook sets it, the inspector runs the hook too).
     fwd = only([r for r in reports if r.pass_name == "fwd"], "attention_fwd")  # the plain mask's
     assert fwd.tma and not fwd.cp_async and fwd.constexprs["USE_TMA"] == "True"
-    block_m, block_n, block_d = (fwd.constexprs[n] for n in ("BLOCK_M", "BLOCK_N", "BLOCK_D"))
+    block_m, block_n = fwd.constexprs["BLOCK_M"], fwd.constexprs["BLOCK_N"]
+    block_d = re.search(r"\bqk=(\d+)", fwd.constexprs["HEAD"]).group(1)  # HeadTiles(qk=..., ...)
     for name, rows in (("Q", block_m), ("K", block_n), ("V", block_n)):
         arg = fwd.arg(name)
         assert arg.kind == "tensor descriptor" and arg.bytes_past_16 == 0

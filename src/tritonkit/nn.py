@@ -6,6 +6,7 @@ import torch
 
 from ._checks import check_bool, check_float, check_int, dtype_name
 from .ops.attention import attention
+from .ops.attention.head import MAX_HEAD_DIM
 from .ops.norms import layer_norm, rms_norm
 from .ops.cross_entropy import OPTION_TYPES, linear_cross_entropy
 
@@ -19,8 +20,8 @@ class Attention(torch.nn.Module):
     x (B, N, dim) -> one Linear to (B, N, (H + 2 Hkv) * D), viewed (no copy) as q (B, H, N, D)
     and k, v (B, Hkv, N, D) -> `tritonkit.attention` -> output Linear back to (B, N, dim).
 
-    dim: model width, a multiple of num_heads; head_dim = dim // num_heads must be a multiple
-    of 8 from 16 to 256. num_kv_heads: heads of k and v (grouped-query attention), dividing
+    dim: model width, a multiple of num_heads; head_dim = dim // num_heads at most 512.
+    num_kv_heads: heads of k and v (grouped-query attention), dividing
     num_heads; None means num_heads. causal: each position attends to itself and earlier ones.
     bias: whether both projections have a bias.
 
@@ -45,8 +46,8 @@ class Attention(torch.nn.Module):
         if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
             raise ValueError(f"num_kv_heads {num_kv_heads} does not divide num_heads {num_heads}")
         head_dim = dim // num_heads
-        if head_dim % 8 != 0 or not 16 <= head_dim <= 256:
-            raise ValueError(f"head_dim {head_dim} (dim / num_heads); supported: multiples of 8 from 16 to 256")
+        if head_dim > MAX_HEAD_DIM:
+            raise ValueError(f"head_dim {head_dim} (dim / num_heads); supported: up to {MAX_HEAD_DIM}")
         self.dim, self.num_heads, self.num_kv_heads, self.head_dim = dim, num_heads, num_kv_heads, head_dim
         self.causal = causal
         factory = dict(device=device, dtype=dtype)

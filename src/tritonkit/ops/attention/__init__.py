@@ -31,14 +31,14 @@ import torch
 from ..._autocast import autocast_inputs
 from ..._op import Op, not_computed
 from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel
-from .checks import (_alibi_arg, _alignment_arg, _block_d, _check_max_seqlen, _check_qkv, _check_score_tensors,
-                     _check_varlen, _empty_like_order, _flag_arg, _head_dim_innermost, _resolve_scale, _softcap_arg,
-                     _window_arg)
+from .checks import (_alibi_arg, _alignment_arg, _check_max_seqlen, _check_qkv, _check_score_tensors, _check_varlen,
+                     _empty_like_order, _flag_arg, _head_dim_innermost, _resolve_scale, _softcap_arg, _window_arg)
 from .configs import (TileConfig, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _attn_fwd_tuned, _prune_dkdv,
                       _prune_dq, _prune_fwd, _row_keys, autotune_configs, fixed_configs)
 from .descriptors import (_descriptor, _descriptor_maker, _fit_descriptors, _fit_dkdv_descriptors,
                           _fit_dq_descriptors, _has_tma, _tma_ok)
 from .forward import _attn_fwd_kernel
+from .head import HeadTiles, _block_d, head_tiles
 from .launch import attention_bwd, attention_fwd, attention_fwd_eager, attention_varlen_bwd, attention_varlen_fwd
 from .reference import attention_reference, attention_varlen_reference
 from .score import score_of
@@ -98,8 +98,8 @@ def _varlen_bwd_op(*args):
 
 def _attention_fwd_fake(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0, bottom_right=False,
                         alibi_slopes=None, sinks=None):
-    B, H, Nq, D = q.shape
-    return _empty_like_order(q, (B, H, Nq, D), q.dtype), q.new_empty((B, H, Nq), dtype=torch.float32)
+    B, H, Nq, _ = q.shape
+    return _empty_like_order(q, (B, H, Nq, v.shape[-1]), q.dtype), q.new_empty((B, H, Nq), dtype=torch.float32)
 
 
 def _attention_bwd_fake(do, q, k, v, o, lse, causal, scale, window_left=-1, window_right=-1, softcap=0.0,
@@ -119,7 +119,7 @@ def _check_score(score_args, alibi_slopes, sinks, Nq, Nk, batch, heads, device):
 
 def _attention_check(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=0.0, bottom_right=False,
                      alibi_slopes=None, sinks=None):
-    B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
+    B, H, Nq, D, Hkv, Nk, _ = _check_qkv(q, k, v)
     _check_score((causal, scale, window_left, window_right, softcap, bottom_right), alibi_slopes, sinks, Nq, Nk,
                  B, H, q.device)
     return (q, k, v, bool(causal), _resolve_scale(scale, D), window_left, window_right, float(softcap), bottom_right,
@@ -145,8 +145,8 @@ _ATTENTION = Op(
 
 def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1,
                      softcap=0.0, bottom_right=False, alibi_slopes=None, sinks=None):
-    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((q.shape[1], q.shape[0]),
-                                                                                   dtype=torch.float32)
+    Tq, H, _ = q.shape
+    return q.new_empty((Tq, H, v.shape[-1])), q.new_empty((H, Tq), dtype=torch.float32)
 
 
 def _varlen_bwd_fake(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1,
@@ -157,7 +157,7 @@ def _varlen_bwd_fake(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, causal, sc
 
 def _varlen_check(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1,
                   softcap=0.0, bottom_right=False, alibi_slopes=None, sinks=None):
-    Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    Tq, H, D, Tk, Hkv, S, _ = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
     _check_score((causal, scale, window_left, window_right, softcap, bottom_right), alibi_slopes, sinks, Tq, Tk,
                  S, H, q.device)
     return (q, k, v, cu_seqlens_q, cu_seqlens_k, bool(causal), _resolve_scale(scale, D), window_left,
@@ -192,11 +192,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     is_causal=causal, scale=scale, enable_gqa=True)`` where both apply; differentiable in q,
     k and v (and sinks, and through the returned lse).
 
-    q: (B, H, Nq, D); k and v: (B, Hkv, Nk, D) with H a multiple of Hkv (grouped-query and
-    multi-query attention: query head h reads kv head h // (H // Hkv)). Nq and Nk may differ,
-    and either may be 0 (no keys: every row sees none, as below). D: a multiple of 8 from 16
-    to 256. float16 or bfloat16, all three the same; the output has q's dtype and shape. Any
-    strides, e.g. views into a packed (B, N, 3, H, D) projection at any element offset.
+    q: (B, H, Nq, D); k: (B, Hkv, Nk, D); v: (B, Hkv, Nk, Dv), with H a multiple of Hkv
+    (grouped-query and multi-query attention: query head h reads kv head h // (H // Hkv)). Nq
+    and Nk may differ, and either may be 0 (no keys: every row sees none, as below). D and Dv:
+    any from 1 to 512, Dv usually D (DeepSeek-V3's MLA: D = 192, Dv = 128). float16 or
+    bfloat16, all three the same; the output is (B, H, Nq, Dv) in q's dtype. Any strides, e.g.
+    views into a packed (B, N, 3, H, D) projection at any element offset.
 
     causal: query i sees keys j <= i. window=(left, right): query i sees keys
     i - left <= j <= i + right; -1 leaves a side unbounded; with causal, (w, 0) is the usual
@@ -208,10 +209,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     -slope * |i' - j| is added to each scaled (and softcapped) score, i' the query's position
     under the alignment (FlashAttention-2's ALiBi; not differentiated). sinks: (H,) float
     logits, one a query head, each joining its rows' softmax denominator as a key with no value
-    (gpt-oss's learnable sinks; differentiable). scale: defaults to 1 / sqrt(D). return_lse:
-    return (out, lse), lse (B, H, Nq) float32, the natural-log sum of exp of each row's visible
-    scores (and its sink), differentiable (so partial attentions over parts of the keys can be
-    merged exactly and trained through).
+    (gpt-oss's learnable sinks; differentiable). scale: defaults to 1 / sqrt(D), D q's head
+    dim. return_lse: return (out, lse), lse (B, H, Nq) float32, the natural-log sum of exp of
+    each row's visible scores (and its sink), differentiable (so partial attentions over parts
+    of the keys can be merged exactly and trained through).
 
     Inside a torch.autocast region q, k and v are cast to its dtype first, as SDPA's are.
 
@@ -222,7 +223,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     Raises TypeError for non-tensors, dtypes other than float16/bfloat16 or mixed dtypes, a
     causal, window, softcap, causal_alignment, alibi_slopes, sinks or return_lse of the wrong
     type, and ValueError for wrong ranks, mismatched batch, head counts that do not divide,
-    different head dims, unsupported D, tensors on different devices, window sides below -1, a
+    q's and k's head dims unequal, D or Dv outside 1..512, tensors on different devices, window sides below -1, a
     softcap that is not positive and finite, an unknown alignment, slopes or sinks of the wrong
     shape. Memory: O(B * H * N) beyond inputs and output; the backward is deterministic.
     """
@@ -244,8 +245,8 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     ``flash_attn_varlen_func``: sequence s is rows cu_seqlens_q[s]:cu_seqlens_q[s + 1] of q
     and rows cu_seqlens_k[s]:cu_seqlens_k[s + 1] of k and v, and sees nothing of the others.
 
-    q: (total_q, H, D); k and v: (total_k, Hkv, D); dtypes, head counts and D as
-    `attention`, any strides. cu_seqlens_q, cu_seqlens_k: int32, (batch + 1,), starting at 0
+    q: (total_q, H, D); k: (total_k, Hkv, D); v: (total_k, Hkv, Dv); dtypes, head counts, D
+    and Dv as `attention`, any strides. cu_seqlens_q, cu_seqlens_k: int32, (batch + 1,), starting at 0
     and never decreasing, the last entry the total (checked where the tensors are on the CPU;
     on a GPU checking would stall every call, and bad values give wrong results but never
     out-of-bounds accesses). Sequences may be empty. max_seqlen_q, max_seqlen_k: Python ints
@@ -256,7 +257,7 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     causal, window, softcap, scale, causal_alignment, sinks: as `attention`, with positions
     counted within each sequence (FlashAttention-2 aligns bottom-right: pass
     causal_alignment="bottom_right", or use `tritonkit.flash_attn`). alibi_slopes: (H,) or
-    (batch, H), batch the number of sequences. Returns o (total_q, H, D), and with return_lse
+    (batch, H), batch the number of sequences. Returns o (total_q, H, Dv), and with return_lse
     also lse (H, total_q) float32, differentiable. Rows that see no key (an empty key sequence,
     a window) get 0 and lse -inf (with sinks: the sink).
     """

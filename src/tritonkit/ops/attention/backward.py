@@ -1,6 +1,6 @@
 """The attention backward kernels, FlashAttention-2 style and deterministic (no atomics):
 
-1. preprocess: delta_i = sum_d dO_id * O_id - dlse_i, the row term of dS = P * (dP - delta)
+1. preprocess: delta_i = sum_d dO_id * O_id - dlse_i (d over v's head dim), the row term of dS = P * (dP - delta)
    (dlse: the gradient of the returned log-sum-exp, whose derivative by s_ij is P_ij).
 2. dK, dV: one program per (key block, kv head, batch); it walks (query block, query head of
    its group) pairs in one pipelined loop per band, so dK and dV of grouped-query attention
@@ -15,7 +15,7 @@ factor 1 - tanh^2). Masks and block ranges come from `mask.py`, as in the forwar
 import triton
 import triton.language as tl
 
-from .loads import _head_sources, _key_block, _load
+from .loads import _head_sources, _key_block, _load, _v_dim
 from .mask import _diag, _key_range, _program_tile, _query_range, _visible
 from .triton_score import _alibi_slope, _score2
 
@@ -24,7 +24,7 @@ from .triton_score import _alibi_slope, _score2
 def _attn_bwd_preprocess_kernel(
     # pointers (DLSE: None when the lse has no gradient)
     O, DO, DELTA, DLSE,
-    # shapes
+    # shapes (D: v's head dim, o's and dO's)
     Nq, D,
     # strides of (batch, head, seq, head_dim)
     stride_ob, stride_oh, stride_on, stride_od,
@@ -61,8 +61,8 @@ def _attn_bwd_dkdv_tiles(
     dk, dv, k, v,
     Q, DO, LSE, DELTA, ALIBI, head, loads, tile,
     lo, hi, lengths, qk_scale, diag,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
-    CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
+    BLOCK_M: tl.constexpr, HEAD: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
+    CHECK_M: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # For query blocks [lo, hi) of each of the group's query heads, with the key block's K, V
     # loaded once by the caller:
@@ -78,7 +78,8 @@ def _attn_bwd_dkdv_tiles(
     # [b, h, q0 + row, 0] (zeros past the tensor's rows and D).
     # head = (b, b64, hk64, GROUP, H, q0, seq): the batch entry, kv head, query heads a kv head,
     # all query heads, the sequence's first query row and its index; loads = ((batch, head, seq)
-    # strides of Q, of DO), their tile offsets); tile = (offs_n, offs_m0, d_row); lengths = (Nq,
+    # strides of Q, of DO), their tile offsets); tile = (offs_n, offs_m0, d_row, dv_row), the
+    # head-dim masks of q's and of dO's columns; HEAD: `head.HeadTiles`; lengths = (Nq,
     # NqTotal, Nk), NqTotal the row count of LSE and DELTA per head (Nq itself in a dense batch);
     # diag: `mask._diag`.
     b, b64, hk64, GROUP, H, q0, seq = head
@@ -87,8 +88,12 @@ def _attn_bwd_dkdv_tiles(
     stride_q, stride_do, q_offs, do_offs = loads
     stride_qb, stride_qh, stride_qn = stride_q
     stride_dob, stride_doh, stride_don = stride_do
-    offs_n, offs_m0, d_row = tile
+    offs_n, offs_m0, d_row, dv_row = tile
     Nq, NqTotal, Nk = lengths
+    BLOCK_D: tl.constexpr = HEAD.qk
+    BLOCK_DV: tl.constexpr = HEAD.v
+    PAD_D: tl.constexpr = HEAD.pad_qk
+    PAD_DV: tl.constexpr = HEAD.pad_v
     SOFTCAP: tl.constexpr = SCORE.softcap
     WINDOW_LEFT: tl.constexpr = SCORE.window_left
     start_m = lo
@@ -103,14 +108,14 @@ def _attn_bwd_dkdv_tiles(
         if USE_TMA:
             h = h64.to(tl.int32)
             q = Q.load([b, h, row_m, 0]).reshape(BLOCK_M, BLOCK_D)
-            do = DO.load([b, h, row_m, 0]).reshape(BLOCK_M, BLOCK_D)
+            do = DO.load([b, h, row_m, 0]).reshape(BLOCK_M, BLOCK_DV)
         else:
             m64 = tl.cast(row_m, tl.int64)
             m_ok = offs_m[:, None] < Nq
             q = _load(Q + b64 * stride_qb + h64 * stride_qh + m64 * stride_qn + q_offs,
                       m_ok, d_row, CHECK_M, PAD_D)
             do = _load(DO + b64 * stride_dob + h64 * stride_doh + m64 * stride_don + do_offs,
-                       m_ok, d_row, CHECK_M, PAD_D)
+                       m_ok, dv_row, CHECK_M, PAD_DV)
         row_base = (b64 * H + h64) * NqTotal
         if VARLEN:
             row_base += q0
@@ -148,17 +153,23 @@ def _attn_bwd_dkdv_tiles(
 def _attn_bwd_dkdv_kernel(
     # pointers (CU_Q, CU_K: packed sequences' cumulative lengths, or None; see forward.py)
     Q, K, V, DO, DK, DV, LSE, DELTA, CU_Q, CU_K, ALIBI,
-    # shapes and scales (dims = (D, GROUP); scales = (qk_scale as in the forward, sm_scale = scale))
+    # shapes and scales (dims = (D, GROUP) as in the forward; scales = (qk_scale as in the
+    # forward, sm_scale = scale))
     Nq, Nk, dims, scales, SEQS,
     # strides of (batch, head, seq, head_dim): q's, k's, v's, do's, dk's, dv's
     strides,
-    # meta (SCORE: `score.Score`)
+    # meta (SCORE: `score.Score`; HEAD: `head.HeadTiles`, v's, dO's and dV's head dim as in the
+    # forward)
     SCORE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    CHECK_M: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, HEAD_SPAN: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD: tl.constexpr,
+    CHECK_M: tl.constexpr, USE_TMA: tl.constexpr, HEAD_SPAN: tl.constexpr,
 ):
     # With USE_TMA, Q and DO are tensor descriptors of the whole (B, H, Nq, D) tensors.
     D, GROUP = dims
+    BLOCK_D: tl.constexpr = HEAD.qk
+    BLOCK_DV: tl.constexpr = HEAD.v
+    PAD_D: tl.constexpr = HEAD.pad_qk
+    PAD_DV: tl.constexpr = HEAD.pad_v
     qk_scale, sm_scale = scales
     stride_qb, stride_qh, stride_qn, stride_qd = strides[0]
     stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
@@ -186,62 +197,65 @@ def _attn_bwd_dkdv_kernel(
     offs_n = start_n + rows_n
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     d_row = offs_d[None, :] < D
+    dv_row = offs_dv[None, :] < _v_dim(D, HEAD)
     n_ok = offs_n[:, None] < nk
 
     k = _load(K + b64 * stride_kb + hk64 * stride_kh + n64 * stride_kn
               + rows_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, n_ok, d_row, True, PAD_D)
     v = _load(V + b64 * stride_vb + hk64 * stride_vh + n64 * stride_vn
-              + rows_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, n_ok, d_row, True, PAD_D)
+              + rows_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd, n_ok, dv_row, True, PAD_DV)
     q_offs = offs_m0[:, None] * stride_qn + offs_d[None, :] * stride_qd
-    do_offs = offs_m0[:, None] * stride_don + offs_d[None, :] * stride_dod
+    do_offs = offs_m0[:, None] * stride_don + offs_dv[None, :] * stride_dod
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
 
     # The group's query heads are summed in a fixed order: deterministic.
     diag = _diag(nq, nk, SCORE)
     head = (b, b64, hk64, GROUP, H, q0, seq)
     loads = ((stride_qb, stride_qh, stride_qn), (stride_dob, stride_doh, stride_don), q_offs, do_offs)
-    tile = (offs_n, offs_m0, d_row)
+    tile = (offs_n, offs_m0, d_row, dv_row)
     lengths = (nq, Nq, nk)
     lo, full_lo, full_hi, hi = _query_range(start_n, nq, diag, BLOCK_M, BLOCK_N, SCORE, VARLEN)
     if CAUSAL or WINDOW_RIGHT >= 0:
         dk, dv = _attn_bwd_dkdv_tiles(
             dk, dv, k, v, Q, DO, LSE, DELTA, ALIBI, head, loads, tile, lo, full_lo, lengths, qk_scale, diag,
-            BLOCK_M, BLOCK_D, True, SCORE, CHECK_M, PAD_D,
-            USE_TMA, VARLEN)
+            BLOCK_M, HEAD, True, SCORE, CHECK_M, USE_TMA, VARLEN)
     # Packed sequences: the unmasked query blocks end at the sequence's last full block
     # (`_query_range`), so only the masked ones can hold rows past it (CHECK_M there only).
     CHECK_FULL_M: tl.constexpr = CHECK_M and not VARLEN
     dk, dv = _attn_bwd_dkdv_tiles(
         dk, dv, k, v, Q, DO, LSE, DELTA, ALIBI, head, loads, tile, full_lo, full_hi, lengths, qk_scale, diag,
-        BLOCK_M, BLOCK_D, False, SCORE, CHECK_FULL_M, PAD_D,
-        USE_TMA, VARLEN)
+        BLOCK_M, HEAD, False, SCORE, CHECK_FULL_M, USE_TMA, VARLEN)
     if WINDOW_LEFT >= 0 or VARLEN:
         dk, dv = _attn_bwd_dkdv_tiles(
             dk, dv, k, v, Q, DO, LSE, DELTA, ALIBI, head, loads, tile, full_hi, hi, lengths, qk_scale, diag,
-            BLOCK_M, BLOCK_D, True, SCORE, CHECK_M, PAD_D,
-            USE_TMA, VARLEN)
+            BLOCK_M, HEAD, True, SCORE, CHECK_M, USE_TMA, VARLEN)
 
     dk = dk * sm_scale
     if PAD_D:
-        store_ok = n_ok & d_row
+        dk_ok = n_ok & d_row
     else:
-        store_ok = n_ok
+        dk_ok = n_ok
+    if PAD_DV:
+        dv_ok = n_ok & dv_row
+    else:
+        dv_ok = n_ok
     tl.store(DK + b64 * stride_dkb + hk64 * stride_dkh + n64 * stride_dkn
              + rows_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
-             dk.to(DK.dtype.element_ty), mask=store_ok)
+             dk.to(DK.dtype.element_ty), mask=dk_ok)
     tl.store(DV + b64 * stride_dvb + hk64 * stride_dvh + n64 * stride_dvn
-             + rows_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
-             dv.to(DV.dtype.element_ty), mask=store_ok)
+             + rows_n[:, None] * stride_dvn + offs_dv[None, :] * stride_dvd,
+             dv.to(DV.dtype.element_ty), mask=dv_ok)
 
 
 @triton.jit
 def _attn_bwd_dq_tiles(
     dq, q, do, lse2, delta, keys, rows, score_at,
     lo, hi, Nk, qk_scale,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
-    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
+    BLOCK_N: tl.constexpr, HEAD: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
+    USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # For key blocks [lo, hi):  P = 2^(s - lse2),  dP = dO V^T,
     #   dS = P [(1 - tanh^2)] * (dP - delta),  dQ += dS K  (times scale at the end).
@@ -249,17 +263,22 @@ def _attn_bwd_dq_tiles(
     # could overflow, and a row that sees no key has lse2 = -inf). keys = (k_src, v_src,
     # stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0): the kv head's base pointers (or,
     # with USE_TMA, descriptors of all of K and V, read at [b, hk, key0 + key, 0]), their key
-    # strides and tile offsets; rows = (offs_m, offs_n0, d_col); score_at = (diag, ALiBi slope).
+    # strides and tile offsets; rows = (offs_m, offs_n0, d_col, dv_col), the head-dim masks of
+    # K^T's and V^T's rows; score_at = (diag, ALiBi slope); HEAD: `head.HeadTiles`.
     k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0 = keys
-    offs_m, offs_n0, d_col = rows
+    offs_m, offs_n0, d_col, dv_col = rows
     diag, slope2 = score_at
+    BLOCK_D: tl.constexpr = HEAD.qk
+    BLOCK_DV: tl.constexpr = HEAD.v
+    PAD_D: tl.constexpr = HEAD.pad_qk
+    PAD_DV: tl.constexpr = HEAD.pad_v
     SOFTCAP: tl.constexpr = SCORE.softcap
     for start_n in tl.range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         kT = _key_block(k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
                         BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True, VARLEN)
-        vT = _key_block(v_src, stride_vn, vt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
-                        BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True, VARLEN)
+        vT = _key_block(v_src, stride_vn, vt_offs, b, hk, key0, start_n, offs_n0, dv_col, Nk,
+                        BLOCK_N, BLOCK_DV, MASKED, PAD_DV, USE_TMA, True, VARLEN)
         qk = tl.dot(q, kT)
         s2, th = _score2(qk, qk_scale, offs_m[:, None], offs_n[None, :], diag, slope2, SCORE)
         p = tl.math.exp2(s2 - lse2[:, None])
@@ -278,17 +297,22 @@ def _attn_bwd_dq_tiles(
 def _attn_bwd_dq_kernel(
     # pointers (CU_Q, CU_K: packed sequences' cumulative lengths, or None; see forward.py)
     Q, K, V, DO, DQ, LSE, DELTA, CU_Q, CU_K, ALIBI,
-    # shapes and scales (dims = (D, GROUP); scales = (qk_scale as in the forward, sm_scale = scale))
+    # shapes and scales (dims = (D, GROUP) as in the forward; scales = (qk_scale as in the
+    # forward, sm_scale = scale))
     Nq, Nk, dims, scales, SEQS,
     # strides of (batch, head, seq, head_dim): q's, k's, v's, do's, dq's
     strides,
-    # meta (SCORE: `score.Score`)
+    # meta (SCORE: `score.Score`; HEAD: `head.HeadTiles`)
     SCORE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, HEAD_SPAN: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD: tl.constexpr,
+    USE_TMA: tl.constexpr, HEAD_SPAN: tl.constexpr,
 ):
     # With USE_TMA, K and V are tensor descriptors of the whole (B, Hkv, Nk, D) tensors.
     D, GROUP = dims
+    BLOCK_D: tl.constexpr = HEAD.qk
+    BLOCK_DV: tl.constexpr = HEAD.v
+    PAD_D: tl.constexpr = HEAD.pad_qk
+    PAD_DV: tl.constexpr = HEAD.pad_v
     qk_scale, sm_scale = scales
     stride_qb, stride_qh, stride_qn, stride_qd = strides[0]
     stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
@@ -316,14 +340,18 @@ def _attn_bwd_dq_kernel(
     offs_m = start_m + rows_m
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     d_row = offs_d[None, :] < D
     d_col = offs_d[:, None] < D
+    DV = _v_dim(D, HEAD)
+    dv_row = offs_dv[None, :] < DV
+    dv_col = offs_dv[:, None] < DV
     m_ok = offs_m[:, None] < nq
 
     q = _load(Q + b64 * stride_qb + h64 * stride_qh + m64 * stride_qn
               + rows_m[:, None] * stride_qn + offs_d[None, :] * stride_qd, m_ok, d_row, True, PAD_D)
     do = _load(DO + b64 * stride_dob + h64 * stride_doh + m64 * stride_don
-               + rows_m[:, None] * stride_don + offs_d[None, :] * stride_dod, m_ok, d_row, True, PAD_D)
+               + rows_m[:, None] * stride_don + offs_dv[None, :] * stride_dod, m_ok, dv_row, True, PAD_DV)
     row_base = (b64 * H + h64) * Nq
     if VARLEN:
         row_base += q0
@@ -332,28 +360,28 @@ def _attn_bwd_dq_kernel(
     k_src, v_src = _head_sources(K, V, b64, hk64, k0, stride_kb, stride_kh, stride_kn,
                                  stride_vb, stride_vh, stride_vn, USE_TMA, VARLEN)
     kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
-    vt_offs = offs_d[:, None] * stride_vd + offs_n0[None, :] * stride_vn
+    vt_offs = offs_dv[:, None] * stride_vd + offs_n0[None, :] * stride_vn
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
     diag = _diag(nq, nk, SCORE)
     keys = (k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0)
-    rows = (offs_m, offs_n0, d_col)
+    rows = (offs_m, offs_n0, d_col, dv_col)
     score_at = (diag, _alibi_slope(ALIBI, seq, h, H, SCORE))
     lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, diag, BLOCK_M, BLOCK_N, SCORE)
     if WINDOW_LEFT >= 0:
         dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, keys, rows, score_at, lo, full_lo, nk, qk_scale, BLOCK_N, BLOCK_D, True,
-            SCORE, PAD_D, USE_TMA, VARLEN)
+            dq, q, do, lse2, delta, keys, rows, score_at, lo, full_lo, nk, qk_scale, BLOCK_N, HEAD, True,
+            SCORE, USE_TMA, VARLEN)
         dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, keys, rows, score_at, full_lo, full_hi, nk, qk_scale, BLOCK_N, BLOCK_D, False,
-            SCORE, PAD_D, USE_TMA, VARLEN)
+            dq, q, do, lse2, delta, keys, rows, score_at, full_lo, full_hi, nk, qk_scale, BLOCK_N, HEAD, False,
+            SCORE, USE_TMA, VARLEN)
     else:
         dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, keys, rows, score_at, 0, full_hi, nk, qk_scale, BLOCK_N, BLOCK_D, False,
-            SCORE, PAD_D, USE_TMA, VARLEN)
+            dq, q, do, lse2, delta, keys, rows, score_at, 0, full_hi, nk, qk_scale, BLOCK_N, HEAD, False,
+            SCORE, USE_TMA, VARLEN)
     dq = _attn_bwd_dq_tiles(
-        dq, q, do, lse2, delta, keys, rows, score_at, full_hi, hi, nk, qk_scale, BLOCK_N, BLOCK_D, True,
-        SCORE, PAD_D, USE_TMA, VARLEN)
+        dq, q, do, lse2, delta, keys, rows, score_at, full_hi, hi, nk, qk_scale, BLOCK_N, HEAD, True,
+        SCORE, USE_TMA, VARLEN)
 
     dq = dq * sm_scale
     if PAD_D:

@@ -8,7 +8,7 @@ import torch
 
 from ..._checks import check_same_device, check_tensor, dtype_name, is_finite
 from ..._op import tracing
-from ..._layout import next_power_of_2
+from .head import check_head_dim
 from .score import window_side
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -28,8 +28,9 @@ def _check_three(q: object, k: object, v: object, ndim: int, dims: str) -> None:
             raise TypeError(f"{name} has dtype {dtype_name(t.dtype)} but q has {dtype_name(q.dtype)}")
 
 
-def _check_qkv(q: object, k: object, v: object) -> tuple[int, int, int, int, int, int]:
-    """Validate q, k, v; returns (B, H, Nq, D, Hkv, Nk)."""
+def _check_qkv(q: object, k: object, v: object) -> tuple[int, int, int, int, int, int, int]:
+    """Validate q (B, H, Nq, D), k (B, Hkv, Nk, D) and v (B, Hkv, Nk, Dv); returns
+    (B, H, Nq, D, Hkv, Nk, Dv)."""
     _check_three(q, k, v, 4, "(batch, heads, seq_len, head_dim)")
     B, H, Nq, D = q.shape
     Bk, Hkv, Nk, Dk = k.shape
@@ -37,31 +38,31 @@ def _check_qkv(q: object, k: object, v: object) -> tuple[int, int, int, int, int
         raise ValueError(f"k has batch {Bk} but q has batch {B}")
     if tuple(v.shape[:3]) != (Bk, Hkv, Nk):
         raise ValueError(f"v has (batch, heads, seq_len) {tuple(v.shape[:3])} but k has {(Bk, Hkv, Nk)}")
-    if Dk != D:
-        raise ValueError(f"k has head_dim {Dk} but q has head_dim {D}")
-    if v.shape[3] != D:
-        raise ValueError(f"v has head_dim {v.shape[3]} but q has head_dim {D}")
-    _check_heads(H, Hkv, D)
+    _check_heads(H, Hkv, D, Dk, v.shape[3])
     if B > MAX_GRID_YZ:
         raise ValueError(f"q has batch {B}; at most {MAX_GRID_YZ} are supported")
-    return B, H, Nq, D, Hkv, Nk
+    return B, H, Nq, D, Hkv, Nk, v.shape[3]
 
 
-def _check_heads(H: int, Hkv: int, D: int) -> None:
+def _check_heads(H: int, Hkv: int, D: int, Dk: int, Dv: int) -> None:
+    """Head counts and head dims: q's D and k's Dk equal (their dot products), v's Dv its own;
+    each in `head.check_head_dim`'s range."""
     if H < 1 or Hkv < 1:
         raise ValueError(f"q and k need at least one head, got q heads {H}, k heads {Hkv}")
     if H % Hkv != 0:
         raise ValueError(f"q has {H} heads, which k's {Hkv} heads do not divide")
-    if D % 8 != 0 or not 16 <= D <= 256:
-        raise ValueError(f"q has head_dim {D}; supported: multiples of 8 from 16 to 256")
+    if Dk != D:
+        raise ValueError(f"k has head_dim {Dk} but q has head_dim {D}")
+    check_head_dim("q", D)
+    check_head_dim("v", Dv)
     if H > MAX_GRID_YZ:
         raise ValueError(f"q has {H} heads; at most {MAX_GRID_YZ} are supported")
 
 
 def _check_varlen(q: object, k: object, v: object, cu_seqlens_q: object,
-                  cu_seqlens_k: object) -> tuple[int, int, int, int, int, int]:
-    """Validate packed q (Tq, H, D), k and v (Tk, Hkv, D) and their int32 cumulative lengths
-    (S + 1 entries each); returns (Tq, H, D, Tk, Hkv, S). The values of cu_seqlens (0 first,
+                  cu_seqlens_k: object) -> tuple[int, int, int, int, int, int, int]:
+    """Validate packed q (Tq, H, D), k (Tk, Hkv, D), v (Tk, Hkv, Dv) and their int32 cumulative
+    lengths (S + 1 entries each); returns (Tq, H, D, Tk, Hkv, S, Dv). The values of cu_seqlens (0 first,
     never decreasing, the total last) are checked where reading them costs nothing: tensors
     on the CPU. On a GPU that would stall the host on every call; there the kernels clamp
     every sequence to the tensors' rows instead, so bad values give wrong results, never
@@ -71,9 +72,7 @@ def _check_varlen(q: object, k: object, v: object, cu_seqlens_q: object,
     Tk, Hkv, Dk = k.shape
     if tuple(v.shape[:2]) != (Tk, Hkv):
         raise ValueError(f"v has (total_tokens, heads) {tuple(v.shape[:2])} but k has {(Tk, Hkv)}")
-    if Dk != D or v.shape[2] != D:
-        raise ValueError(f"k and v have head_dim {Dk} and {v.shape[2]} but q has head_dim {D}")
-    _check_heads(H, Hkv, D)
+    _check_heads(H, Hkv, D, Dk, v.shape[2])
     counts = []
     for name, cu, total in (("cu_seqlens_q", cu_seqlens_q, Tq), ("cu_seqlens_k", cu_seqlens_k, Tk)):
         if not isinstance(cu, torch.Tensor):
@@ -89,7 +88,7 @@ def _check_varlen(q: object, k: object, v: object, cu_seqlens_q: object,
     if counts[0] != counts[1]:
         raise ValueError(f"cu_seqlens_q has {counts[0]} entries but cu_seqlens_k has {counts[1]}: "
                          "one sequence of queries per sequence of keys")
-    return Tq, H, D, Tk, Hkv, counts[0] - 1
+    return Tq, H, D, Tk, Hkv, counts[0] - 1, v.shape[2]
 
 
 def _check_cu_values(name: str, cu: torch.Tensor, total: int) -> None:
@@ -107,12 +106,16 @@ def _check_cu_values(name: str, cu: torch.Tensor, total: int) -> None:
         raise ValueError(f"{name} ends at {values[-1]}, but the tensor it delimits has {total} tokens")
 
 
-def _check_saved(do, o, lse, dlse, q, lse_shape: tuple[int, ...]) -> None:
-    """The backward's do, o, lse and dlse (None: lse unused) against q and lse's shape."""
+def _check_saved(do, o, lse, dlse, q, v, lse_shape: tuple[int, ...]) -> None:
+    """The backward's do, o, lse and dlse (None: lse unused) against q (do and o have its rows),
+    v (and its head dim) and lse's shape."""
     for name, t in (("do", do), ("o", o)):
         check_tensor(name, t, HALF_DTYPES)
-        if t.shape != q.shape:
-            raise ValueError(f"{name} has shape {tuple(t.shape)} but q has {tuple(q.shape)}")
+        if t.shape[:-1] != q.shape[:-1] or t.dim() != q.dim():
+            raise ValueError(f"{name} has shape {tuple(t.shape)} but q has {tuple(q.shape)} (the same but for "
+                             "the head dim, which is v's)")
+        if t.shape[-1] != v.shape[-1]:
+            raise ValueError(f"{name} has head_dim {t.shape[-1]} but v has head_dim {v.shape[-1]}")
         if t.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {dtype_name(t.dtype)} but q has {dtype_name(q.dtype)}")
     for name, t in (("lse", lse), ("dlse", dlse)):
@@ -163,10 +166,6 @@ def _empty_like_order(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.d
 def _packed(t: torch.Tensor) -> torch.Tensor:
     """A (total, H, D) tensor of packed sequences as the kernels' (1, H, total, D) view."""
     return t.permute(1, 0, 2).unsqueeze(0)
-
-
-def _block_d(head_dim: int) -> int:
-    return max(16, next_power_of_2(head_dim))
 
 
 def _head_dim_innermost(t: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """Tile configurations of the attention passes: one fixed config per pass (tests, the
 interpreter, TRITONKIT_AUTOTUNE=0), and on a GPU `triton.autotune` over pruned spaces, keyed
-by (head-dim block, causal, group, path, a power-of-two bucket of the length, dtypes) and
+by (head-dim tiles, causal, group, path, a power-of-two bucket of the length, dtypes) and
 cached on disk. Where a tile wins and by how much is in notes/attention*.md."""
 
 import functools
@@ -16,6 +16,7 @@ from ..._layout import next_power_of_2
 from ..._runtime import INTERPRETED
 from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel
 from .forward import _attn_fwd_kernel
+from .head import HeadTiles
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ def _interpreting() -> bool:
 
 
 def fixed_configs(block_d: int, row_keys: int | None = None, busy_dkdv: bool = False,
-                  packed: bool = False) -> dict[str, TileConfig]:
+                  packed: bool = False, block_dv: int | None = None) -> dict[str, TileConfig]:
     """The one config per pass used under the interpreter, under tests and when autotuning is
     off (TRITONKIT_AUTOTUNE=0). Interpreter blocks are small, so that test shapes of ~100 rows
     still cross several blocks and the causal band spans more than one key block. row_keys
@@ -53,8 +54,13 @@ def fixed_configs(block_d: int, row_keys: int | None = None, busy_dkdv: bool = F
     blocks (`_BUSY_DKDV`). packed: packed sequences' bounds add registers too; through tensor
     descriptors they keep the plain tile all the same (it spills there, and measured faster than
     the busy one: notes/attention_masks.md), through pointers they take the busy one.
+    block_dv: v's head-dim tile where it differs from q's and k's block_d (unequal head dims,
+    `head.py`); the tiles of the wider one are taken, which fit the narrower (every estimate of
+    `_fits` grows with either width). Not measured: how much a tile chosen for the narrower
+    side's width, or between the two, gains (on a GPU, with DeepSeek-V3's 192/128).
     The dict is shared between calls: read it, do not change it."""
-    return _fixed_configs(block_d, _interpreting(), row_keys is not None and row_keys <= SHORT_ROWS, busy_dkdv,
+    block = block_d if block_dv is None else max(block_d, block_dv)
+    return _fixed_configs(block, _interpreting(), row_keys is not None and row_keys <= SHORT_ROWS, busy_dkdv,
                           packed)
 
 
@@ -103,15 +109,18 @@ def _fixed_configs(block_d: int, interpreting: bool, short: bool = False, busy_d
                 "fwd_tma": TileConfig(64, 64, 4, 3) if short else TileConfig(128, 128, 8, 3),
                 "dkdv": TileConfig(64, 128, 8, 3), "dkdv_tma": TileConfig(64, 64, 4, 2),
                 "dq": TileConfig(128, 32, 8, 3), "dq_tma": TileConfig(128, 64, 8, 3)}
-    return {"fwd": TileConfig(128, 64, 8, 2), "fwd_tma": TileConfig(128, 64, 8, 2),
-            "dkdv": TileConfig(64, 64, 8, 2), "dkdv_tma": TileConfig(64, 64, 8, 2),
-            "dq": TileConfig(128, 32, 8, 3), "dq_tma": TileConfig(128, 32, 8, 3)}
+    if block_d <= 256:
+        return {"fwd": TileConfig(128, 64, 8, 2), "fwd_tma": TileConfig(128, 64, 8, 2),
+                "dkdv": TileConfig(64, 64, 8, 2), "dkdv_tma": TileConfig(64, 64, 8, 2),
+                "dq": TileConfig(128, 32, 8, 3), "dq_tma": TileConfig(128, 32, 8, 3)}
+    return dict(_WIDE_FIXED)
 
 
-def _shared_bytes(block_m: int, block_n: int, block_d: int, stages: int, resident: int, streamed: int) -> int:
-    """Rough shared memory of a pass: `resident` tiles of one block kept, `streamed` tiles of
-    the other block pipelined `stages` deep, 2 bytes an element."""
-    return 2 * block_d * (resident * block_m + stages * streamed * block_n)
+def _shared_bytes(block_m: int, block_n: int, stages: int, resident: int, streamed: int) -> int:
+    """Rough shared memory of a pass: tiles of block_m rows kept, `resident` head-dim columns in
+    all (the widths of their head-dim tiles added), and tiles of block_n rows, `streamed`
+    columns in all, pipelined `stages` deep; 2 bytes an element."""
+    return 2 * (resident * block_m + stages * streamed * block_n)
 
 
 SMEM_LIMIT = 227 * 1024  # the H100/H200 per-block maximum
@@ -122,35 +131,39 @@ def _fp32_regs(c: triton.Config, *tiles: int) -> float:
     return sum(tiles) / (32 * c.num_warps)
 
 
-def _fixed_first(configs: list, kind: str, block_d: int, row_keys: int | None = None,
+def _fixed_first(configs: list, kind: str, head: HeadTiles, row_keys: int | None = None,
                  busy_dkdv: bool = False, packed: bool = False) -> list:
     """The fixed config first: it is what `tritonkit inspect` shows for an untuned run."""
-    fixed = fixed_configs(block_d, row_keys, busy_dkdv, packed)[kind].triton_config()
+    fixed = fixed_configs(head.qk, row_keys, busy_dkdv, packed, head.v)[kind].triton_config()
     same = [c for c in configs if c.kwargs == fixed.kwargs and
             (c.num_warps, c.num_stages) == (fixed.num_warps, fixed.num_stages)]
     return same + [c for c in configs if c not in same]
 
 
-def _fits(kind: str, c: triton.Config, block_d: int) -> bool:
-    """Whether a config fits shared memory and a register budget. The budgets: above them
-    ptxas spilled in sm_90 builds (ptxas -v, triton 3.6); 255 registers a thread hold the
-    fp32 tiles counted here plus operands, pointers and masks."""
+def _fits(kind: str, c: triton.Config, head: HeadTiles) -> bool:
+    """Whether a config fits shared memory and a register budget, for q's and k's head-dim tile
+    head.qk and v's head.v. The budgets: above them ptxas spilled in sm_90 builds (ptxas -v,
+    triton 3.6); 255 registers a thread hold the fp32 tiles counted here plus operands,
+    pointers and masks. The configs of wide heads (`_WIDE_SPACES`) are kept for them alone."""
     m, n, s = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_stages
-    if kind == "fwd":     # Q resident; K, V streamed; acc and the score tile in registers
-        smem, regs, budget = _shared_bytes(m, n, block_d, s, 1, 2), _fp32_regs(c, m * block_d, m * n), 160
+    qk, v = head.qk, head.v
+    if max(qk, v) <= 256 and c in _WIDE_CONFIGS[kind]:
+        return False
+    if kind == "fwd":     # Q resident; K, V streamed; acc (of v's width) and the score tile in registers
+        smem, regs, budget = _shared_bytes(m, n, s, qk, qk + v), _fp32_regs(c, m * v, m * n), 160
     elif kind == "dkdv":  # K, V resident; Q, dO streamed; dK, dV, P^T, dP^T in registers
-        smem, regs, budget = _shared_bytes(n, m, block_d, s, 2, 2), _fp32_regs(c, 2 * n * block_d, 2 * n * m), 192
-    else:                 # Q, dO resident; K, V streamed; dQ, P, dP in registers
-        smem, regs, budget = _shared_bytes(m, n, block_d, s, 2, 2), _fp32_regs(c, m * block_d, 2 * m * n), 160
-    return smem <= SMEM_LIMIT and regs <= budget and not (block_d > 128 and kind != "dkdv" and n > 64)
+        smem, regs, budget = _shared_bytes(n, m, s, qk + v, qk + v), _fp32_regs(c, n * (qk + v), 2 * n * m), 192
+    else:                 # Q, dO resident; K, V streamed; dQ (of q's width), P, dP in registers
+        smem, regs, budget = _shared_bytes(m, n, s, qk + v, qk + v), _fp32_regs(c, m * qk, 2 * m * n), 160
+    return smem <= SMEM_LIMIT and regs <= budget and not (max(qk, v) > 128 and kind != "dkdv" and n > 64)
 
 
 def _pruner(kind: str):
     def prune(configs, named_args, **kwargs):
-        block_d = kwargs["BLOCK_D"]
+        head = kwargs["HEAD"]
         fixed_kind = kind + "_tma" if kwargs.get("USE_TMA") else kind
         busy, packed = bool(kwargs["SCORE"].softcap), named_args.get("CU_Q") is not None
-        return _fixed_first([c for c in configs if _fits(kind, c, block_d)], fixed_kind, block_d,
+        return _fixed_first([c for c in configs if _fits(kind, c, head)], fixed_kind, head,
                             busy_dkdv=busy, packed=packed) or configs[:1]
     return prune
 
@@ -163,16 +176,22 @@ def _prune_fwd(configs, named_args, **kwargs):
     else "fwd"), then prunes them as the other passes are pruned, with the fixed config of
     the call's lengths first (the runtime arguments Nq, Nk reach the pruner by name)."""
     kind = "fwd_tma" if kwargs.get("USE_TMA") else "fwd"
-    block_d = kwargs["BLOCK_D"]
+    head = kwargs["HEAD"]
     mine = [c for c in configs if c in _FWD_SPACES[kind]]
     lengths = named_args.get("Nq"), named_args.get("Nk")
     score = kwargs["SCORE"]
     row_keys = None if None in lengths else _row_keys(*lengths, score.causal, score.window_left, score.window_right)
-    return _fixed_first([c for c in mine if _fits("fwd", c, block_d)], kind, block_d, row_keys) or mine[:1]
+    return _fixed_first([c for c in mine if _fits("fwd", c, head)], kind, head, row_keys) or mine[:1]
 
 
 def autotune_configs(kind: str) -> list[TileConfig]:
-    """Every config the autotuner may try for a pass (before pruning by head dim)."""
+    """Every config the autotuner may try for a pass (before pruning by head dim): its space,
+    and the configs of heads wider than 256 (`_WIDE_SPACES`), which `_fits` keeps for those
+    alone."""
+    return _space(kind) + [c for c in _WIDE_SPACES[kind.removesuffix("_tma")] if c not in _space(kind)]
+
+
+def _space(kind: str) -> list[TileConfig]:
     if kind == "fwd":
         space = [(m, n, w, s) for m in (64, 128) for n in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)]
         # 8 warps on 64 rows leave a warpgroup without wgmma rows
@@ -189,6 +208,23 @@ def autotune_configs(kind: str) -> list[TileConfig]:
         return [TileConfig(*c) for c in space]
     space = [(m, n, w, s) for m in (64, 128) for n in (32, 64) for w in (4, 8) for s in (2, 3)]
     return [TileConfig(*c) for c in space if not (c[0] == 64 and c[2] == 8)]
+
+
+# Heads wider than 256 (Gemma 4's 512, `head.py`). An fp32 accumulator of 512 columns fills 128
+# registers a thread of two warpgroups for 64 rows, so: the forward and the dQ pass on 64 query
+# rows and 8 warps (the two warpgroups split the accumulator's columns), keys streamed 32 at a
+# time; the dK/dV pass, which holds two such accumulators (dK and dV), on 32 keys and 8 warps.
+# TODO-free: which of these is fastest is for a GPU to measure (`_WIDE_FIXED` compiled for
+# sm_90 without spills).
+_WIDE_SPACES = {
+    "fwd": [TileConfig(64, n, 8, s) for n in (32, 64) for s in (1, 2)],
+    "dkdv": [TileConfig(m, 32, 8, s) for m in (32, 64) for s in (1, 2)],
+    "dq": [TileConfig(64, n, 8, s) for n in (32, 64) for s in (1, 2)],
+}
+_WIDE_CONFIGS = {kind: [c.triton_config() for c in space] for kind, space in _WIDE_SPACES.items()}
+_WIDE_FIXED = {"fwd": TileConfig(64, 32, 8, 2), "fwd_tma": TileConfig(64, 32, 8, 2),
+               "dkdv": TileConfig(32, 32, 8, 2), "dkdv_tma": TileConfig(32, 32, 8, 2),
+               "dq": TileConfig(64, 32, 8, 2), "dq_tma": TileConfig(64, 32, 8, 2)}
 
 
 # The dK/dV pass masks its streamed query rows (CHECK_M) unless every query block is full.
@@ -256,7 +292,7 @@ def _autotuned(kernel, kinds: str | tuple[str, ...], prune, flags: list[str]) ->
 _FWD_SPACES = {kind: [c.triton_config() for c in autotune_configs(kind)] for kind in ("fwd", "fwd_tma")}
 # USE_TMA keys the forward: with descriptors, O and LSE are the tensors whose dtypes it adds.
 # Packed sequences key themselves: their cu_seqlens add an int32 dtype to the key.
-_FLAGS = ["BLOCK_D", "SCORE", "dims", "USE_TMA"]
+_FLAGS = ["HEAD", "SCORE", "dims", "USE_TMA"]
 _attn_fwd_tuned = _autotuned(_attn_fwd_kernel, ("fwd", "fwd_tma"), _prune_fwd, _FLAGS)
 _attn_bwd_dkdv_tuned = _autotuned(_attn_bwd_dkdv_kernel, "dkdv", _prune_dkdv, _FLAGS)
 _attn_bwd_dq_tuned = _autotuned(_attn_bwd_dq_kernel, "dq", _prune_dq, _FLAGS)

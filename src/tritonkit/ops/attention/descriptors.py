@@ -80,25 +80,27 @@ def _descriptor_maker(like: torch.Tensor, rows: int, block_d: int):
     return descriptor
 
 
-def _descriptor_fitter(kernel, rows_of: dict[str, str]):
+def _descriptor_fitter(kernel, tile_of: dict[str, tuple[str, str]]):
     """A pre-run hook for `kernel` that gives its descriptor arguments (by parameter name ->
-    the meta-parameter counting their tile's rows) the tile shape of the config being
-    launched. The autotuner picks BLOCK_M and BLOCK_N after the launcher built them, and
-    Triton compiles a descriptor for the block shape it carries. A config pre_hook, as in
-    Triton's tutorial, would do the same, but Triton's on-disk tuning cache skips configs
-    that have one. Launches pass the kernel's runtime arguments by position."""
-    positions = {kernel.arg_names.index(name): rows for name, rows in rows_of.items()}
+    the meta-parameter counting their tile's rows, and the `head.HeadTiles` field of their
+    head-dim tile) the tile shape of the config being launched. The autotuner picks BLOCK_M and
+    BLOCK_N after the launcher built them, and Triton compiles a descriptor for the block shape
+    it carries. A config pre_hook, as in Triton's tutorial, would do the same, but Triton's
+    on-disk tuning cache skips configs that have one. Launches pass the kernel's runtime
+    arguments by position."""
+    positions = {kernel.arg_names.index(name): tile for name, tile in tile_of.items()}
 
     def fit_descriptors(*args, **meta) -> None:
         if meta.get("USE_TMA"):
-            for position, rows in positions.items():
-                args[position].block_shape = [1, 1, meta[rows], meta["BLOCK_D"]]
+            for position, (rows, width) in positions.items():
+                args[position].block_shape = [1, 1, meta[rows], getattr(meta["HEAD"], width)]
     kernel.add_pre_run_hook(fit_descriptors)
     return fit_descriptors
 
 
-_fit_descriptors = _descriptor_fitter(_attn_fwd_kernel, {"Q": "BLOCK_M", "K": "BLOCK_N", "V": "BLOCK_N"})
-_fit_dkdv_descriptors = _descriptor_fitter(_attn_bwd_dkdv_kernel, {"Q": "BLOCK_M", "DO": "BLOCK_M"})
-_fit_dq_descriptors = _descriptor_fitter(_attn_bwd_dq_kernel, {"K": "BLOCK_N", "V": "BLOCK_N"})
+_fit_descriptors = _descriptor_fitter(_attn_fwd_kernel, {"Q": ("BLOCK_M", "qk"), "K": ("BLOCK_N", "qk"),
+                                                         "V": ("BLOCK_N", "v")})
+_fit_dkdv_descriptors = _descriptor_fitter(_attn_bwd_dkdv_kernel, {"Q": ("BLOCK_M", "qk"), "DO": ("BLOCK_M", "v")})
+_fit_dq_descriptors = _descriptor_fitter(_attn_bwd_dq_kernel, {"K": ("BLOCK_N", "qk"), "V": ("BLOCK_N", "v")})
 
 

@@ -13,7 +13,7 @@ that merge partial attentions).
 import triton
 import triton.language as tl
 
-from .loads import _head_sources, _key_block, _load
+from .loads import _head_sources, _key_block, _load, _v_dim
 from .mask import _diag, _key_range, _program_tile, _row_base, _rows_lse, _rows_out, _visible
 from .triton_score import _alibi_slope, _row_start, _score2, _softcap_tanh
 
@@ -101,23 +101,28 @@ def _attn_fwd_pv(
 def _attn_fwd_tiles(
     acc, l_i, m_i, q, keys, rows, score_at,
     lo, hi, Nk, qk_scale,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
-    EMPTY_ROWS: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
+    BLOCK_N: tl.constexpr, HEAD: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
+    EMPTY_ROWS: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # The key blocks [lo, hi): per block S = Q K^T, the softmax step, acc = acc alpha + P V.
     # keys = (k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, key0): the kv head's
     # base pointers (or, with USE_TMA, descriptors of all of K and V, read at [b, hk, key0 + key,
-    # 0]), their key strides and tile offsets; rows = (offs_m, offs_n0, d_row, d_col): the tile's
-    # query rows, key columns and head-dim masks; score_at: as `_attn_fwd_softmax` takes it.
+    # 0]), their key strides and tile offsets; rows = (offs_m, offs_n0, dv_row, d_col): the tile's
+    # query rows, key columns and head-dim masks (v's, k's); score_at: as `_attn_fwd_softmax`
+    # takes it. HEAD: `head.HeadTiles`.
     k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, key0 = keys
-    offs_m, offs_n0, d_row, d_col = rows
+    offs_m, offs_n0, dv_row, d_col = rows
+    BLOCK_D: tl.constexpr = HEAD.qk
+    BLOCK_DV: tl.constexpr = HEAD.v
+    PAD_D: tl.constexpr = HEAD.pad_qk
+    PAD_DV: tl.constexpr = HEAD.pad_v
     for start_n in tl.range(lo, hi, BLOCK_N):
         qk = _attn_fwd_qk(q, k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
                           BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, VARLEN)
         p, alpha, l_i, m_i = _attn_fwd_softmax(qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale, score_at,
                                                MASKED, SCORE, EMPTY_ROWS)
         acc = _attn_fwd_pv(acc, alpha, p, v_src, stride_vn, v_offs, b, hk, key0, start_n,
-                           offs_n0, d_row, Nk, BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, VARLEN)
+                           offs_n0, dv_row, Nk, BLOCK_N, BLOCK_DV, MASKED, PAD_DV, USE_TMA, VARLEN)
     return acc, l_i, m_i
 
 
@@ -128,18 +133,24 @@ def _attn_fwd_kernel(
     # lengths (SEQS + 1 each); None for a dense batch. ALIBI: float32 slopes, (H,) or (B, H)
     # (per sequence when packed), SINKS: a logit a head; None without them (`score.Score`).
     Q, K, V, O, LSE, CU_Q, CU_K, ALIBI, SINKS,
-    # shapes and scale: dims = (D, GROUP), GROUP = query heads per kv head; qk_scale = scale *
-    # log2(e), or with a softcap c > 0 the tanh's input factor scale / c (`score.kernel_qk_scale`)
+    # shapes and scale: dims = (D, GROUP), D = q's and k's head dim, GROUP = query heads per kv
+    # head; qk_scale = scale * log2(e), or with a softcap c > 0 the tanh's input factor scale / c
+    # (`score.kernel_qk_scale`)
     Nq, Nk, dims, qk_scale, SEQS,
     # strides, in elements, of (batch, head, seq, head_dim): q's, k's, v's, o's
     strides,
     # meta: what happens to a score (`score.Score`: the mask of `mask.py`, the softcap, ALiBi,
-    # sinks), tiles
+    # sinks), tiles (HEAD: the head-dim tiles, `head.HeadTiles`; v's and o's head dim is
+    # HEAD.v_dim, or D where that is 0)
     SCORE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PAD_D: tl.constexpr, USE_TMA: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD: tl.constexpr, USE_TMA: tl.constexpr,
     HEAD_SPAN: tl.constexpr,
 ):
     D, GROUP = dims
+    BLOCK_D: tl.constexpr = HEAD.qk
+    BLOCK_DV: tl.constexpr = HEAD.v
+    PAD_D: tl.constexpr = HEAD.pad_qk
+    PAD_DV: tl.constexpr = HEAD.pad_v
     stride_qb, stride_qh, stride_qn, stride_qd = strides[0]
     stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
     stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
@@ -166,8 +177,10 @@ def _attn_fwd_kernel(
     offs_m = start_m + rows_m
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     d_row = offs_d[None, :] < D
     d_col = offs_d[:, None] < D
+    dv_row = offs_dv[None, :] < _v_dim(D, HEAD)
     m_ok = offs_m[:, None] < nq
 
     if USE_TMA:
@@ -179,40 +192,36 @@ def _attn_fwd_kernel(
     k_src, v_src = _head_sources(K, V, b64, hk64, k0, stride_kb, stride_kh, stride_kn,
                                  stride_vb, stride_vh, stride_vn, USE_TMA, VARLEN)
     kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
-    v_offs = offs_n0[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    v_offs = offs_n0[:, None] * stride_vn + offs_dv[None, :] * stride_vd
 
     m_i, l_i = _row_start(SINKS, h, BLOCK_M, SCORE)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     diag = _diag(nq, nk, SCORE)
     keys = (k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0)
-    rows = (offs_m, offs_n0, d_row, d_col)
+    rows = (offs_m, offs_n0, dv_row, d_col)
     score_at = (diag, _alibi_slope(ALIBI, seq, h, H, SCORE))
 
     lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, diag, BLOCK_M, BLOCK_N, SCORE)
     if WINDOW_LEFT >= 0:
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, keys, rows, score_at, lo, full_lo, nk, qk_scale,
-            BLOCK_N, BLOCK_D, True, SCORE, EMPTY_ROWS,
-            PAD_D, USE_TMA, VARLEN)
+            BLOCK_N, HEAD, True, SCORE, EMPTY_ROWS, USE_TMA, VARLEN)
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, keys, rows, score_at, full_lo, full_hi, nk, qk_scale,
-            BLOCK_N, BLOCK_D, False, SCORE, EMPTY_ROWS,
-            PAD_D, USE_TMA, VARLEN)
+            BLOCK_N, HEAD, False, SCORE, EMPTY_ROWS, USE_TMA, VARLEN)
     else:
         acc, l_i, m_i = _attn_fwd_tiles(
             acc, l_i, m_i, q, keys, rows, score_at, 0, full_hi, nk, qk_scale,
-            BLOCK_N, BLOCK_D, False, SCORE, EMPTY_ROWS,
-            PAD_D, USE_TMA, VARLEN)
+            BLOCK_N, HEAD, False, SCORE, EMPTY_ROWS, USE_TMA, VARLEN)
     acc, l_i, m_i = _attn_fwd_tiles(
         acc, l_i, m_i, q, keys, rows, score_at, full_hi, hi, nk, qk_scale,
-        BLOCK_N, BLOCK_D, True, SCORE, EMPTY_ROWS,
-        PAD_D, USE_TMA, VARLEN)
+        BLOCK_N, HEAD, True, SCORE, EMPTY_ROWS, USE_TMA, VARLEN)
 
     o = _rows_out(acc, l_i, EMPTY_ROWS)
     o_ptrs = (O + b64 * stride_ob + h64 * stride_oh + row_m.to(tl.int64) * stride_on
-              + rows_m[:, None] * stride_on + offs_d[None, :] * stride_od)
-    if PAD_D:
-        tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=m_ok & d_row)
+              + rows_m[:, None] * stride_on + offs_dv[None, :] * stride_od)
+    if PAD_DV:
+        tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=m_ok & dv_row)
     else:
         tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=m_ok)
     lse = _rows_lse(l_i, m_i, EMPTY_ROWS)

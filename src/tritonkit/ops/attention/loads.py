@@ -67,3 +67,15 @@ def _key_block(
             keys_ok = (start_n + offs_n0)[:, None] < Nk
         tile = _load(src + n64 * stride_n + offs, keys_ok, d_ok, MASKED, PAD_D)
     return tile
+
+
+@triton.jit
+def _v_dim(D, HEAD: tl.constexpr):
+    # The head dim of v (and of o, dO, dV), which bounds their padded columns: HEAD.v_dim where
+    # it differs from q's and k's D (`head.HeadTiles`), else D itself.
+    V_DIM: tl.constexpr = HEAD.v_dim
+    if V_DIM > 0:
+        dv = V_DIM
+    else:
+        dv = D
+    return dv

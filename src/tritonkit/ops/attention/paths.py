@@ -1,7 +1,8 @@
 """Which kernels run an attention pass: the Gluon kernels written for Hopper
 (`gluon/`, FlashAttention-3's warp-specialized structure), or the Triton kernels of
 this package, which run everywhere else: other GPUs, the interpreter, layouts a tensor
-descriptor cannot read, explicit tiles, windows other than a causal mask's left one, and
+descriptor cannot read, head dims other than 64, 128 and 256 or unequal ones for q, k and v
+(`head.py`), explicit tiles, windows other than a causal mask's left one, and
 packed sequences with a window unless queries and keys share their cu_seqlens. Both take a
 softcap.
 
@@ -99,7 +100,8 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
                        "three-warpgroup tile (full attention, or causal from "
                        f"{kernels.THREE_CONSUMERS_CAUSAL_ROWS} query rows; no softcap or window), where "
                        "it measured faster")
-    refused = (_plain(score, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
+    refused = (_unequal_head_dims(q, v)
+               or _plain(score, varlen, config, tma, causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
                or kernels.refusal(q, k, v, score, scale))
     if refused:
         return _refused("forward", refused, gluon)
@@ -124,8 +126,9 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
                        f"{GLUON_BACKWARD_MIN_WORK[q.shape[-1]]}, below which the Gluon backward did not measure "
                        "faster")
     from .gluon import attention_bwd as kernels
-    refused = (_plain(score, varlen, dkdv_config if dq_config is None else dq_config, tma,
-                      causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
+    refused = (_unequal_head_dims(q, v)
+               or _plain(score, varlen, dkdv_config if dq_config is None else dq_config, tma,
+                         causal_window=(q.shape[-2], k.shape[-2]) if causal else None)
                or kernels.refusal(do, q, k, v, o, lse, score, scale))
     if refused:
         return _refused("backward", refused, gluon)
@@ -134,6 +137,15 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     return _chosen("backward", True, f"{'gluon=True; ' if gluon else ''}sm_90 (Hopper), {'causal, ' if causal else ''}"
                    f"{window}head dim {q.shape[-1]}, {_dtype(q)}, {_softcap(score)}q, k, v, do readable by TMA"
                    f"{dq_pass}")
+
+
+def _unequal_head_dims(q: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Why the Gluon kernels cannot take q, k and v of different head dims (DeepSeek-V3's 192
+    and 128), or None: theirs are written for one."""
+    if v.shape[-1] != q.shape[-1]:
+        return (f"head dim {q.shape[-1]} for q and k but {v.shape[-1]} for v: the Gluon kernels take one head dim, "
+                "only the Triton kernels have two")
+    return None
 
 
 def _refused(which: str, refused: str, gluon: bool | None) -> PathChoice:

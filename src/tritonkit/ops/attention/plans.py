@@ -32,12 +32,13 @@ from ..._launch import LaunchTemplate, record_choice
 from ..._streams import beside_the_current_stream
 from ..._layout import cdiv
 from .backward import _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel, _attn_bwd_preprocess_kernel
-from .checks import (_block_d, _check_cu_values, _check_qkv, _check_saved, _check_varlen, _empty_like_order,
+from .checks import (_check_cu_values, _check_qkv, _check_saved, _check_varlen, _empty_like_order,
                      _check_score_tensors, _head_dim_innermost, _needs_copy, _packed, _resolve_scale)
 from .configs import (DKDV_TUNED_ROWS, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned, _attn_fwd_tuned,
                       _autotune_enabled, _interpreting, _row_keys, fixed_configs)
 from .descriptors import _descriptor_maker, _use_tma
 from .forward import _attn_fwd_kernel
+from .head import head_tiles
 from .order import longest_first_span, num_sms
 from .paths import gluon_backward, gluon_forward
 from .plan_keys import (_PLANS, MAX_PLANS, _keep, _layout, _one_cu_seqlens, _setting, backward_key,  # noqa: F401
@@ -147,9 +148,10 @@ class _ForwardLaunch:
 
 def _forward_launch(q, k, v, o_stride: tuple, scale: float, score: Score, varlen: tuple | None, config, tma,
                     gluon) -> _ForwardLaunch | None:
-    """The forward of (B, H, N, D) q, k, v (packed: B = 1 and `varlen` = (number of sequences,
-    whether queries and keys share one cu_seqlens: `_one_cu_seqlens`)) writing o of these
-    strides and lse (B, H, Nq); None where nothing is launched."""
+    """The forward of (B, H, N, D) q, k and (B, Hkv, Nk, Dv) v (packed: B = 1 and `varlen` =
+    (number of sequences, whether queries and keys share one cu_seqlens: `_one_cu_seqlens`))
+    writing o (B, H, Nq, Dv) of these strides and lse (B, H, Nq); None where nothing is
+    launched."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     if B == 0 or Nq == 0 or Nk == 0:
@@ -160,14 +162,14 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, score: Score, varlen
         from .gluon.attention_fwd import ForwardLaunch
         return _ForwardLaunch(choice, gluon=ForwardLaunch(q, k, scale, score, None if varlen is None else varlen[0],
                                                           o_stride))
-    block_d = _block_d(D)
+    head = head_tiles(D, v.shape[-1])
     use_tma = _use_tma(tma, q, k, v)
     row_keys = _keys_a_row_sees(Nq, Nk, score, varlen)
-    tile = config or fixed_configs(block_d, row_keys)["fwd_tma" if use_tma else "fwd"]
+    tile = config or fixed_configs(head.qk, row_keys, block_dv=head.v)["fwd_tma" if use_tma else "fwd"]
     seqs = None if varlen is None else varlen[0]
     tail = (Nq, Nk, (D, H // Hkv), kernel_qk_scale(scale, softcap), seqs,
             (q.stride(), k.stride(), v.stride(), tuple(o_stride)))
-    constexprs = dict(SCORE=score, BLOCK_D=block_d, PAD_D=block_d != D, USE_TMA=use_tma,
+    constexprs = dict(SCORE=score, HEAD=head, USE_TMA=use_tma,
                       HEAD_SPAN=_head_span(score, varlen, B * H, cdiv(Nq, tile.block_m), q.device))
     if config is None and _autotune_enabled():
         template = LaunchTemplate("attention_fwd", _attn_fwd_tuned,
@@ -178,8 +180,8 @@ def _forward_launch(q, k, v, o_stride: tuple, scale: float, score: Score, varlen
                                   tail, dict(constexprs, **tile.meta()), tile.num_warps, tile.num_stages)
     descriptors = None
     if use_tma:
-        descriptors = (_descriptor_maker(q, tile.block_m, block_d), _descriptor_maker(k, tile.block_n, block_d),
-                       _descriptor_maker(v, tile.block_n, block_d))
+        descriptors = (_descriptor_maker(q, tile.block_m, head.qk), _descriptor_maker(k, tile.block_n, head.qk),
+                       _descriptor_maker(v, tile.block_n, head.v))
     return _ForwardLaunch(choice, template=template, descriptors=descriptors)
 
 
@@ -233,17 +235,17 @@ def _no_keys_lse(lse: torch.Tensor, sinks, head_dim: int) -> torch.Tensor:
 
 
 def build_forward(q, k, v, score_args, alibi, sinks, config, tma, gluon) -> ForwardPlan:
-    B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
+    B, H, Nq, D, Hkv, Nk, Dv = _check_qkv(q, k, v)
     score, scale = _score(score_args, alibi, sinks, Nq, Nk, D, B, H, q.device, Nq == Nk)
     copies = _copies(q, k, v)
     q, k, v = (_head_dim_innermost(t) for t in (q, k, v))
-    o_stride = _strides_like(q, (B, H, Nq, D))
-    return ForwardPlan((B, H, Nq, D), o_stride, (B, H, Nq), q.dtype, q.device, copies, Nk == 0,
+    o_stride = _strides_like(q, (B, H, Nq, Dv))
+    return ForwardPlan((B, H, Nq, Dv), o_stride, (B, H, Nq), q.dtype, q.device, copies, Nk == 0,
                        _forward_launch(q, k, v, o_stride, scale, score, None, config, tma, gluon))
 
 
 class VarlenForwardPlan:
-    """A forward over packed sequences: o (Tq, H, D) and lse (H, Tq), the kernels run on
+    """A forward over packed sequences: o (Tq, H, Dv) and lse (H, Tq), the kernels run on
     (1, H, total, D) views; `no_keys`: Tk == 0, every row sees none."""
 
     __slots__ = ("o_shape", "lse_shape", "totals", "copies", "no_keys", "launch")
@@ -266,15 +268,15 @@ class VarlenForwardPlan:
 
 
 def build_varlen_forward(q, k, v, cu_q, cu_k, score_args, alibi, sinks, config, tma, gluon) -> VarlenForwardPlan:
-    Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_q, cu_k)
+    Tq, H, D, Tk, Hkv, S, Dv = _check_varlen(q, k, v, cu_q, cu_k)
     score, scale = _score(score_args, alibi, sinks, Tq, Tk, D, S, H, q.device, _one_cu_seqlens(cu_q, cu_k))
     views = [_packed(t) for t in (q, k, v)]
     copies = tuple(_needs_copy(t) for t in views)
     q4, k4, v4 = (_head_dim_innermost(t) for t in views)
-    o_stride = _packed(torch.empty((Tq, H, D), device="meta")).stride()
+    o_stride = _packed(torch.empty((Tq, H, Dv), device="meta")).stride()
     varlen = (S, _one_cu_seqlens(cu_q, cu_k))
     launch = None if Tk == 0 else _forward_launch(q4, k4, v4, o_stride, scale, score, varlen, config, tma, gluon)
-    return VarlenForwardPlan((Tq, H, D), (H, Tq), (Tq, Tk), copies, Tk == 0, launch)
+    return VarlenForwardPlan((Tq, H, Dv), (H, Tq), (Tq, Tk), copies, Tk == 0, launch)
 
 
 # ---------------------------------------------------------------------------------------
@@ -333,17 +335,16 @@ class _BackwardLaunches:
 def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, dv_stride: tuple, scale: float,
                        score: Score, varlen: tuple | None, dkdv_config, dq_config, tma, concurrent_dq,
                        gluon) -> _BackwardLaunches:
-    """The backward of (B, H, N, D) tensors with B, Nq > 0 (packed: B = 1, `varlen` as in
-    `_forward_launch`), writing dq, dk, dv of these strides."""
+    """The backward of (B, H, N, D) tensors (v, o, do: head dim Dv) with B, Nq > 0 (packed: B =
+    1, `varlen` as in `_forward_launch`), writing dq, dk, dv of these strides."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     softcap = score.softcap
     row_keys = _keys_a_row_sees(Nq, Nk, score, varlen)
-    block_d = _block_d(D)
-    pad_d = block_d != D
+    head = head_tiles(D, v.shape[-1])
     group = H // Hkv
     tuned = _autotune_enabled()
-    fixed = fixed_configs(block_d, busy_dkdv=softcap > 0, packed=varlen is not None)
+    fixed = fixed_configs(head.qk, busy_dkdv=softcap > 0, packed=varlen is not None, block_dv=head.v)
     seqs = None if varlen is None else varlen[0]
     work = B * H * Nq * row_keys * D
     choice = gluon_backward(do, q, k, v, o, lse, scale, score, varlen, dkdv_config, dq_config, tma, gluon, work)
@@ -355,13 +356,13 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
             return _BackwardLaunches(None, choice, gluon=gluon_plan)
     pre_block = 32 if _interpreting() else 64
     preprocess = LaunchTemplate("attention_bwd_preprocess", _attn_bwd_preprocess_kernel,
-                                (cdiv(Nq, pre_block), H, B), (Nq, D, *o.stride(), *do.stride()),
-                                dict(BLOCK_M=pre_block, BLOCK_D=block_d, PAD_D=pad_d), num_warps=4, num_stages=1)
+                                (cdiv(Nq, pre_block), H, B), (Nq, v.shape[-1], *o.stride(), *do.stride()),
+                                dict(BLOCK_M=pre_block, BLOCK_D=head.v, PAD_D=head.pad_v), num_warps=4, num_stages=1)
     if concurrent_dq is None:
         concurrent_dq = work >= CONCURRENT_DQ_MIN_WORK
     concurrent = bool(concurrent_dq) and q.device.type == "cuda" and _launch.launches_execute()
 
-    common = dict(SCORE=score, BLOCK_D=block_d, PAD_D=pad_d)
+    common = dict(SCORE=score, HEAD=head)
     qk_scale = kernel_qk_scale(scale, softcap)
     tma_dkdv, tma_dq = _use_tma(tma, q, do), _use_tma(tma, k, v)
     dkdv_cfg = dkdv_config or fixed["dkdv_tma" if tma_dkdv else "dkdv"]
@@ -399,9 +400,10 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
                             dq_cfg.num_stages)
     dkdv_descriptors = dq_descriptors = None
     if tma_dkdv and dkdv is not None:
-        dkdv_descriptors = tuple(_descriptor_maker(t, dkdv_cfg.block_m, block_d) for t in (q, do))
+        dkdv_descriptors = (_descriptor_maker(q, dkdv_cfg.block_m, head.qk),
+                            _descriptor_maker(do, dkdv_cfg.block_m, head.v))
     if tma_dq:
-        dq_descriptors = tuple(_descriptor_maker(t, dq_cfg.block_n, block_d) for t in (k, v))
+        dq_descriptors = (_descriptor_maker(k, dq_cfg.block_n, head.qk), _descriptor_maker(v, dq_cfg.block_n, head.v))
     return _BackwardLaunches(preprocess, choice, dkdv=dkdv, dq=dq, dkdv_descriptors=dkdv_descriptors,
                              dq_descriptors=dq_descriptors, concurrent=concurrent, gluon_dkdv=gluon_plan)
 
@@ -448,14 +450,14 @@ def _torch_delta(do: torch.Tensor, o: torch.Tensor, dlse) -> torch.Tensor:
 
 def build_backward(do, q, k, v, o, lse, score_args, alibi, sinks, dlse, dkdv_config, dq_config, tma, concurrent_dq,
                    gluon) -> BackwardPlan:
-    B, H, Nq, D, Hkv, Nk = _check_qkv(q, k, v)
-    _check_saved(do, o, lse, dlse, q, (B, H, Nq))
+    B, H, Nq, D, Hkv, Nk, Dv = _check_qkv(q, k, v)
+    _check_saved(do, o, lse, dlse, q, v, (B, H, Nq))
     score, scale = _score(score_args, alibi, sinks, Nq, Nk, D, B, H, q.device, Nq == Nk)
     copies = _copies(do, q, k, v, o)
     if copies is not None or not lse.is_contiguous() or not (dlse is None or dlse.is_contiguous()):
         copies = (*(copies or (False,) * 5), True)  # lse (and dlse): the kernels read them flat
     do, q, k, v, o = (_head_dim_innermost(t) for t in (do, q, k, v, o))
-    shapes = ((B, H, Nq, D), (B, Hkv, Nk, D), (B, Hkv, Nk, D))
+    shapes = ((B, H, Nq, D), (B, Hkv, Nk, D), (B, Hkv, Nk, Dv))
     strides = tuple(_strides_like(t, shape) for t, shape in zip((q, k, v), shapes))
     launches = None
     if B > 0 and Nq > 0 and Nk > 0:
@@ -501,8 +503,8 @@ class VarlenBackwardPlan:
 
 def build_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, score_args, alibi, sinks, dlse, dkdv_config, dq_config,
                           tma, concurrent_dq, gluon) -> VarlenBackwardPlan:
-    Tq, H, D, Tk, Hkv, S = _check_varlen(q, k, v, cu_q, cu_k)
-    _check_saved(do, o, lse, dlse, q, (H, Tq))
+    Tq, H, D, Tk, Hkv, S, Dv = _check_varlen(q, k, v, cu_q, cu_k)
+    _check_saved(do, o, lse, dlse, q, v, (H, Tq))
     score, scale = _score(score_args, alibi, sinks, Tq, Tk, D, S, H, q.device, _one_cu_seqlens(cu_q, cu_k))
     views = [_packed(t) for t in (do, q, k, v, o)]
     copies = tuple(_needs_copy(t) for t in views)
@@ -510,7 +512,7 @@ def build_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, score_args, alibi, si
     launches = None
     if Tk > 0 and Tq > 0:
         grads = [_packed(torch.empty(shape, device="meta")).stride()
-                 for shape in ((Tq, H, D), (Tk, Hkv, D), (Tk, Hkv, D))]
+                 for shape in ((Tq, H, D), (Tk, Hkv, D), (Tk, Hkv, Dv))]
         varlen = (S, _one_cu_seqlens(cu_q, cu_k))
         launches = _backward_launches(do4, q4, k4, v4, o4, lse.unsqueeze(0), *grads, scale, score, varlen,
                                       dkdv_config, dq_config, tma, concurrent_dq, gluon)
