@@ -29,7 +29,7 @@ def check_dense(q, k, v, sinks=None, **kw):
     same, same_lse = attention_reference(q, k, v, sinks=sinks, upcast=False, return_lse=True, **kw)
     assert_close_to_reference(out, ref, same)
     assert_close_to_reference(lse, ref_lse, same_lse.float(), what="lse")
-    upstream = (torch.randn_like(q), torch.randn_like(lse))
+    upstream = (torch.randn_like(out), torch.randn_like(lse))
     leaves = (q, k, v) if sinks is None else (q, k, v, sinks)
 
     def ours(*t):

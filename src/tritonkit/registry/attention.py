@@ -33,9 +33,14 @@ def packed_qkv(batch: int, heads: int, seq: int, head_dim: int, dtype: torch.dty
 
 
 def _inspect_inputs(request: InspectRequest, device: torch.device):
-    B, H, N, D = request.shape or (4, 32, 4096, 128)
+    """q, k, v of --shape B,H,N,D (or B,H,N,D,Dv: v of its own head dim, from a projection of
+    its own)."""
+    B, H, N, D, *Dv = request.shape or (4, 32, 4096, 128)
     dtype = request.dtype or torch.bfloat16
-    return packed_qkv(B, H, N, D, dtype, device, request.offset, fill=False)
+    q, k, v = packed_qkv(B, H, N, D, dtype, device, request.offset, fill=False)
+    if Dv and Dv[0] != D:
+        v = packed_qkv(B, H, N, Dv[0], dtype, device, request.offset, fill=False)[2]
+    return q, k, v
 
 
 # The inspector's passes: the plain mask, and the variants that compile other kernels (a
@@ -59,8 +64,8 @@ def _inspect_fwd(request: InspectRequest, device: torch.device, variant: dict | 
 
 def _inspect_bwd(request: InspectRequest, device: torch.device, variant: dict | None = None) -> None:
     q, k, v = _inspect_inputs(request, device)
-    B, H, N, D = q.shape
-    o, do = torch.empty_like(q), torch.empty_like(q)
+    B, H, N, _ = q.shape
+    o, do = (torch.empty((B, H, N, v.shape[-1]), dtype=q.dtype, device=device) for _ in range(2))
     lse = torch.empty((B, H, N), dtype=torch.float32, device=device)
     attention_bwd(do, q, k, v, o, lse, *_variant_args(request, variant or {}), tma=request.tma,
                   gluon=_GLUON[request.path])
@@ -120,10 +125,12 @@ def _flex(causal: bool, nq: int, nk: int, device: torch.device) -> Callable | No
 
 
 def _providers(device: torch.device, causal: bool, nq: int, nk: int, scores_bytes: int,
-               with_flex: bool = True) -> dict[str, Callable]:
+               with_flex: bool = True, beyond_flash: bool = False) -> dict[str, Callable]:
     """name -> f(q, k, v, causal) for every provider that can run here. FlexAttention compiles
     anew for every shape (20-40 s each, forward and backward), so the catalogue asks for it
-    only on the headline cases that the issues' bars name."""
+    only on the headline cases that the issues' bars name. beyond_flash: head dims SDPA's
+    FlashAttention does not take (above 256, or v's unlike q's), where its memory-efficient and
+    math paths are the peers (a peer that refuses a case is reported as such by the runner)."""
     found: dict[str, Callable] = {"tritonkit": lambda q, k, v, c: attention(q, k, v, causal=c)}
     if scores_bytes <= NAIVE_LIMIT_BYTES:
         found["naive eager"] = naive_attention
@@ -133,6 +140,9 @@ def _providers(device: torch.device, causal: bool, nq: int, nk: int, scores_byte
             found["SDPA FA2"] = _sdpa(SDPBackend.FLASH_ATTENTION)
         if hasattr(SDPBackend, "CUDNN_ATTENTION") and torch.backends.cuda.cudnn_sdp_enabled():
             found["SDPA cuDNN"] = _sdpa(SDPBackend.CUDNN_ATTENTION)
+        if beyond_flash:
+            found["SDPA mem-efficient"] = _sdpa(SDPBackend.EFFICIENT_ATTENTION)
+            found["SDPA math"] = _sdpa(SDPBackend.MATH)
         flex = _flex(causal, nq, nk, device) if with_flex else None
         if flex is not None:
             found["FlexAttention"] = flex
@@ -141,26 +151,39 @@ def _providers(device: torch.device, causal: bool, nq: int, nk: int, scores_byte
     return found
 
 
+def pair_flops(head_dim: int, v_head_dim: int, backward: bool) -> int:
+    """Flops a visible (query, key) pair costs: 2 D for its score and 2 Dv for its share of
+    P V; the backward recomputes the score and forms dP (2 Dv), dV (2 Dv), dK and dQ (2 D each)."""
+    return 6 * head_dim + 4 * v_head_dim if backward else 2 * (head_dim + v_head_dim)
+
+
 def _case(batch: int, heads: int, kv_heads: int, seq: int, head_dim: int, causal: bool, backward: bool,
-          dtype: torch.dtype = torch.bfloat16, seed_table: bool = False) -> BenchCase:
+          dtype: torch.dtype = torch.bfloat16, seed_table: bool = False, v_head_dim: int | None = None) -> BenchCase:
+    """Attention at (batch, heads over kv_heads, seq, head_dim) against SDPA's backends,
+    FlexAttention (on the headline cases) and naive eager; v_head_dim: v's own head dim (None:
+    head_dim). Work: the visible pairs times `pair_flops`."""
     element = dtype.itemsize
-    flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0) * (2.5 if backward else 1.0)
+    dv = head_dim if v_head_dim is None else v_head_dim
+    flops = batch * heads * seq * seq * (0.5 if causal else 1.0) * pair_flops(head_dim, dv, backward)
     pass_name = "bwd" if backward else "fwd"
 
     def setup(device: torch.device):
         q = torch.randn(batch, heads, seq, head_dim, dtype=dtype, device=device)
         k = torch.randn(batch, kv_heads, seq, head_dim, dtype=dtype, device=device)
-        v = torch.randn(batch, kv_heads, seq, head_dim, dtype=dtype, device=device)
+        v = torch.randn(batch, kv_heads, seq, dv, dtype=dtype, device=device)
         providers = _providers(device, causal, seq, seq, batch * heads * seq * seq * 4,
-                               with_flex=head_dim == 128 and kv_heads == heads and seq in (4096, 16384))
+                               with_flex=head_dim == 128 and kv_heads == heads and seq in (4096, 16384),
+                               beyond_flash=max(head_dim, dv) > 256 or dv != head_dim)
         return _timed(providers, (q, k, v), causal, backward)
 
     gqa = f" GQA{heads}/{kv_heads}" if kv_heads != heads else ""
-    label = f"{pass_name} N={seq} D={head_dim}{' causal' if causal else ''}{gqa}"
+    dims = f"D={head_dim}" if dv == head_dim else f"D={head_dim}/{dv}"
+    label = f"{pass_name} N={seq} {dims}{' causal' if causal else ''}{gqa}"
     return BenchCase(
-        label=label, group=f"attention {pass_name} D={head_dim}{' causal' if causal else ''}{gqa}",
+        label=label, group=f"attention {pass_name} {dims}{' causal' if causal else ''}{gqa}",
         unit="TFLOP/s", work=flops, size=seq, setup=setup, seed_table=seed_table,
-        bytes_in_flight=(8 if backward else 4) * batch * heads * seq * head_dim * element, graphed=not backward,
+        bytes_in_flight=(4 if backward else 2) * batch * heads * seq * (head_dim + dv) * element,
+        graphed=not backward,
     )
 
 
@@ -224,7 +247,8 @@ def _bench_cases(on_gpu: bool) -> list[BenchCase]:
     if not on_gpu:
         return [_case(1, 2, 2, 64, 32, False, False, seed_table=True), _case(1, 2, 2, 64, 32, True, False),
                 _case(1, 2, 2, 64, 32, False, True), _case(1, 2, 2, 64, 32, True, True),
-                _masked_case(1, 2, 1, 64, 32, False, window=16), _masked_case(1, 2, 1, 64, 32, True, softcap=5.0)]
+                _masked_case(1, 2, 1, 64, 32, False, window=16), _masked_case(1, 2, 1, 64, 32, True, softcap=5.0),
+                _case(1, 2, 1, 64, 48, True, True, v_head_dim=32)]
     cases = []
     for backward in (False, True):
         for causal in (False, True):
@@ -240,6 +264,10 @@ def _bench_cases(on_gpu: bool) -> list[BenchCase]:
         cases += [_case(4, 32, 8, 4096, 128, True, backward), _masked_case(4, 32, 8, 4096, 128, backward, softcap=50.0)]
         # issue 16's short sequences: B=8, H=16 (the only cases at N=1024 with D=64)
         cases += [_case(8, 16, 16, 1024, 64, causal, backward) for causal in (False, True)]
+        # issue 48's head dims: Gemma 4's global layers (512) at the bar's shape, and DeepSeek-V3's
+        # MLA (192 for q, k and 128 for v) beside the D=128 case of the same shape (per FLOP)
+        cases += [_case(2, 8, 4, 8192, 512, True, backward),
+                  _case(4, 32, 32, 4096, 192, True, backward, v_head_dim=128)]
     return cases
 
 
@@ -263,6 +291,15 @@ def _reference(q, k, v, causal, scale, window_left=-1, window_right=-1, softcap=
                                alibi_slopes=alibi_slopes, sinks=sinks, return_lse=True)
 
 
+def fuzz_head_dims(draw, on_gpu: bool) -> tuple[int, int]:
+    """q's and k's head dim, and v's: mostly equal, the usual ones and odd ones (padded in the
+    kernels), on the GPU also 512 and DeepSeek-V3's 192 / 128."""
+    head_dim = draw.choice((16, 24, 32, 40, 59, 64) + ((128, 256, 512, 192) if on_gpu else ()))
+    if draw.boolean() or draw.boolean():
+        return head_dim, head_dim
+    return head_dim, (128 if head_dim == 192 else draw.choice((8, 32, 45)))
+
+
 def _fuzz_inputs(inputs: FuzzInputs):
     """q, k, v and an upstream gradient: GQA or not, Nq != Nk, each at its own layout."""
     draw = inputs.draw
@@ -271,11 +308,11 @@ def _fuzz_inputs(inputs: FuzzInputs):
     kv_heads = draw.integer(1, 2)
     heads = kv_heads * draw.choice((1, 2))
     nq, nk = draw.choice(seq), draw.choice(seq)
-    head_dim = draw.choice((16, 24, 32, 40, 64) + ((128, 256) if inputs.on_gpu else ()))
+    head_dim, v_dim = fuzz_head_dims(draw, inputs.on_gpu)
     dtype = draw.choice(HALVES)
     causal = draw.boolean()
-    shapes = [(batch, heads, nq, head_dim), (batch, kv_heads, nk, head_dim), (batch, kv_heads, nk, head_dim),
-              (batch, heads, nq, head_dim)]
+    shapes = [(batch, heads, nq, head_dim), (batch, kv_heads, nk, head_dim), (batch, kv_heads, nk, v_dim),
+              (batch, heads, nq, v_dim)]
     layouts = [inputs.layout(4) for _ in shapes]
     # the head dim stays innermost more often than not, as in real projections
     layouts = [layout if draw.boolean() else layout.innermost(3) for layout in layouts]
@@ -290,7 +327,8 @@ def _note(q, k, v, causal) -> str:
 def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
     q, k, v, _, causal = _fuzz_inputs(inputs)
     out = attention(q, k, v, causal=causal)
-    assert out.dtype == q.dtype and out.shape == q.shape, f"attention: {out.dtype} {tuple(out.shape)}"
+    want = (*q.shape[:-1], v.shape[-1])
+    assert out.dtype == q.dtype and out.shape == want, f"attention: {out.dtype} {tuple(out.shape)}"
     return [Comparison(f"attention: {_note(q, k, v, causal)}", out, attention_reference(q, k, v, causal),
                        attention_reference(q, k, v, causal, upcast=False))]
 
@@ -344,7 +382,7 @@ ENTRY = OpEntry(
              "lse, GQA; forward and backward"),
     passes=_passes(),
     bench_cases=_bench_cases,
-    peers=("naive eager", "SDPA FA2", "SDPA cuDNN", "FlexAttention"),
+    peers=("naive eager", "SDPA FA2", "SDPA cuDNN", "FlexAttention", "SDPA mem-efficient", "SDPA math"),
     op="attention",
     sample=_sample,
     reference=_reference,

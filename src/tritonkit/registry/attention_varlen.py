@@ -12,7 +12,7 @@ from ..ops.attention.checks import ALIGNMENTS
 from . import BenchCase, InspectRequest, two_pass_entry
 from ._accuracy import Comparison, relative_error
 from ._fuzz import HALVES, FuzzInputs, describe
-from .attention import _GLUON, _timed, flash_recipe_grads, flex_peer, grads_or_zeros
+from .attention import _GLUON, _timed, flash_recipe_grads, flex_peer, fuzz_head_dims, grads_or_zeros, pair_flops
 
 
 def lognormal_lengths(count: int, mean: int, seed: int = 0, sigma: float = 0.6) -> list[int]:
@@ -37,9 +37,14 @@ def _packed_qkv(total: int, heads: int, kv_heads: int, head_dim: int, dtype: tor
 
 
 def _inspect_inputs(request: InspectRequest, device: torch.device):
-    B, H, N, D = request.shape or (16, 32, 1024, 128)
+    """Packed q, k, v of --shape B,H,N,D (B sequences of about N tokens), or B,H,N,D,Dv (v of
+    its own head dim)."""
+    B, H, N, D, *Dv = request.shape or (16, 32, 1024, 128)
     lengths = lognormal_lengths(B, N)
-    q, k, v = _packed_qkv(sum(lengths), H, H, D, request.dtype or torch.bfloat16, device, fill=False)
+    dtype = request.dtype or torch.bfloat16
+    q, k, v = _packed_qkv(sum(lengths), H, H, D, dtype, device, fill=False)
+    if Dv and Dv[0] != D:
+        v = _packed_qkv(sum(lengths), H, H, Dv[0], dtype, device, fill=False)[2]
     cu = cu_seqlens(lengths, device)
     return q, k, v, cu
 
@@ -51,7 +56,7 @@ def _inspect_fwd(request: InspectRequest, device: torch.device) -> None:
 
 def _inspect_bwd(request: InspectRequest, device: torch.device) -> None:
     q, k, v, cu = _inspect_inputs(request, device)
-    o, do = torch.empty_like(q), torch.empty_like(q)
+    o, do = (q.new_empty((*q.shape[:2], v.shape[-1])) for _ in range(2))
     lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=device)
     attention_varlen_bwd(do, q, k, v, o, lse, cu, cu, request.causal, tma=request.tma, gluon=_GLUON[request.path])
 
@@ -62,19 +67,23 @@ def _document_causal(doc: torch.Tensor):
     return mask_mod
 
 
-def _case(count: int, mean: int, heads: int, kv_heads: int, head_dim: int, backward: bool) -> BenchCase:
+def _case(count: int, mean: int, heads: int, kv_heads: int, head_dim: int, backward: bool,
+          v_head_dim: int | None = None) -> BenchCase:
     """Causal attention over `count` packed sequences of lognormal lengths, against
     FlexAttention with a document-causal block mask over the packed row. Work: the (query,
-    key) pairs each sequence's causal mask keeps, 4 D flops each (times 2.5 backward)."""
+    key) pairs each sequence's causal mask keeps, `attention.pair_flops` each. v_head_dim: v's
+    own head dim (None: head_dim)."""
     lengths = lognormal_lengths(count, mean)
     total = sum(lengths)
     dtype = torch.bfloat16
-    flops = 4 * heads * head_dim * sum(n * (n + 1) // 2 for n in lengths) * (2.5 if backward else 1.0)
+    dv = head_dim if v_head_dim is None else v_head_dim
+    flops = heads * sum(n * (n + 1) // 2 for n in lengths) * pair_flops(head_dim, dv, backward)
     pass_name = "bwd" if backward else "fwd"
 
     def setup(device: torch.device):
-        q, k, v = _packed_qkv(total, heads, kv_heads, head_dim, dtype, device)
-        q, k, v = (t.contiguous() for t in (q, k, v))
+        q, k, _ = _packed_qkv(total, heads, kv_heads, head_dim, dtype, device)
+        v = torch.randn(total, kv_heads, dv, dtype=dtype, device=device)
+        q, k = q.contiguous(), k.contiguous()
         cu = cu_seqlens(lengths, device)
         longest = max(lengths)
         providers = {"tritonkit": lambda q, k, v, c: attention_varlen(q, k, v, cu, cu, longest, longest, causal=c)}
@@ -88,17 +97,21 @@ def _case(count: int, mean: int, heads: int, kv_heads: int, head_dim: int, backw
                 providers["FlexAttention"] = as_dense
         return _timed(providers, (q, k, v), True, backward)
 
+    dims = f"D={head_dim}" if dv == head_dim else f"D={head_dim}/{dv}"
     return BenchCase(
-        label=f"{pass_name} {count} seqs mean {mean} (total {total}) D={head_dim} causal GQA{heads}/{kv_heads}",
-        group=f"attention_varlen {pass_name} D={head_dim} causal", unit="TFLOP/s", work=flops, size=total,
-        setup=setup, bytes_in_flight=(8 if backward else 4) * total * heads * head_dim * dtype.itemsize,
+        label=f"{pass_name} {count} seqs mean {mean} (total {total}) {dims} causal GQA{heads}/{kv_heads}",
+        group=f"attention_varlen {pass_name} {dims} causal", unit="TFLOP/s", work=flops, size=total,
+        setup=setup, bytes_in_flight=(4 if backward else 2) * total * heads * (head_dim + dv) * dtype.itemsize,
         graphed=not backward)
 
 
 def _bench_cases(on_gpu: bool) -> list[BenchCase]:
     if not on_gpu:
         return [_case(4, 16, 2, 1, 32, False), _case(4, 16, 2, 1, 32, True)]
-    return [_case(16, 1024, 32, 8, 128, backward) for backward in (False, True)]
+    # D=128; and issue 48's head dims: Gemma 4's global 512, DeepSeek-V3's MLA 192 / 128
+    return [case for backward in (False, True)
+            for case in (_case(16, 1024, 32, 8, 128, backward), _case(16, 1024, 8, 4, 512, backward),
+                         _case(16, 1024, 32, 32, 192, backward, v_head_dim=128))]
 
 
 def _reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_left=-1, window_right=-1, softcap=0.0,
@@ -123,19 +136,20 @@ FUZZ_LENGTHS = (0, 0, 1, 1, 2, 3, 5, 7, 13, 16, 17, 31)   # empty, single, prime
 
 
 def _fuzz_inputs(inputs: FuzzInputs):
-    """q (Tq, H, D), k and v (Tk, Hkv, D) and an upstream gradient, each at its own layout with
-    the head dim innermost (as projections lay them out; the op copies any other); 1..4
-    sequences, key lengths the query lengths or drawn apart; GQA or not; the mask options."""
+    """q (Tq, H, D), k (Tk, Hkv, D), v (Tk, Hkv, Dv) and an upstream gradient, each at its own
+    layout with the head dim innermost (as projections lay them out; the op copies any other);
+    1..4 sequences, key lengths the query lengths or drawn apart; GQA or not; Dv mostly D; the
+    mask options."""
     draw = inputs.draw
     count = draw.integer(1, 4)
     lens_q = [draw.choice(FUZZ_LENGTHS) for _ in range(count)]
     lens_k = lens_q if draw.boolean() else [draw.choice(FUZZ_LENGTHS) for _ in range(count)]
     kv_heads = draw.integer(1, 2)
     heads = kv_heads * draw.choice((1, 2))
-    head_dim = draw.choice((16, 24, 32, 40, 64) + ((128, 256) if inputs.on_gpu else ()))
+    head_dim, v_dim = fuzz_head_dims(draw, inputs.on_gpu)
     dtype = draw.choice(HALVES)
     q_shape, kv_shape = (sum(lens_q), heads, head_dim), (sum(lens_k), kv_heads, head_dim)
-    shapes = (q_shape, kv_shape, kv_shape, q_shape)
+    shapes = (q_shape, kv_shape, kv_shape[:2] + (v_dim,), q_shape[:2] + (v_dim,))
     q, k, v, grad = (inputs.view(shape, dtype, inputs.layout(3).innermost(2)) for shape in shapes)
     window = draw.choice((None, None, (draw.choice((0, 1, 3, 8)), draw.choice((-1, 0, 2)))))
     options = dict(causal=draw.boolean(), window=window, softcap=draw.choice((None, None, 5.0)))
@@ -152,7 +166,8 @@ def _fuzz_forward(inputs: FuzzInputs) -> list[Comparison]:
     q, k, v, _, cu_q, cu_k, options = _fuzz_inputs(inputs)
     longest_q, longest_k = int(cu_q.diff().max()), int(cu_k.diff().max())
     out = attention_varlen(q, k, v, cu_q, cu_k, longest_q, longest_k, **options)
-    assert out.dtype == q.dtype and out.shape == q.shape, f"attention_varlen: {out.dtype} {tuple(out.shape)}"
+    want = (*q.shape[:-1], v.shape[-1])
+    assert out.dtype == q.dtype and out.shape == want, f"attention_varlen: {out.dtype} {tuple(out.shape)}"
     return [Comparison(f"attention_varlen: {_note(q, k, v, cu_q, cu_k, options)}", out,
                        attention_varlen_reference(q, k, v, cu_q, cu_k, **options),
                        attention_varlen_reference(q, k, v, cu_q, cu_k, upcast=False, **options))]

@@ -210,21 +210,24 @@ def _space(kind: str) -> list[TileConfig]:
     return [TileConfig(*c) for c in space if not (c[0] == 64 and c[2] == 8)]
 
 
-# Heads wider than 256 (Gemma 4's 512, `head.py`). An fp32 accumulator of 512 columns fills 128
-# registers a thread of two warpgroups for 64 rows, so: the forward and the dQ pass on 64 query
-# rows and 8 warps (the two warpgroups split the accumulator's columns), keys streamed 32 at a
-# time; the dK/dV pass, which holds two such accumulators (dK and dV), on 32 keys and 8 warps.
-# TODO-free: which of these is fastest is for a GPU to measure (`_WIDE_FIXED` compiled for
-# sm_90 without spills).
+# Heads wider than 256 (Gemma 4's 512, `head.py`). An fp32 accumulator of 512 columns takes 128
+# registers a thread of 8 warps at 64 rows, so the tiles are small: the forward on 64 query rows,
+# 8 warps (its two warpgroups split the accumulator's columns), keys streamed 32 at a time; the
+# dQ pass, which also holds Q's and dO's rows and two score tiles, on 32 query rows; the dK/dV
+# pass, which holds two accumulators (dK, dV) and K, V, on 32 keys streaming 16 query rows, one
+# stage deep. The fixed ones (`_WIDE_FIXED`) compiled for sm_90 (Triton 3.6, bf16, causal,
+# through descriptors) without spills: 245, 254 and 242 registers; the next larger of each
+# spilled (the dK/dV pass at 32 query rows or two stages: 128-880 B, the dQ pass at 64 rows:
+# 264-2412 B, or past the shared memory at two stages). Which is fastest is for a GPU to measure.
 _WIDE_SPACES = {
-    "fwd": [TileConfig(64, n, 8, s) for n in (32, 64) for s in (1, 2)],
-    "dkdv": [TileConfig(m, 32, 8, s) for m in (32, 64) for s in (1, 2)],
-    "dq": [TileConfig(64, n, 8, s) for n in (32, 64) for s in (1, 2)],
+    "fwd": [TileConfig(64, 16, 8, 2), TileConfig(64, 32, 8, 1), TileConfig(64, 32, 8, 2), TileConfig(64, 64, 8, 1)],
+    "dkdv": [TileConfig(m, 32, 8, s) for m in (16, 32) for s in (1, 2)],
+    "dq": [TileConfig(32, 16, 8, 2), TileConfig(32, 32, 8, 1), TileConfig(32, 32, 8, 2), TileConfig(64, 16, 8, 2)],
 }
 _WIDE_CONFIGS = {kind: [c.triton_config() for c in space] for kind, space in _WIDE_SPACES.items()}
 _WIDE_FIXED = {"fwd": TileConfig(64, 32, 8, 2), "fwd_tma": TileConfig(64, 32, 8, 2),
-               "dkdv": TileConfig(32, 32, 8, 2), "dkdv_tma": TileConfig(32, 32, 8, 2),
-               "dq": TileConfig(64, 32, 8, 2), "dq_tma": TileConfig(64, 32, 8, 2)}
+               "dkdv": TileConfig(16, 32, 8, 1), "dkdv_tma": TileConfig(16, 32, 8, 1),
+               "dq": TileConfig(32, 32, 8, 2), "dq_tma": TileConfig(32, 32, 8, 2)}
 
 
 # The dK/dV pass masks its streamed query rows (CHECK_M) unless every query block is full.
