@@ -56,12 +56,15 @@ def fixed_configs(block_d: int, row_keys: int | None = None, busy_dkdv: bool = F
     the busy one: notes/attention_masks.md), through pointers they take the busy one.
     block_dv: v's head-dim tile where it differs from q's and k's block_d (unequal head dims,
     `head.py`); the tiles of the wider one are taken, which fit the narrower (every estimate of
-    `_fits` grows with either width). Not measured: how much a tile chosen for the narrower
-    side's width, or between the two, gains (on a GPU, with DeepSeek-V3's 192/128).
+    `_fits` grows with either width), but for the dK/dV pass at 256 and narrower (DeepSeek-V3's
+    192 / 128), which streams 32 query rows instead of 64: compiled for sm_90 its 64-row tile
+    spilled 52-128 B (as at 256 / 256), the 32-row one not at all (235 registers). Not measured
+    on a GPU: how much either gains.
     The dict is shared between calls: read it, do not change it."""
-    block = block_d if block_dv is None else max(block_d, block_dv)
-    return _fixed_configs(block, _interpreting(), row_keys is not None and row_keys <= SHORT_ROWS, busy_dkdv,
-                          packed)
+    wide = block_d if block_dv is None else max(block_d, block_dv)
+    narrow = block_d if block_dv is None else min(block_d, block_dv)
+    return _fixed_configs(wide, _interpreting(), row_keys is not None and row_keys <= SHORT_ROWS, busy_dkdv,
+                          packed, narrow < wide)
 
 
 # At D=128 the TMA forward's 64-row tiles of one warpgroup (two CTAs an SM) beat the 128-row,
@@ -91,7 +94,7 @@ _BUSY_DKDV = TileConfig(32, 128, 8, 2)
 
 @functools.lru_cache(maxsize=None)
 def _fixed_configs(block_d: int, interpreting: bool, short: bool = False, busy_dkdv: bool = False,
-                   packed: bool = False) -> dict[str, TileConfig]:
+                   packed: bool = False, unequal: bool = False) -> dict[str, TileConfig]:
     if (busy_dkdv or packed) and not interpreting and 64 < block_d <= 128:
         plain = _fixed_configs(block_d, False, short)
         return {**plain, "dkdv": _BUSY_DKDV, "dkdv_tma": _BUSY_DKDV if busy_dkdv else plain["dkdv_tma"]}
@@ -110,8 +113,9 @@ def _fixed_configs(block_d: int, interpreting: bool, short: bool = False, busy_d
                 "dkdv": TileConfig(64, 128, 8, 3), "dkdv_tma": TileConfig(64, 64, 4, 2),
                 "dq": TileConfig(128, 32, 8, 3), "dq_tma": TileConfig(128, 64, 8, 3)}
     if block_d <= 256:
+        dkdv = TileConfig(32, 64, 8, 2) if unequal else TileConfig(64, 64, 8, 2)
         return {"fwd": TileConfig(128, 64, 8, 2), "fwd_tma": TileConfig(128, 64, 8, 2),
-                "dkdv": TileConfig(64, 64, 8, 2), "dkdv_tma": TileConfig(64, 64, 8, 2),
+                "dkdv": dkdv, "dkdv_tma": dkdv,
                 "dq": TileConfig(128, 32, 8, 3), "dq_tma": TileConfig(128, 32, 8, 3)}
     return dict(_WIDE_FIXED)
 
@@ -212,20 +216,22 @@ def _space(kind: str) -> list[TileConfig]:
 
 # Heads wider than 256 (Gemma 4's 512, `head.py`). An fp32 accumulator of 512 columns takes 128
 # registers a thread of 8 warps at 64 rows, so the tiles are small: the forward on 64 query rows,
-# 8 warps (its two warpgroups split the accumulator's columns), keys streamed 32 at a time; the
-# dQ pass, which also holds Q's and dO's rows and two score tiles, on 32 query rows; the dK/dV
-# pass, which holds two accumulators (dK, dV) and K, V, on 32 keys streaming 16 query rows, one
-# stage deep. The fixed ones (`_WIDE_FIXED`) compiled for sm_90 (Triton 3.6, bf16, causal,
-# through descriptors) without spills: 245, 254 and 242 registers; the next larger of each
-# spilled (the dK/dV pass at 32 query rows or two stages: 128-880 B, the dQ pass at 64 rows:
-# 264-2412 B, or past the shared memory at two stages). Which is fastest is for a GPU to measure.
+# 8 warps (its two warpgroups split the accumulator's columns), keys streamed 32 at a time (16
+# through pointers); the dQ pass, which also holds Q's and dO's rows and two score tiles, on 32
+# query rows; the dK/dV pass, which holds two accumulators (dK, dV) and K, V, on 32 keys
+# streaming 16 query rows, one stage deep. The fixed ones (`_WIDE_FIXED`) compiled for sm_90
+# (Triton 3.6, bf16, causal or not, softcap) without spills through descriptors: 239-255
+# registers; through pointers the dK/dV pass spills 16 B, and packed sequences' forward 20 B. The
+# next larger of each spilled (the dK/dV pass at 32 query rows or two stages: 128-880 B; the dQ
+# pass at 64 rows: 264-2412 B, or past the shared memory at two stages; the forward through
+# pointers at 32 keys: 28 B). Which is fastest is for a GPU to measure.
 _WIDE_SPACES = {
     "fwd": [TileConfig(64, 16, 8, 2), TileConfig(64, 32, 8, 1), TileConfig(64, 32, 8, 2), TileConfig(64, 64, 8, 1)],
     "dkdv": [TileConfig(m, 32, 8, s) for m in (16, 32) for s in (1, 2)],
     "dq": [TileConfig(32, 16, 8, 2), TileConfig(32, 32, 8, 1), TileConfig(32, 32, 8, 2), TileConfig(64, 16, 8, 2)],
 }
 _WIDE_CONFIGS = {kind: [c.triton_config() for c in space] for kind, space in _WIDE_SPACES.items()}
-_WIDE_FIXED = {"fwd": TileConfig(64, 32, 8, 2), "fwd_tma": TileConfig(64, 32, 8, 2),
+_WIDE_FIXED = {"fwd": TileConfig(64, 16, 8, 2), "fwd_tma": TileConfig(64, 32, 8, 2),
                "dkdv": TileConfig(16, 32, 8, 1), "dkdv_tma": TileConfig(16, 32, 8, 1),
                "dq": TileConfig(32, 32, 8, 2), "dq_tma": TileConfig(32, 32, 8, 2)}
 
