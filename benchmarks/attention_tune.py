@@ -58,13 +58,13 @@ KINDS = ("fwd", "dkdv", "dq")  # the passes the config sweep covers (--kinds)
 
 
 def tasks_for(D):
-    block_d = A._block_d(D)
     prunes = {"fwd": A._prune_fwd, "dkdv": A._prune_dkdv, "dq": A._prune_dq}
+    flags = dict(HEAD=A.head_tiles(D, D), SCORE=A.score_of(True, -1, -1, 0.0, 1, 1))
     out = []
     for kind, prune in prunes.items():
         if kind not in KINDS:
             continue
-        for c in prune([c.triton_config() for c in A.autotune_configs(kind)], {}, BLOCK_D=block_d):
+        for c in prune([c.triton_config() for c in A.autotune_configs(kind)], {}, **flags):
             out.append((kind, A.TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)))
     return out
 
@@ -333,7 +333,8 @@ def tma_candidates(D, layout):
     block_d = A._block_d(D)
     with record_launches(execute=False):  # the GPU's configs, also on a CPU dry run
         fixed = A.fixed_configs(block_d)
-        kept = A._prune_fwd(A._attn_fwd_tuned.configs, {}, BLOCK_D=block_d, USE_TMA=True)
+        kept = A._prune_fwd(A._attn_fwd_tuned.configs, {}, HEAD=A.head_tiles(D, D), USE_TMA=True,
+                            SCORE=A.score_of(True, -1, -1, 0.0, 1, 1))
     tma = [A.TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in kept]
     if layout == "packed":  # a layout check: the fixed configs only
         return [("pointer", fixed["fwd"]), ("tma", fixed["fwd_tma"])]

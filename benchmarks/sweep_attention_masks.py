@@ -69,8 +69,9 @@ def candidates(case: str, kind: str) -> list[A.TileConfig]:
     """The configs the autotuner would try for this case's pass (its pruner, its flags)."""
     prune = {"fwd": A._prune_fwd, "dkdv": A._prune_dkdv, "dq": A._prune_dq}[kind]
     named = {"CU_Q": object() if case == "varlen" else None, "Nq": N_WINDOW, "Nk": N_WINDOW}
-    flags = dict(BLOCK_D=128, USE_TMA=True, SOFTCAP=0.0, CAUSAL=True,
-                 WINDOW_LEFT=WINDOW if case == "window" else -1, WINDOW_RIGHT=0 if case == "window" else -1)
+    flags = dict(HEAD=A.head_tiles(128, 128), USE_TMA=True,
+                 SCORE=A.score_of(True, WINDOW if case == "window" else -1, 0 if case == "window" else -1, 0.0,
+                                  N_WINDOW, N_WINDOW))
     kept = prune([c.triton_config() for c in A.autotune_configs(kind)], named, **flags)
     return [A.TileConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in kept]
 
