@@ -60,7 +60,8 @@ def test_dense(D, Dv, Nq, Nk, options, device):
     assert out.shape == (2, 4, Nq, Dv) and out.dtype == q.dtype
 
 
-# (D, Dv, options, why); packed sequences of queries and keys of different lengths, one without queries
+# (D, Dv, options, why); packed sequences of queries and keys of different lengths, one without
+# queries, one without keys
 VARLEN = [
     (512, 512, dict(causal=True), "D=512"),
     (192, 128, dict(causal=True, window=(7, 0)), "MLA's head dims, a sliding window"),
@@ -70,9 +71,9 @@ VARLEN = [
 
 @pytest.mark.parametrize("D,Dv,options", [pytest.param(*case[:-1], id=case[-1]) for case in VARLEN])
 def test_varlen(D, Dv, options, device):
-    lens_q, lens_k = [13, 0, 30], [20, 6, 25]
-    cq = torch.tensor([0, 13, 13, 43], dtype=torch.int32, device=device)
-    ck = torch.tensor([0, 20, 26, 51], dtype=torch.int32, device=device)
+    lens_q, lens_k = [13, 0, 30, 5], [20, 6, 25, 0]
+    cq = torch.tensor([0, 13, 13, 43, 48], dtype=torch.int32, device=device)
+    ck = torch.tensor([0, 20, 26, 51, 51], dtype=torch.int32, device=device)
     q = torch.randn(sum(lens_q), 4, D, dtype=torch.float16, device=device)
     k = torch.randn(sum(lens_k), 2, D, dtype=torch.float16, device=device)
     v = torch.randn(sum(lens_k), 2, Dv, dtype=torch.float16, device=device)

@@ -67,8 +67,8 @@ def attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                                softcap: float | None = None, causal_alignment: str = "top_left",
                                alibi_slopes: torch.Tensor | None = None, sinks: torch.Tensor | None = None,
                                return_lse: bool = False):
-    """`attention_reference` of each packed sequence on its own: q (Tq, H, D), k and v
-    (Tk, Hkv, D), alibi_slopes (H,) or (sequences, H); returns o (Tq, H, D) and, with
+    """`attention_reference` of each packed sequence on its own: q (Tq, H, D), k (Tk, Hkv, D),
+    v (Tk, Hkv, Dv), alibi_slopes (H,) or (sequences, H); returns o (Tq, H, Dv) and, with
     return_lse, lse (H, Tq)."""
     outs, lses = [], []
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
@@ -79,7 +79,7 @@ def attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         vs = v[ck[s]:ck[s + 1]].transpose(0, 1)[None]
         slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[s:s + 1]
         if ks.shape[2] == 0:  # no keys: every row sees none (but its sink)
-            out = torch.zeros(qs.shape, dtype=dtype, device=q.device)
+            out = torch.zeros((*qs.shape[:3], v.shape[-1]), dtype=dtype, device=q.device)
             if sinks is None:
                 lse = torch.full(qs.shape[:3], float("-inf"), dtype=dtype, device=q.device)
             else:
@@ -90,6 +90,6 @@ def attention_varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                                            return_lse=True)
         outs.append(out[0].transpose(0, 1))
         lses.append(lse[0])
-    out = torch.cat(outs, 0) if outs else q.new_zeros(q.shape, dtype=dtype)
+    out = torch.cat(outs, 0) if outs else q.new_zeros((*q.shape[:-1], v.shape[-1]), dtype=dtype)
     lse = torch.cat(lses, 1) if lses else q.new_zeros((q.shape[1], 0), dtype=out.dtype)
     return (out, lse) if return_lse else out
