@@ -49,17 +49,7 @@ KNOWN_CYCLES: list[set[str]] = []
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 MAX_FILE_LINES = 600
 MAX_KERNEL_PARAMETERS = 25
-KNOWN_LONG_KERNELS = {
-    # The Gluon attention kernels: @aggregate bundles replace their argument lists.
-    "ops/attention/gluon/attention_fwd/kernel.py": {"_produce_tile", "_producer", "_consumer_block",
-                                                    "_consumer_tile", "_consume_tile", "_consumer",
-                                                    "_attn_fwd_kernel"},
-    "ops/attention/gluon/attention_bwd/dkdv.py": {"_dkdv_loads", "_dkdv_producer", "_dkdv_keys", "_dkdv_consumer",
-                                                  "_dkdv_kernel"},
-    "ops/attention/gluon/attention_bwd/dq.py": {"_dq_producer", "_dq_rows", "_dq_consumer", "_dq_kernel"},
-    # cross_entropy's owner
-    "ops/cross_entropy/kernel.py": {"_cross_entropy_kernel"},
-}
+KNOWN_LONG_KERNELS: dict[str, set[str]] = {}
 
 
 def _module_name(path: Path) -> str:

@@ -278,6 +278,33 @@ def ast_source(kernel: Any, signature: dict, constexprs: dict, attrs: dict) -> A
     return ASTSource(kernel, signature, constexprs, attrs)
 
 
+def frontend(launch: Launch, arch: int = 90) -> str:
+    """Run a recorded launch through what Triton does before any GPU code exists: the binder
+    that specialises its arguments, the key of the compiled kernel (Triton's dependency finder
+    reads every function it calls) and the lowering of its Python to TTIR, for sm_`arch`.
+    Returns the TTIR. Seconds where a full compile takes tens, so the tests can run it for every
+    kernel of every op: the interpreter runs what this stage refuses (module globals that are
+    not constexprs, nested tuple targets, parameter names Triton's binder reserves)."""
+    from triton._C.libtriton import ir
+
+    resolved = _resolve(launch)
+    _, _, options, signature, constexprs, attrs = _specialise(resolved, launch.args, arch)
+    target, backend = _backend(arch)
+    jit = resolved.jit
+    src = ast_source(jit, signature, constexprs, attrs)
+    modules = (*GLUON_MODULES, jit.fn.__module__) if is_gluon(jit) else ("triton.language", "tritonkit",
+                                                                          jit.fn.__module__)
+    with _jit_functions_visible(modules):
+        src.hash()
+        options = backend.parse_options(options.__dict__)
+        context = ir.context()
+        ir.load_dialects(context)
+        backend.load_dialects(context)
+        module = src.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
+                             context)
+    return str(module)
+
+
 _compiled_cache: dict[tuple, _Compiled] = {}
 
 

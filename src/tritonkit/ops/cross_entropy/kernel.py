@@ -89,12 +89,10 @@ def _cross_entropy_kernel(
     # if every target is a class index or ignore_index)
     logits_ptr, grad_ptr, target_ptr, loss_ptr, lse_ptr, count_ptr, upstream_ptr, tickets_ptr, reduced_ptr,
     ok_ptr,
-    # shape
-    n_rows, n_cols,
-    # strides in elements (upstream_stride 0: one scalar for every row)
-    l_row, l_col, g_row, g_col, t_stride, upstream_stride,
-    # options
-    ignore_index, smoothing, softcap,
+    # shape: (n_rows, n_cols); strides in elements: (l_row, l_col, g_row, g_col, t_stride,
+    # upstream_stride), upstream_stride 0 for one scalar for every row; loss_options: (ignore_index,
+    # smoothing, softcap)
+    shape, strides, loss_options,
     # meta: COMPUTE_LSE: pass 1 over the row (else lse is read from lse_ptr); STORE_LSE;
     # WRITE_LOSS; WRITE_GRAD: pass 2 over the row; MEAN: gradient / count; FINISH: the last
     # program counts, checks and (REDUCE: 0 none, 1 sum, 2 mean) reduces
@@ -105,6 +103,9 @@ def _cross_entropy_kernel(
     # One program a row. Pass 1 walks the row in BLOCK columns keeping the running max m and
     # sum s of exp(z - m) (rescaled by exp(m_old - m_new) when the max grows); pass 2 walks it
     # again (from L2, where pass 1 just left it) and writes the gradient, in place if asked.
+    n_rows, n_cols = shape
+    l_row, l_col, g_row, g_col, t_stride, upstream_stride = strides
+    ignore_index, smoothing, softcap = loss_options
     row, x_row, target, valid = _row_target(logits_ptr, target_ptr, l_row, t_stride, ignore_index, n_cols)
     cols = tl.arange(0, BLOCK)
     if COMPUTE_LSE:
@@ -230,10 +231,10 @@ def launch_rows(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, l
         dummy if upstream is None else upstream, dummy if finish is None else finish.tickets,
         dummy if finish is None or finish.reduced is None else finish.reduced,
         dummy if finish is None else finish.ok,
-        n_rows, n_cols, logits.stride(0), logits.stride(1),
-        *(grad.stride() if grad is not None else (0, 0)), target.stride(0),
-        upstream.stride(0) if upstream is not None and upstream.dim() else 0,
-        ignore_index, float(label_smoothing), float(softcap or 1.0),
+        (n_rows, n_cols),
+        (logits.stride(0), logits.stride(1), *(grad.stride() if grad is not None else (0, 0)), target.stride(0),
+         upstream.stride(0) if upstream is not None and upstream.dim() else 0),
+        (ignore_index, float(label_smoothing), float(softcap or 1.0)),
     ), dict(BLOCK=block, COMPUTE_LSE=compute_lse, STORE_LSE=compute_lse and lse is not None,
             WRITE_LOSS=loss is not None, WRITE_GRAD=grad is not None, MEAN=count is not None,
             UPSTREAM=upstream is not None, SMOOTH=label_smoothing != 0.0, SOFTCAP=softcap is not None,
