@@ -153,6 +153,13 @@ CASES = {
         dict(hidden=NOT_A_TENSOR, weight=NOT_A_TENSOR, teacher_hidden=NOT_A_TENSOR, teacher_weight=NOT_A_TENSOR,
              target=NOT_A_TENSOR, kind=1, beta="0.5", temperature="1", bias=NOT_A_TENSOR,
              teacher_bias=NOT_A_TENSOR, ignore_index=-1.5, reduction=0, chunk_tokens=2.0)),
+    "moe_experts": (
+        tritonkit.moe_experts,
+        lambda: dict(hidden=_t(3, 8), expert_indices=torch.tensor([[0, 1], [1, 0], [0, 0]]),
+                     routing_weights=_t(3, 2), gate_up_weight=_t(2, 8, 8), down_weight=_t(2, 8, 4)),
+        dict(hidden=NOT_A_TENSOR, expert_indices=NOT_A_TENSOR, routing_weights=NOT_A_TENSOR,
+             gate_up_weight=NOT_A_TENSOR, down_weight=NOT_A_TENSOR, gate_up_bias=NOT_A_TENSOR,
+             down_bias=NOT_A_TENSOR, activation=1, interleaved="no", alpha="1.7", limit="7")),
     "attention": (tritonkit.attention, _qkv,
                   dict(q=NOT_A_TENSOR, k=NOT_A_TENSOR, v=NOT_A_TENSOR, causal="no", scale="0.5",
                        window=(1.5, 0), softcap="30", causal_alignment=1, alibi_slopes=NOT_A_TENSOR,

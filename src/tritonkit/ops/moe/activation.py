@@ -25,6 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..._checks import check_choice
 from ..gated import GELU_ERF, GELU_TANH, SILU, _activation, _activation_and_slope
 
 GPT_OSS = 3
@@ -32,9 +33,7 @@ ACTIVATIONS = {"silu": SILU, "gelu_tanh": GELU_TANH, "gelu": GELU_ERF, "gpt_oss"
 
 
 def activation_code(activation: object) -> int:
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
-    return ACTIVATIONS[activation]
+    return ACTIVATIONS[check_choice("activation", activation, tuple(ACTIVATIONS))]
 
 
 @triton.jit

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..._checks import check_tensor, dtype_name, is_finite
+from ..._checks import check_float, check_tensor, dtype_name, is_finite
 from .activation import activation_code
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -70,8 +70,8 @@ def check_args(hidden, expert_indices, routing_weights, gate_up_weight, down_wei
         _shape("down_bias", down_bias, (experts, hidden_size), "experts, hidden")
     activation_code(activation)
     for name, value in (("alpha", alpha), ("limit", limit)):
-        if not isinstance(value, (int, float, torch.SymInt, torch.SymFloat)) or isinstance(value, bool) \
-                or not is_finite(value):
+        check_float(name, value)
+        if not is_finite(value):
             raise ValueError(f"{name} must be a finite number, got {value!r}")
     if limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit!r}")
