@@ -114,10 +114,9 @@ def calls(monkeypatch):
         yield seen
 
 
-def _model(family: str):
+def _model(family: str, implementations=dict(attn_implementation="eager", experts_implementation="eager")):
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(_configs()[family](), attn_implementation="eager",
-                                                          experts_implementation="eager")
+    model = transformers.AutoModelForCausalLM.from_config(_configs()[family](), **implementations)
     return model.to(DEVICE, torch.float16)
 
 
@@ -196,3 +195,23 @@ def test_generation_matches_unpatched(family, kind, calls):
     ours = _generate(model, cache(model), ids, mask)
     assert calls and all(call in CALLS[family] for call in calls), calls
     assert torch.equal(ours, theirs), (ours, theirs)
+
+
+@pytest.mark.parametrize("family", ["gpt_oss", "deepseek_v3", "gemma4"])
+def test_patch_classes(family, calls):
+    # Models built after patch_classes come up patched (attention and experts "tritonkit" by
+    # default, the family's norms, rotary, MLP and loss), and unpatch_classes restores the classes.
+    ids = torch.randint(3, 64, (2, 10), device=DEVICE)
+    base = _model(family).eval()
+    with torch.no_grad():
+        ref, theirs = copy.deepcopy(base).double()(input_ids=ids).logits, base(input_ids=ids).logits
+    report = tkt.patch_classes(family)
+    assert set(report.replaced) == REPLACED[family], report
+    built = _model(family, {}).eval()  # no implementation asked for: the family's default
+    assert built.config._attn_implementation == "tritonkit" and built.config._experts_implementation == "tritonkit"
+    with torch.no_grad():
+        ours = built(input_ids=ids).logits
+    assert calls
+    assert_close_to_reference(ours, ref, theirs, what="logits")
+    tkt.unpatch_classes(family)
+    assert _model(family, {}).config._attn_implementation != "tritonkit"

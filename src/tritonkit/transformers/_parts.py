@@ -167,7 +167,8 @@ def make_causal_lm_forward(original, final_softcap_attr: str | None, aux_loss=No
         if router:
             aux = aux_loss(outputs.router_logits, self.num_experts, self.num_experts_per_tok, attention_mask)
             loss = loss + self.router_aux_loss_coef * aux.to(loss.device)
-            return MoeCausalLMOutputWithPast(loss=loss, aux_loss=aux, logits=None, past_key_values=outputs.past_key_values,
+            return MoeCausalLMOutputWithPast(loss=loss, aux_loss=aux, logits=None,
+                                             past_key_values=outputs.past_key_values,
                                              hidden_states=outputs.hidden_states, attentions=outputs.attentions,
                                              router_logits=outputs.router_logits)
         return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values,

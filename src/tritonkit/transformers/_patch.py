@@ -8,14 +8,12 @@ from dataclasses import dataclass, field
 import torch
 
 from . import _attention, _experts, _parts, _projections, _residual, _rope
-from ._families import EXPERTS_FAMILIES, FAMILIES, Family, family_of, why_no_layer
+from ._families import Family, family_of, why_no_layer
 from ._instance import set_forward
 
 logger = logging.getLogger("tritonkit.transformers")
 
 PARTS = ("attention", "norms", "rope", "mlp", "loss")
-__all__ = ["EXPERTS_FAMILIES", "FAMILIES", "PARTS", "PatchReport", "family_of", "patch", "patch_classes",
-           "unpatch_classes"]
 
 
 @dataclass
