@@ -1,4 +1,4 @@
-"""`tritonkit bench train`: a Hugging Face Llama training step, end to end, per provider.
+"""`tritonkit bench train`: a Hugging Face training step, end to end, per provider.
 
 A step is forward with labels, backward and a fused AdamW update of bf16 weights (with
 `--autocast`: of float32 weights, each forward inside a bf16 autocast region, as transformers'
@@ -17,6 +17,7 @@ tokens/s and peak memory.
     tritonkit bench train --config A --json train.json --plot train.png
     tritonkit bench train --compare 50         # loss curves, HF eager vs tritonkit, largest gap
     tritonkit bench train --config A --autocast   # float32 weights, bf16 autocast
+    tritonkit bench train --config qwen3-moe --config gpt-oss   # reduced mixtures of experts
     tritonkit bench train                      # without a GPU: the tiny config, eager providers only
 
 Random weights from a config and synthetic tokens (a random first-order Markov chain, so the
@@ -41,6 +42,15 @@ CONFIGS = {
     "A": dict(layers=8, hidden=2048, intermediate=8192, heads=16, kv_heads=8, vocab=128256, batch=4, seq=2048),
     "B": dict(layers=8, hidden=2048, intermediate=8192, heads=16, kv_heads=8, vocab=128256, batch=1, seq=8192),
     "tiny": dict(layers=2, hidden=64, intermediate=128, heads=4, kv_heads=2, vocab=1000, batch=2, seq=32),
+    # Qwen3-30B-A3B's widths, 4 of its 48 layers: 128 experts, top-8, expert width 768, 8,192 tokens.
+    "qwen3-moe": dict(family="qwen3_moe", layers=4, hidden=2048, intermediate=6144, heads=32, kv_heads=4,
+                      head_dim=128, experts=128, top_k=8, expert_width=768, vocab=151936, batch=1, seq=8192),
+    # gpt-oss-20b's widths, 4 of its 24 layers (sliding and full alternating, window 128, sinks):
+    # 32 experts, top-4, width 2880. Its HF peer is eager attention (transformers has no SDPA path
+    # for the sinks), whose (heads x tokens x tokens) scores bound the batch.
+    "gpt-oss": dict(family="gpt_oss", layers=4, hidden=2880, intermediate=2880, heads=64, kv_heads=8, head_dim=64,
+                    experts=32, top_k=4, expert_width=2880, window=128, vocab=201088, batch=2, seq=2048,
+                    attn="eager"),
 }
 PROVIDERS = ("hf eager", "hf compile", "liger", "tritonkit", "tritonkit compile")
 SUCCESSORS = 4  # each token has this many possible next tokens: the loss floor is log(4)
@@ -77,6 +87,48 @@ def llama(config: dict, device: torch.device, dtype: torch.dtype, seed: int = 0,
     return model.train()
 
 
+def _family_config(config: dict):
+    """The transformers config of a CONFIGS entry of a family other than Llama."""
+    from transformers import GptOssConfig, Qwen3MoeConfig
+
+    common = dict(vocab_size=config["vocab"], hidden_size=config["hidden"], num_hidden_layers=config["layers"],
+                  num_attention_heads=config["heads"], num_key_value_heads=config["kv_heads"],
+                  head_dim=config["head_dim"], num_experts_per_tok=config["top_k"],
+                  max_position_embeddings=max(config["seq"], 4096), tie_word_embeddings=False)
+    if config["family"] == "qwen3_moe":
+        return Qwen3MoeConfig(**common, intermediate_size=config["intermediate"], num_experts=config["experts"],
+                              moe_intermediate_size=config["expert_width"], norm_topk_prob=True)
+    return GptOssConfig(**common, intermediate_size=config["expert_width"], num_local_experts=config["experts"],
+                        sliding_window=config["window"])
+
+
+def model(config: dict, device: torch.device, dtype: torch.dtype, seed: int = 0):
+    """The causal LM of a CONFIGS entry (Llama unless it names a family), random weights, on device in dtype."""
+    if config.get("family", "llama") == "llama":
+        return llama(config, device, dtype, seed, config.get("attn", "sdpa"))
+    from transformers import AutoModelForCausalLM
+
+    cfg = _family_config(config)
+    torch.manual_seed(seed)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            built = AutoModelForCausalLM.from_config(cfg, attn_implementation=config.get("attn", "sdpa"))
+    finally:
+        torch.set_default_dtype(previous)
+    return built.train()
+
+
+def describe_config(c: dict) -> str:
+    words = f"{c['layers']} layers, hidden {c['hidden']}, "
+    if "experts" in c:
+        words += f"{c['experts']} experts top-{c['top_k']} of width {c['expert_width']}, "
+    else:
+        words += f"intermediate {c['intermediate']}, "
+    return words + f"{c['heads']}/{c['kv_heads']} heads, vocab {c['vocab']}, batch {c['batch']} x {c['seq']}"
+
+
 def markov_batches(config: dict, device: torch.device, count: int, seed: int = 0) -> list[torch.Tensor]:
     """`count` (batch, seq) token batches from a first-order Markov chain drawn once from `seed`."""
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -95,6 +147,8 @@ def markov_batches(config: dict, device: torch.device, count: int, seed: int = 0
 
 def prepare(provider: str, model):
     """The model to step for `provider` (patched and/or compiled), or raise RuntimeError if unavailable."""
+    if provider == "liger" and model.config.model_type != "llama":
+        raise RuntimeError(f"liger: this runner applies Liger's Llama patch only, not to {model.config.model_type}")
     if provider == "liger":
         try:
             from liger_kernel.transformers import apply_liger_kernel_to_llama
@@ -148,19 +202,19 @@ def measure(config_name: str, provider: str, device: torch.device, warmup: int, 
     cuda = device.type == "cuda"
     failed = lambda note: TrainResult(config_name, provider, None, None, None, None, note, autocast)  # noqa: E731
     try:
-        model = prepare(provider, llama(config, device, weights_dtype(device, autocast)))
+        built = prepare(provider, model(config, device, weights_dtype(device, autocast)))
         batches = markov_batches(config, device, 4)
-        opt, _ = train_steps(model, batches, warmup, device, autocast=autocast)
+        opt, _ = train_steps(built, batches, warmup, device, autocast=autocast)
         del opt
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        opt, loss = train_steps(model, batches, steps, device, autocast=autocast)
+        opt, loss = train_steps(built, batches, steps, device, autocast=autocast)
         loss = float(loss.detach())  # waits for the last step
         elapsed = time.perf_counter() - start
         peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
-        del model, opt
+        del built, opt
         return TrainResult(config_name, provider, steps * tokens / elapsed, 1e3 * elapsed / steps, peak, loss,
                            autocast=autocast)
     except torch.OutOfMemoryError:
@@ -178,9 +232,7 @@ def table(results: list[TrainResult]) -> str:
         c = CONFIGS[config]
         peers = [r for r in rows if not r.provider.startswith("tritonkit") and r.tokens_per_s]
         best = max(peers, key=lambda r: r.tokens_per_s, default=None)
-        lines.append(f"config {config}: {c['layers']} layers, hidden {c['hidden']}, intermediate "
-                     f"{c['intermediate']}, {c['heads']}/{c['kv_heads']} heads, vocab {c['vocab']}, "
-                     f"batch {c['batch']} x {c['seq']}"
+        lines.append(f"config {config}: {describe_config(c)}"
                      + ("; float32 weights, bf16 autocast" if rows[0].autocast else "")
                      + (f"; ratio against the best peer ({best.provider})" if best else ""))
         lines.append(f"{'provider':<20}{'tokens/s':>12}{'step ms':>10}{'peak GiB':>10}{'loss':>9}{'ratio':>8}")
@@ -223,11 +275,11 @@ def compare(config_name: str, device: torch.device, steps: int, autocast: bool =
         for provider in ("hf eager", "tritonkit"):
             losses = []
             with progress.step(f"{steps} steps of {provider}"):
-                model = prepare(provider, llama(config, device, weights_dtype(device, autocast)))
-                opt, _ = train_steps(model, batches, steps, device,
+                built = prepare(provider, model(config, device, weights_dtype(device, autocast)))
+                opt, _ = train_steps(built, batches, steps, device,
                                      on_step=lambda i, loss: losses.append(loss.detach()), autocast=autocast)
             curves[provider] = [float(x) for x in losses]
-            del model, opt
+            del built, opt
             _cleanup()
     gaps = [abs(a - b) for a, b in zip(curves["hf eager"], curves["tritonkit"])]
     print(f"{'step':>5}{'hf eager':>12}{'tritonkit':>12}{'gap':>10}")
@@ -244,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tritonkit bench train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", action="append", choices=sorted(CONFIGS),
-                        help="A, B or tiny (repeatable); default A and B on a GPU, tiny without one")
+                        help="A, B, qwen3-moe, gpt-oss or tiny (repeatable); default A and B on a GPU, tiny "
+                             "without one")
     parser.add_argument("--provider", action="append", choices=PROVIDERS, help="repeatable; default all")
     parser.add_argument("--steps", type=int, help="timed steps (default 10 on a GPU, 2 without)")
     parser.add_argument("--warmup", type=int, help="untimed steps first (default 3 on a GPU, 1 without)")
@@ -267,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tritonkit bench train: {_runtime.describe()}")
     configs = args.config or (["A", "B"] if on_gpu else ["tiny"])
     if not on_gpu and any(c != "tiny" for c in configs):
-        print("configs A and B need a GPU; without one, use --config tiny")
+        print("configs other than tiny need a GPU; without one, use --config tiny")
         return 2
     if args.compare:
         compare(configs[0], device, args.compare, args.autocast)

@@ -19,7 +19,8 @@ from __future__ import annotations
 from ._attention import AttentionFallbackWarning, register, tritonkit_attention_forward
 from ._experts import register as register_experts
 from ._masks import tritonkit_mask
-from ._patch import EXPERTS_FAMILIES, FAMILIES, PARTS, PatchReport, family_of, patch, patch_classes, unpatch_classes
+from ._families import EXPERTS_FAMILIES, FAMILIES, family_of
+from ._patch import PARTS, PatchReport, patch, patch_classes, unpatch_classes
 
 register()
 register_experts()

@@ -1,6 +1,6 @@
 """The routed experts of transformers' mixture-of-experts families through tritonkit.moe_experts.
 
-transformers 5.17 computes the experts of Qwen3-MoE, Mixtral, gpt-oss and DeepSeek-V3 (every
+transformers 5.17 computes the experts of Qwen3-MoE, Mixtral, gpt-oss, DeepSeek-V3 and Gemma 4 (every
 experts class decorated with `use_experts_implementation`) through its experts interface: the
 experts module's forward calls the function registered under the model's
 `experts_implementation`. Importing tritonkit.transformers registers "tritonkit" there, so
@@ -9,7 +9,7 @@ experts module's forward calls the function registered under the model's
     model.set_experts_implementation("tritonkit")
 
 route the experts through `tritonkit.moe_experts` (and `patch` does the second for the
-families in `_patch.EXPERTS_FAMILIES`). The function reads the module as transformers' own
+families in `_families.EXPERTS_FAMILIES`). The function reads the module as transformers' own
 implementations do: gate_up_proj (E, 2I, H) and down_proj (E, H, I), or both transposed
 (`is_transposed`, gpt-oss), passed as transposed views; the biases where `has_bias`; the
 activation from the config's `hidden_act` for transformers' default gate (act(gate) * up of

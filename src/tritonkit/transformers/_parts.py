@@ -1,4 +1,4 @@
-"""The replacement forwards: RMSNorm, gated MLP, rotary application, and the causal-LM loss.
+"""The replacement forwards: RMSNorm, gated MLP, and the causal-LM loss (rotary: _rope.py).
 
 Each is a plain function of the module (bound to one instance by `patch`, or set on the class by
 `patch_classes`) that computes what transformers' own forward computes, through tritonkit's ops.
@@ -49,13 +49,15 @@ def gated_linear_op(config):
 
 # ---------------------------------------------------------------- RMSNorm
 
-def make_rms_norm_forward(original, weight_offset: float):
-    """RMSNorm through tritonkit.rms_norm: x / rms(x) * (weight_offset + w).
+def make_rms_norm_forward(original, weight_offset: float, in_float32: bool = False):
+    """RMSNorm through tritonkit.rms_norm: x / rms(x) * (weight_offset + w), or x / rms(x) for a
+    norm without a weight (Gemma 4's `with_scale=False`).
 
-    weight_offset 0 is Llama's form (Llama, Mistral, Qwen2/3, Phi-3), 1 is Gemma's (1 + w), which
-    transformers computes in float32 and casts once, as tritonkit does. A weight whose dtype
-    differs from the input's (transformers then returns the promoted dtype) takes the original.
-    An input whose norm the previous decoder layer computed with its residual add
+    weight_offset 0 is Llama's form, 1 is Gemma 2/3's (1 + w). in_float32: the family multiplies
+    by the weight in float32 and casts once (gpt-oss, OLMo 2/3, Gemma), as tritonkit does, and
+    returns x's dtype whatever the weight's; otherwise (Llama's form: cast, then multiply in the
+    weight's dtype, which promotes) a weight whose dtype differs from the input's takes the
+    original. An input whose norm the previous decoder layer computed with its residual add
     (`_residual.add_ahead`) returns that result.
     """
     @functools.wraps(original)
@@ -63,9 +65,10 @@ def make_rms_norm_forward(original, weight_offset: float):
         ahead = _ahead.take(self, hidden_states)
         if ahead is not None:
             return ahead
-        if hidden_states.dtype != self.weight.dtype:
+        weight = getattr(self, "weight", None)
+        if weight is not None and hidden_states.dtype != weight.dtype and not in_float32:
             return original(self, hidden_states)
-        return tritonkit.rms_norm(hidden_states, self.weight, _residual.eps_of(self), weight_offset=weight_offset)
+        return tritonkit.rms_norm(hidden_states, weight, _residual.eps_of(self), weight_offset=weight_offset)
     forward._tritonkit_original = original
     setattr(forward, _residual.OFFSET, weight_offset)
     return forward
@@ -109,29 +112,9 @@ def make_mlp_forward(original, gated, packed: bool, tail=None):
     return forward
 
 
-# ---------------------------------------------------------------- rotary application
-
-_ROPE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def make_rope(original):
-    """transformers' `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)` through tritonkit.rope."""
-    @functools.wraps(original)
-    def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
-        unsqueeze_dim = args[0] if args else kwargs.get("unsqueeze_dim", 1)
-        if unsqueeze_dim != 1 or len(args) > 1 or set(kwargs) - {"unsqueeze_dim"} \
-                or any(t.dtype not in _ROPE_DTYPES for t in (q, k, cos, sin)) or q.dtype != k.dtype:
-            # Family-wide: another model of the family (float64, say; or q and k of two dtypes,
-            # which tritonkit.rope does not take) keeps transformers' function.
-            return original(q, k, cos, sin, *args, **kwargs)
-        return tritonkit.rope(q, k, cos.unsqueeze(1), sin.unsqueeze(1))
-    apply_rotary_pos_emb._tritonkit_original = original
-    return apply_rotary_pos_emb
-
-
 # ---------------------------------------------------------------- causal-LM loss
 
-def make_causal_lm_forward(original, final_softcap_attr: str | None):
+def make_causal_lm_forward(original, final_softcap_attr: str | None, aux_loss=None):
     """The CausalLM forward: with labels and gradients on, hidden states -> linear_cross_entropy.
 
     The (tokens x vocabulary) logits are never built: the output's `logits` is None, and no KV
@@ -139,8 +122,13 @@ def make_causal_lm_forward(original, final_softcap_attr: str | None):
     labels, or under no_grad (evaluation, where the logits are often wanted and cost no saved
     activations), the original forward runs unchanged. `num_items_in_batch` (transformers'
     gradient-accumulation count) turns the mean into sum / num_items_in_batch, as transformers does.
+
+    aux_loss: the family's `load_balancing_loss_func` (mixture-of-experts families whose causal LM
+    adds it): with `output_router_logits` (the argument, else the config's) the router's logits
+    are recorded and router_aux_loss_coef * aux_loss is added to the loss, as transformers does;
+    the output is then a MoeCausalLMOutputWithPast.
     """
-    from transformers.modeling_outputs import CausalLMOutputWithPast
+    from transformers.modeling_outputs import CausalLMOutputWithPast, MoeCausalLMOutputWithPast
     from transformers.utils import can_return_tuple
 
     @can_return_tuple
@@ -156,6 +144,11 @@ def make_causal_lm_forward(original, final_softcap_attr: str | None):
             # DynamicCache and copy every layer's keys and values into it (two cats a layer), kept
             # alive with the output. An explicit use_cache=True still gets one.
             use_cache = False
+        router = None
+        if aux_loss is not None:
+            router = kwargs.pop("output_router_logits", None)
+            router = self.config.output_router_logits if router is None else router
+            kwargs["output_router_logits"] = router
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache,
                              **kwargs)
@@ -171,6 +164,13 @@ def make_causal_lm_forward(original, final_softcap_attr: str | None):
             reduction="mean" if num_items is None else "sum", softcap=softcap)
         if num_items is not None:
             loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
+        if router:
+            aux = aux_loss(outputs.router_logits, self.num_experts, self.num_experts_per_tok, attention_mask)
+            loss = loss + self.router_aux_loss_coef * aux.to(loss.device)
+            return MoeCausalLMOutputWithPast(loss=loss, aux_loss=aux, logits=None,
+                                             past_key_values=outputs.past_key_values,
+                                             hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+                                             router_logits=outputs.router_logits)
         return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values,
                                       hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+from typing import NamedTuple
 
 import torch
 
@@ -77,34 +78,46 @@ def add_ahead(layer: torch.nn.Module, x: torch.Tensor, residual: torch.Tensor) -
 
 # ---------------------------------------------------------------- the layer
 
-def expected_attributes(shape: tuple) -> set[str]:
-    attn_out, mlp_norm, mlp_out = shape
-    return {"input_layernorm", "self_attn", "mlp", mlp_norm, *attn_out, *mlp_out}
+class LayerForm(NamedTuple):
+    """A pre-norm decoder layer's form: modules on the attention output before its add, the norm
+    that add feeds, modules on the MLP output before its add, and whether the MLP returns a pair
+    (its output and the router's scores, gpt-oss) rather than its output."""
+    attn_out: tuple = ()
+    mlp_norm: str = "post_attention_layernorm"
+    mlp_out: tuple = ()
+    mlp_pair: bool = False
+
+
+def expected_attributes(form: LayerForm) -> set[str]:
+    return {"input_layernorm", "self_attn", "mlp", form.mlp_norm, *form.attn_out, *form.mlp_out}
+
+
+_PAIR_CALL = re.compile(r"\w+\s*,\s*_\s*=\s*self\.mlp\(")
 
 
 @functools.lru_cache(maxsize=None)
-def layer_fits(original, shape: tuple) -> bool:
-    """Whether transformers' layer forward is the pre-norm form `shape` describes: it reads exactly
-    the modules the form names (a version that adds a step reads something else) and takes the
-    hidden states first. Checked on its source, once a forward."""
+def layer_fits(original, form: LayerForm) -> bool:
+    """Whether transformers' layer forward is the pre-norm form `form` describes: it reads exactly
+    the modules the form names (a version that adds a step reads something else), unpacks the
+    MLP's output as the form says, and takes the hidden states first. Checked on its source, once
+    a forward."""
     try:
         source = inspect.getsource(original)
         params = list(inspect.signature(original).parameters)
     except (OSError, TypeError, ValueError):
         return False
     used = set(re.findall(r"self\.(\w+)", source))
-    return used == expected_attributes(shape) and params[:2] == ["self", "hidden_states"]
+    return (used == expected_attributes(form) and params[:2] == ["self", "hidden_states"]
+            and bool(_PAIR_CALL.search(source)) == form.mlp_pair)
 
 
-def make_decoder_layer_forward(original, shape: tuple):
+def make_decoder_layer_forward(original, form: LayerForm):
     """The decoder layer's forward with its two residual adds fused into the norms that follow.
 
-    shape: (modules applied to the attention output before its add, the norm that add feeds,
-    modules applied to the MLP output before its add), e.g. Llama's ((), "post_attention_layernorm",
-    ()), Gemma 2/3's sandwich norms (("post_attention_layernorm",), "pre_feedforward_layernorm",
-    ("post_feedforward_layernorm",)). Positional arguments beyond the hidden states (transformers
-    passes the rest by name) run the original."""
-    attn_out, mlp_norm, mlp_out = shape
+    form: e.g. Llama's LayerForm(), Gemma 2/3's sandwich norms (("post_attention_layernorm",),
+    "pre_feedforward_layernorm", ("post_feedforward_layernorm",)). Positional arguments beyond the
+    hidden states (transformers passes the rest by name) run the original."""
+    attn_out, mlp_norm, mlp_out, mlp_pair = form
 
     def forward(self, hidden_states, *args, **kwargs):
         if args:
@@ -115,6 +128,8 @@ def make_decoder_layer_forward(original, shape: tuple):
             x = getattr(self, name)(x)
         x, residual = add_norm(getattr(self, mlp_norm), x, hidden_states)
         x = self.mlp(x)
+        if mlp_pair:
+            x = x[0]
         for name in mlp_out:
             x = getattr(self, name)(x)
         return add_ahead(self, x, residual)

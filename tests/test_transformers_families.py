@@ -1,0 +1,217 @@
+"""tritonkit.transformers for the families beyond the seven dense ones of test_transformers.py:
+Qwen3-MoE, Mixtral, gpt-oss, DeepSeek-V3, Gemma 4 (text), OLMo 2 and OLMo 3, each patched whole
+and compared with the unpatched model.
+
+Tiny random float16 models (the attention kernels take float16/bfloat16; the interpreter's
+float16 is exact enough, its bf16 dot is not), two layers, with large random weights so that a
+wrong term moves the results far past float16's rounding. The unpatched model in float64 is the
+reference; the patched model must be within twice the unpatched float16 model's own error
+(tests/_tolerance.py) in the logits, the loss and every parameter's gradient (gpt-oss's sinks
+included). Each test records the attention calls, so a pass proves the kernels ran with what
+the family needs: sinks, DeepSeek-V3's q/k and v head dims, Gemma 4's 512-wide global heads.
+Greedy generation, left-padded, with a DynamicCache (and a StaticCache for gpt-oss: sinks,
+sliding layers and unfilled slots) gives the unpatched model's tokens. The rotary replacement is
+family-wide, so references are taken before patching and `_restore` undoes it after.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+import tritonkit
+
+transformers = pytest.importorskip("transformers")
+
+import tritonkit.transformers as tkt  # noqa: E402
+
+from _tolerance import assert_close_to_reference, eps_for  # noqa: E402
+
+DEVICE = tritonkit.default_device()
+TINY = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+            max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, initializer_range=0.5)
+HYBRID = ["sliding_attention", "full_attention"]
+WINDOW = 4  # shorter than the rows: the sliding layers' window acts
+# The router's load-balancing loss, weighted so that leaving it out would show in the loss.
+AUX = dict(output_router_logits=True, router_aux_loss_coef=0.5)
+
+
+def _configs():
+    t = transformers
+    return {
+        # a dense MLP layer (mlp_only_layers) beside an experts one; per-head q/k norms
+        "qwen3_moe": lambda: t.Qwen3MoeConfig(**TINY, head_dim=16, intermediate_size=48, moe_intermediate_size=16,
+                                              num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+                                              mlp_only_layers=[0], **AUX),
+        "mixtral": lambda: t.MixtralConfig(**TINY, head_dim=16, intermediate_size=16, num_local_experts=4,
+                                           num_experts_per_tok=2, **AUX),
+        # sinks, sliding layers, biased experts on interleaved gate/up, half-width cos/sin
+        "gpt_oss": lambda: t.GptOssConfig(**TINY, head_dim=16, intermediate_size=16, num_local_experts=4,
+                                          num_experts_per_tok=2, sliding_window=WINDOW, layer_types=HYBRID, **AUX),
+        # MLA: q/k heads of 16 + 8 (rotary, interleaved), v heads of 16; a dense first layer, then
+        # routed experts beside a shared one
+        "deepseek_v3": lambda: t.DeepseekV3Config(**{**TINY, "num_key_value_heads": 2}, intermediate_size=48,
+                                                  moe_intermediate_size=16, n_routed_experts=4,
+                                                  num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                                                  n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=12,
+                                                  qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                                                  rope_interleave=True),
+        # sliding layers of head dim 16, a global layer of 512, dense MLP and experts side by side
+        "gemma4": lambda: t.Gemma4TextConfig(**TINY, head_dim=16, global_head_dim=512, intermediate_size=48,
+                                             layer_types=HYBRID, sliding_window=WINDOW, hidden_size_per_layer_input=0,
+                                             enable_moe_block=True, num_experts=4, top_k_experts=2,
+                                             moe_intermediate_size=16, final_logit_softcapping=30.0),
+        "olmo2": lambda: t.Olmo2Config(**TINY, intermediate_size=48),
+        "olmo3": lambda: t.Olmo3Config(**TINY, intermediate_size=48, sliding_window=WINDOW, layer_types=HYBRID),
+    }
+
+
+FAMILIES = sorted(_configs())
+# The parts each family's report must name as replaced (Mixtral and gpt-oss have no dense MLP).
+ALL = {*tkt.PARTS, "experts"}
+REPLACED = {
+    "qwen3_moe": ALL, "mixtral": ALL - {"mlp"}, "gpt_oss": ALL - {"mlp"}, "deepseek_v3": ALL, "gemma4": ALL,
+    "olmo2": set(tkt.PARTS), "olmo3": set(tkt.PARTS),
+}
+# (q/k head dim, v head dim, sinks) of the attention calls each family must make in the kernels
+CALLS = {
+    "qwen3_moe": {(16, 16, False)}, "mixtral": {(16, 16, False)}, "gpt_oss": {(16, 16, True)},
+    "deepseek_v3": {(24, 16, False)}, "gemma4": {(16, 16, False), (512, 512, False)},
+    "olmo2": {(16, 16, False)}, "olmo3": {(16, 16, False)},
+}
+
+
+def test_every_family_is_tested():
+    from test_transformers import FAMILIES as DENSE
+    assert set(DENSE) | set(FAMILIES) == set(tkt.FAMILIES)
+    assert {f for f in FAMILIES if "experts" in REPLACED[f]} == set(tkt.EXPERTS_FAMILIES)
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    yield
+    tkt.unpatch_classes()
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """(q/k head dim, v head dim, with sinks) of each call of the attention kernels; any SDPA
+    fallback fails the test."""
+    seen = []
+
+    def spy(fn):
+        def call(q, k, v, *args, **kwargs):
+            seen.append((q.shape[-1], v.shape[-1], kwargs.get("sinks") is not None))
+            return fn(q, k, v, *args, **kwargs)
+        return call
+    monkeypatch.setattr(tritonkit, "attention", spy(tritonkit.attention))
+    monkeypatch.setattr(tritonkit, "attention_varlen", spy(tritonkit.attention_varlen))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tkt.AttentionFallbackWarning)
+        yield seen
+
+
+def _model(family: str, implementations=dict(attn_implementation="eager", experts_implementation="eager")):
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(_configs()[family](), **implementations)
+    return model.to(DEVICE, torch.float16)
+
+
+def _run(model, ids, labels):
+    """(logits, loss, gradients by name): logits from a forward without labels, the rest with."""
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids=ids, labels=labels).loss
+    loss.backward()
+    return logits, loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_matches_unpatched(family, calls):
+    base = _model(family).train()
+    ids = torch.randint(3, 64, (2, 10), device=DEVICE)
+    labels = ids.clone()
+    labels[:, 3] = -100
+    ref = _run(copy.deepcopy(base).double(), ids, labels)
+    theirs = _run(base, ids, labels)
+    model = tkt.patch(copy.deepcopy(base))
+    report = model.tritonkit_report
+    assert set(report.replaced) == REPLACED[family], report
+    assert model.config._attn_implementation == "tritonkit"
+    ours = _run(model, ids, labels)
+    assert set(calls) == CALLS[family], calls
+    assert_close_to_reference(ours[0], ref[0], theirs[0], what="logits")
+    # One number: its error is one draw, where torch's can be lucky (gpt-oss's hidden states within
+    # 1.1x torch's error give a loss at 3.4x); 1e-3 is still far below a term left out.
+    assert_close_to_reference(ours[1], ref[1], theirs[1], eps=1e-3, what="loss")
+    assert set(ours[2]) == set(ref[2])
+    for name in ref[2]:
+        assert_close_to_reference(ours[2][name], ref[2][name], theirs[2][name],
+                                  eps=eps_for(torch.float16, gradient=True), what=f"grad {name}")
+
+
+def test_reports_name_what_each_family_needs():
+    words = {family: str(tkt.patch(_model(family)).tritonkit_report) for family in FAMILIES}
+    assert "learnable sinks" in words["gpt_oss"]
+    assert "head dims 24/16" in words["deepseek_v3"]
+    assert "apply_rotary_pos_emb_interleave" in words["deepseek_v3"]
+    assert "head dims 16, 512" in words["gemma4"] and "Gemma4TextExperts" in words["gemma4"]
+    assert "load-balancing loss" in words["qwen3_moe"] and "load-balancing loss" not in words["deepseek_v3"]
+    for family in ("olmo2", "olmo3"):
+        assert "post-norm layers" in words[family]
+    for family in ("qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3"):
+        assert "with the residual adds of 2" in words[family], words[family]
+
+
+def _generate(model, cache, ids, mask, new_tokens=4):
+    with torch.no_grad():
+        return model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=new_tokens,
+                              do_sample=False, pad_token_id=0)
+
+
+GENERATION = [(family, "dynamic") for family in FAMILIES] + [("gpt_oss", "static")]
+
+
+@pytest.mark.parametrize("family,kind", GENERATION)
+def test_generation_matches_unpatched(family, kind, calls):
+    from transformers import DynamicCache, StaticCache
+    base = _model(family).eval()
+    # transformers' load-balancing loss fails on a padded batch (a mask of another length than the
+    # routed tokens at decoding); no step of generate needs it.
+    base.config.output_router_logits = False
+    model = tkt.patch(copy.deepcopy(base), **{part: part == "attention" for part in tkt.PARTS})
+
+    def cache(m):
+        return DynamicCache(config=m.config) if kind == "dynamic" else StaticCache(m.config, max_cache_len=16)
+    ids = torch.randint(3, 64, (2, 7), device=DEVICE)
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0  # left padding, as generate pads a batch
+    ids[mask == 0] = 0
+    theirs = _generate(base, cache(base), ids, mask)
+    ours = _generate(model, cache(model), ids, mask)
+    assert calls and all(call in CALLS[family] for call in calls), calls
+    assert torch.equal(ours, theirs), (ours, theirs)
+
+
+@pytest.mark.parametrize("family", ["gpt_oss", "deepseek_v3", "gemma4"])
+def test_patch_classes(family, calls):
+    # Models built after patch_classes come up patched (attention and experts "tritonkit" by
+    # default, the family's norms, rotary, MLP and loss), and unpatch_classes restores the classes.
+    ids = torch.randint(3, 64, (2, 10), device=DEVICE)
+    base = _model(family).eval()
+    with torch.no_grad():
+        ref, theirs = copy.deepcopy(base).double()(input_ids=ids).logits, base(input_ids=ids).logits
+    report = tkt.patch_classes(family)
+    assert set(report.replaced) == REPLACED[family], report
+    built = _model(family, {}).eval()  # no implementation asked for: the family's default
+    assert built.config._attn_implementation == "tritonkit" and built.config._experts_implementation == "tritonkit"
+    with torch.no_grad():
+        ours = built(input_ids=ids).logits
+    assert calls
+    assert_close_to_reference(ours, ref, theirs, what="logits")
+    tkt.unpatch_classes(family)
+    assert _model(family, {}).config._attn_implementation != "tritonkit"
