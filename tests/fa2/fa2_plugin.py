@@ -92,7 +92,7 @@ def _why_not(item, config) -> str | None:
 def _features(item) -> list[str]:
     """What a case exercises, for the summary's coverage counts."""
     p, name = _params(item), item.originalname
-    found = [name, f"dtype={str(p.get('dtype', '')).removeprefix('torch.')}"]
+    found = [name] + ([f"dtype={str(p['dtype']).removeprefix('torch.')}"] if "dtype" in p else [])
     found += [flag for flag in ("causal", "local", "alibi", "kvpacked") if p.get(flag)]
     found += ["softcap"] if p.get("softcap", 0) > 0 else []
     found += [p["mha_type"]] if p.get("mha_type") in ("mqa", "gqa") else []

@@ -46,8 +46,7 @@ filterwarnings =
 
 
 def _arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Arguments after -- go to pytest.")
     parser.add_argument("file", nargs="?", type=Path, default=DEFAULT_FILE,
                         help=f"FlashAttention-2's tests/test_flash_attn.py (default {DEFAULT_FILE.relative_to(ROOT)})")
     parser.add_argument("--cases", type=int, default=1000, help="sample size, 0 for every eligible case")
@@ -61,8 +60,10 @@ def _arguments(argv):
                                              "repeated-pass determinism and race tests)")
     parser.add_argument("--shard", default="1/1", help="k/n: run the k-th of n slices of the sample")
     parser.add_argument("--workers", type=int, default=0, help="pytest-xdist processes (0: none)")
-    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest")
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ours, pytest_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = parser.parse_args(ours)
+    args.pytest_args = pytest_args
     cpu = args.device == "cpu"
     for name, default in CPU_LIMITS.items():
         if getattr(args, name) is None:
@@ -70,8 +71,11 @@ def _arguments(argv):
     return args
 
 
-def _einops_path(test_file: Path) -> str | None:
-    """Where einops comes from: installed (None), or a wheel beside the test file (its path)."""
+def _einops_path(test_file: Path, source: str) -> str | None:
+    """Where einops, which FlashAttention-2's tests import, comes from: installed or not imported
+    (None), or a wheel beside the test file (its path)."""
+    if "from einops" not in source and "import einops" not in source:
+        return None
     try:
         import einops  # noqa: F401
         return None
@@ -89,7 +93,7 @@ def main(argv=None) -> int:
         sys.exit(f"{args.file}: no such file. Fetch FlashAttention-2's tests/test_flash_attn.py there "
                  "(tests/fa2/README.md says how).")
     source = args.file.read_text()
-    paths = [str(ROOT / "src"), str(HERE)] + list(filter(None, [_einops_path(args.file)]))
+    paths = [str(ROOT / "src"), str(HERE)] + list(filter(None, [_einops_path(args.file, source)]))
     sys.path[:0] = paths
     # The environment, for pytest-xdist's workers; fixed tiles, since autotuning each of the
     # sample's shapes from a cold cache would take longer than running it (the tiles' own tests
@@ -113,7 +117,7 @@ def main(argv=None) -> int:
     if args.workers:
         pytest_args += ["-n", str(args.workers)]
     import pytest
-    return pytest.main(pytest_args + [a for a in args.pytest_args if a != "--"])
+    return pytest.main(pytest_args + args.pytest_args)
 
 
 if __name__ == "__main__":
