@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The ops: kernels, launchers, declarations, public functions (each op its own parts).
     ("ops", ("tritonkit.ops.*",)),
     # The public surface built from the ops.
-    ("api", ("tritonkit", "tritonkit.nn")),
+    ("api", ("tritonkit", "tritonkit.nn", "tritonkit.flash_attn.*")),
     # One entry per op, read by the tools and the cross-op tests.
     ("registry", ("tritonkit.registry.*",)),
     # tritonkit inside other libraries: torch.distributed, Hugging Face transformers.
