@@ -16,6 +16,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 import fa2_shim
 
 # Tests of FlashAttention-2's parts that tritonkit.flash_attn does not have (and raises for).
@@ -104,6 +106,7 @@ def _features(item) -> list[str]:
     return found
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m, so that the sample is drawn from what they keep
 def pytest_collection_modifyitems(config, items):
     reasons, eligible = Counter(), []
     for item in items:
