@@ -14,7 +14,7 @@ from . import BenchCase, InspectRequest, two_pass_entry
 from ._accuracy import Comparison
 from ._fuzz import FLOATS, FuzzInputs, compare_gradients, describe
 from ._inputs import offset_view, peer_compile
-from ._post_training import (blockwise_logprobs, eager_dpo, eager_logprobs, liger_dpo, pg_objective,
+from ._post_training import (blockwise_logprobs, eager_dpo, eager_logprobs, liger_dpo, loss_providers, pg_objective,
                              reference_sums, trl_logprobs)
 from .cross_entropy import fuzz_target
 
@@ -99,12 +99,7 @@ def _dpo_case(pairs: int, length: int, hidden: int, vocab: int, dtype: torch.dty
         def fwd_bwd(loss_fn):
             return lambda: torch.autograd.grad(loss_fn(h, w, ref_h, ref_w, target), (h, w))
 
-        providers = {"tritonkit": fwd_bwd(ours), "eager": fwd_bwd(eager_dpo),
-                     "torch.compile": fwd_bwd(peer_compile(eager_dpo))}
-        liger = liger_dpo()
-        if liger is not None:
-            providers["Liger"] = fwd_bwd(liger)
-        return providers
+        return loss_providers(fwd_bwd, ours, eager_dpo, liger_dpo())
 
     tokens = 2 * pairs * length
     return BenchCase(
