@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from .loads import _head_sources, _key_block, _load, _v_dim
-from .mask import _diag, _key_range, _program_tile, _query_range, _visible
+from .mask import _diag, _key_range, _program_tile, _query_range, _visible, _walk_keys
 from .triton_score import _alibi_slope, _score2
 
 
@@ -95,7 +95,6 @@ def _attn_bwd_dkdv_tiles(
     PAD_D: tl.constexpr = HEAD.pad_qk
     PAD_DV: tl.constexpr = HEAD.pad_v
     SOFTCAP: tl.constexpr = SCORE.softcap
-    WINDOW_LEFT: tl.constexpr = SCORE.window_left
     start_m = lo
     g = 0
     for _ in tl.range(0, tl.cdiv(hi - lo, BLOCK_M) * GROUP):
@@ -132,8 +131,7 @@ def _attn_bwd_dkdv_tiles(
         if MASKED:
             # Keys past Nk: their rows are never stored, but where a row may see no key at all
             # (lse = -inf) its P there would be inf, and inf * 0 = NaN in those rows' sums.
-            ok = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, diag, SCORE,
-                          VARLEN or WINDOW_LEFT >= 0 or SCORE.bottom_right, VARLEN)
+            ok = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, diag, SCORE, SCORE.empty_rows(VARLEN), VARLEN)
             pT = tl.where(ok, pT, 0.0)
         pT_in = pT.to(do.dtype)
         if SOFTCAP > 0:
@@ -252,19 +250,21 @@ def _attn_bwd_dkdv_kernel(
 
 @triton.jit
 def _attn_bwd_dq_tiles(
-    dq, q, do, lse2, delta, keys, rows, score_at,
+    dq, query_rows, keys, rows, score_at,
     lo, hi, Nk, qk_scale,
     BLOCK_N: tl.constexpr, HEAD: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
     USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
-    # For key blocks [lo, hi):  P = 2^(s - lse2),  dP = dO V^T,
-    #   dS = P [(1 - tanh^2)] * (dP - delta),  dQ += dS K  (times scale at the end).
+    # For key blocks [lo, hi), with query_rows = (q, do, lse2, delta) of the tile's rows:
+    #   P = 2^(s - lse2),  dP = dO V^T,  dS = P [(1 - tanh^2)] * (dP - delta),  dQ += dS K
+    # (times scale at the end).
     # MASKED blocks zero P where `_visible` hides a key (past Nk K loads as 0, but 2^(-lse2)
     # could overflow, and a row that sees no key has lse2 = -inf). keys = (k_src, v_src,
     # stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0): the kv head's base pointers (or,
     # with USE_TMA, descriptors of all of K and V, read at [b, hk, key0 + key, 0]), their key
     # strides and tile offsets; rows = (offs_m, offs_n0, d_col, dv_col), the head-dim masks of
     # K^T's and V^T's rows; score_at = (diag, ALiBi slope); HEAD: `head.HeadTiles`.
+    q, do, lse2, delta = query_rows
     k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0 = keys
     offs_m, offs_n0, d_col, dv_col = rows
     diag, slope2 = score_at
@@ -320,7 +320,6 @@ def _attn_bwd_dq_kernel(
     stride_dob, stride_doh, stride_don, stride_dod = strides[3]
     stride_dqb, stride_dqh, stride_dqn, stride_dqd = strides[4]
     CAUSAL: tl.constexpr = SCORE.causal
-    WINDOW_LEFT: tl.constexpr = SCORE.window_left
     VARLEN: tl.constexpr = CU_Q is not None
     b, h, start_m, q0, nq, k0, nk, seq = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
     if VARLEN:
@@ -367,21 +366,9 @@ def _attn_bwd_dq_kernel(
     keys = (k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0)
     rows = (offs_m, offs_n0, d_col, dv_col)
     score_at = (diag, _alibi_slope(ALIBI, seq, h, H, SCORE))
-    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, diag, BLOCK_M, BLOCK_N, SCORE)
-    if WINDOW_LEFT >= 0:
-        dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, keys, rows, score_at, lo, full_lo, nk, qk_scale, BLOCK_N, HEAD, True,
-            SCORE, USE_TMA, VARLEN)
-        dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, keys, rows, score_at, full_lo, full_hi, nk, qk_scale, BLOCK_N, HEAD, False,
-            SCORE, USE_TMA, VARLEN)
-    else:
-        dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, keys, rows, score_at, 0, full_hi, nk, qk_scale, BLOCK_N, HEAD, False,
-            SCORE, USE_TMA, VARLEN)
-    dq = _attn_bwd_dq_tiles(
-        dq, q, do, lse2, delta, keys, rows, score_at, full_hi, hi, nk, qk_scale, BLOCK_N, HEAD, True,
-        SCORE, USE_TMA, VARLEN)
+    ranges = _key_range(start_m, nq, nk, diag, BLOCK_M, BLOCK_N, SCORE)
+    dq = _walk_keys(_attn_bwd_dq_tiles, dq, (q, do, lse2, delta), keys, rows, score_at, ranges, nk, qk_scale,
+                    BLOCK_N, HEAD, SCORE, USE_TMA, VARLEN)
 
     dq = dq * sm_scale
     if PAD_D:
