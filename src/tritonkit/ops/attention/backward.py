@@ -15,7 +15,7 @@ factor 1 - tanh^2). Masks and block ranges come from `mask.py`, as in the forwar
 import triton
 import triton.language as tl
 
-from .loads import _head_sources, _key_block, _load, _v_dim
+from .loads import _head_sources, _key_block, _load, _tile_ptrs, _v_dim
 from .mask import _diag, _key_range, _program_tile, _query_range, _visible, _walk_keys
 from .triton_score import _alibi_slope, _score2
 
@@ -46,10 +46,10 @@ def _attn_bwd_preprocess_kernel(
     m_ok = offs_m[:, None] < Nq
     d_row = offs_d[None, :] < D
     m64 = tl.cast(start_m, tl.int64)
-    o = _load(O + b64 * stride_ob + h64 * stride_oh + m64 * stride_on
-              + rows_m[:, None] * stride_on + offs_d[None, :] * stride_od, m_ok, d_row, True, PAD_D)
-    do = _load(DO + b64 * stride_dob + h64 * stride_doh + m64 * stride_don
-               + rows_m[:, None] * stride_don + offs_d[None, :] * stride_dod, m_ok, d_row, True, PAD_D)
+    o = _load(_tile_ptrs(O, (stride_ob, stride_oh, stride_on, stride_od), b64, h64, m64, rows_m, offs_d),
+              m_ok, d_row, True, PAD_D)
+    do = _load(_tile_ptrs(DO, (stride_dob, stride_doh, stride_don, stride_dod), b64, h64, m64, rows_m, offs_d),
+               m_ok, d_row, True, PAD_D)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     if DLSE is not None:
         delta -= tl.load(DLSE + (b64 * H + h64) * Nq + offs_m, mask=offs_m < Nq, other=0.0)
@@ -170,11 +170,7 @@ def _attn_bwd_dkdv_kernel(
     PAD_DV: tl.constexpr = HEAD.pad_v
     qk_scale, sm_scale = scales
     stride_qb, stride_qh, stride_qn, stride_qd = strides[0]
-    stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
-    stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
     stride_dob, stride_doh, stride_don, stride_dod = strides[3]
-    stride_dkb, stride_dkh, stride_dkn, stride_dkd = strides[4]
-    stride_dvb, stride_dvh, stride_dvn, stride_dvd = strides[5]
     CAUSAL: tl.constexpr = SCORE.causal
     WINDOW_LEFT: tl.constexpr = SCORE.window_left
     WINDOW_RIGHT: tl.constexpr = SCORE.window_right
@@ -200,10 +196,8 @@ def _attn_bwd_dkdv_kernel(
     dv_row = offs_dv[None, :] < _v_dim(D, HEAD)
     n_ok = offs_n[:, None] < nk
 
-    k = _load(K + b64 * stride_kb + hk64 * stride_kh + n64 * stride_kn
-              + rows_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, n_ok, d_row, True, PAD_D)
-    v = _load(V + b64 * stride_vb + hk64 * stride_vh + n64 * stride_vn
-              + rows_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd, n_ok, dv_row, True, PAD_DV)
+    k = _load(_tile_ptrs(K, strides[1], b64, hk64, n64, rows_n, offs_d), n_ok, d_row, True, PAD_D)
+    v = _load(_tile_ptrs(V, strides[2], b64, hk64, n64, rows_n, offs_dv), n_ok, dv_row, True, PAD_DV)
     q_offs = offs_m0[:, None] * stride_qn + offs_d[None, :] * stride_qd
     do_offs = offs_m0[:, None] * stride_don + offs_dv[None, :] * stride_dod
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
@@ -240,12 +234,8 @@ def _attn_bwd_dkdv_kernel(
         dv_ok = n_ok & dv_row
     else:
         dv_ok = n_ok
-    tl.store(DK + b64 * stride_dkb + hk64 * stride_dkh + n64 * stride_dkn
-             + rows_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
-             dk.to(DK.dtype.element_ty), mask=dk_ok)
-    tl.store(DV + b64 * stride_dvb + hk64 * stride_dvh + n64 * stride_dvn
-             + rows_n[:, None] * stride_dvn + offs_dv[None, :] * stride_dvd,
-             dv.to(DV.dtype.element_ty), mask=dv_ok)
+    tl.store(_tile_ptrs(DK, strides[4], b64, hk64, n64, rows_n, offs_d), dk.to(DK.dtype.element_ty), mask=dk_ok)
+    tl.store(_tile_ptrs(DV, strides[5], b64, hk64, n64, rows_n, offs_dv), dv.to(DV.dtype.element_ty), mask=dv_ok)
 
 
 @triton.jit
@@ -314,11 +304,8 @@ def _attn_bwd_dq_kernel(
     PAD_D: tl.constexpr = HEAD.pad_qk
     PAD_DV: tl.constexpr = HEAD.pad_v
     qk_scale, sm_scale = scales
-    stride_qb, stride_qh, stride_qn, stride_qd = strides[0]
     stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
     stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
-    stride_dob, stride_doh, stride_don, stride_dod = strides[3]
-    stride_dqb, stride_dqh, stride_dqn, stride_dqd = strides[4]
     CAUSAL: tl.constexpr = SCORE.causal
     VARLEN: tl.constexpr = CU_Q is not None
     b, h, start_m, q0, nq, k0, nk, seq = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
@@ -347,10 +334,8 @@ def _attn_bwd_dq_kernel(
     dv_col = offs_dv[:, None] < DV
     m_ok = offs_m[:, None] < nq
 
-    q = _load(Q + b64 * stride_qb + h64 * stride_qh + m64 * stride_qn
-              + rows_m[:, None] * stride_qn + offs_d[None, :] * stride_qd, m_ok, d_row, True, PAD_D)
-    do = _load(DO + b64 * stride_dob + h64 * stride_doh + m64 * stride_don
-               + rows_m[:, None] * stride_don + offs_dv[None, :] * stride_dod, m_ok, dv_row, True, PAD_DV)
+    q = _load(_tile_ptrs(Q, strides[0], b64, h64, m64, rows_m, offs_d), m_ok, d_row, True, PAD_D)
+    do = _load(_tile_ptrs(DO, strides[3], b64, h64, m64, rows_m, offs_dv), m_ok, dv_row, True, PAD_DV)
     row_base = (b64 * H + h64) * Nq
     if VARLEN:
         row_base += q0
@@ -375,6 +360,4 @@ def _attn_bwd_dq_kernel(
         store_ok = m_ok & d_row
     else:
         store_ok = m_ok
-    tl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + m64 * stride_dqn
-             + rows_m[:, None] * stride_dqn + offs_d[None, :] * stride_dqd,
-             dq.to(DQ.dtype.element_ty), mask=store_ok)
+    tl.store(_tile_ptrs(DQ, strides[4], b64, h64, m64, rows_m, offs_d), dq.to(DQ.dtype.element_ty), mask=store_ok)

@@ -13,7 +13,7 @@ that merge partial attentions).
 import triton
 import triton.language as tl
 
-from .loads import _head_sources, _key_block, _load, _v_dim
+from .loads import _head_sources, _key_block, _load, _tile_ptrs, _v_dim
 from .mask import (_diag, _key_range, _program_tile, _row_base, _rows_lse, _rows_out, _visible,
                    _walk_keys)
 from .triton_score import _alibi_slope, _row_start, _score2, _softcap_tanh
@@ -155,10 +155,8 @@ def _attn_fwd_kernel(
     BLOCK_DV: tl.constexpr = HEAD.v
     PAD_D: tl.constexpr = HEAD.pad_qk
     PAD_DV: tl.constexpr = HEAD.pad_v
-    stride_qb, stride_qh, stride_qn, stride_qd = strides[0]
     stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
     stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
-    stride_ob, stride_oh, stride_on, stride_od = strides[3]
     CAUSAL: tl.constexpr = SCORE.causal
     VARLEN: tl.constexpr = CU_Q is not None
     EMPTY_ROWS: tl.constexpr = SCORE.empty_rows(VARLEN)
@@ -189,9 +187,7 @@ def _attn_fwd_kernel(
     if USE_TMA:
         q = Q.load([b, h, row_m, 0]).reshape(BLOCK_M, BLOCK_D)
     else:
-        q_ptrs = (Q + b64 * stride_qb + h64 * stride_qh + row_m.to(tl.int64) * stride_qn
-                  + rows_m[:, None] * stride_qn + offs_d[None, :] * stride_qd)
-        q = _load(q_ptrs, m_ok, d_row, True, PAD_D)
+        q = _load(_tile_ptrs(Q, strides[0], b64, h64, row_m.to(tl.int64), rows_m, offs_d), m_ok, d_row, True, PAD_D)
     k_src, v_src = _head_sources(K, V, b64, hk64, k0, stride_kb, stride_kh, stride_kn,
                                  stride_vb, stride_vh, stride_vn, USE_TMA, VARLEN)
     kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
@@ -209,8 +205,7 @@ def _attn_fwd_kernel(
                                BLOCK_N, HEAD, SCORE, USE_TMA, VARLEN)
 
     o = _rows_out(acc, l_i, EMPTY_ROWS)
-    o_ptrs = (O + b64 * stride_ob + h64 * stride_oh + row_m.to(tl.int64) * stride_on
-              + rows_m[:, None] * stride_on + offs_dv[None, :] * stride_od)
+    o_ptrs = _tile_ptrs(O, strides[3], b64, h64, row_m.to(tl.int64), rows_m, offs_dv)
     if PAD_DV:
         tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=m_ok & dv_row)
     else:

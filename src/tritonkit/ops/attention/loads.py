@@ -23,6 +23,16 @@ def _load(ptrs, rows_ok, d_ok, CHECK_ROWS: tl.constexpr, CHECK_D: tl.constexpr):
 
 
 @triton.jit
+def _tile_ptrs(base, strides, b64, h64, row64, rows, cols):
+    # Pointers of the tile of `rows` (offsets from row64) by `cols` of head h64 of batch entry
+    # b64 in a (B, H, N, D) tensor with strides = its (batch, head, seq, head_dim) strides:
+    # the batch, head and first row offsets in int64, those inside the tile int32.
+    stride_b, stride_h, stride_n, stride_d = strides
+    return (base + b64 * stride_b + h64 * stride_h + row64 * stride_n
+            + rows[:, None] * stride_n + cols[None, :] * stride_d)
+
+
+@triton.jit
 def _head_sources(A, B, b64, h64, row0, stride_ab, stride_ah, stride_an, stride_bb, stride_bh, stride_bn,
                   USE_TMA: tl.constexpr, VARLEN: tl.constexpr):
     # What the tile loops read two streamed operands from: the (b, h) head's base pointers
