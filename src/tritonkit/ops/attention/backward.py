@@ -15,7 +15,7 @@ factor 1 - tanh^2). Masks and block ranges come from `mask.py`, as in the forwar
 import triton
 import triton.language as tl
 
-from .loads import _head_sources, _key_block, _load, _tile_ptrs, _v_dim
+from .loads import _head_columns, _head_sources, _key_block, _load, _tile_ptrs
 from .mask import _diag, _key_range, _program_tile, _query_range, _visible, _walk_keys
 from .triton_score import _alibi_slope, _score2
 
@@ -187,10 +187,7 @@ def _attn_bwd_dkdv_kernel(
     rows_n = tl.arange(0, BLOCK_N)
     offs_n = start_n + rows_n
     offs_m0 = tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    d_row = offs_d[None, :] < D
-    dv_row = offs_dv[None, :] < _v_dim(D, HEAD)
+    offs_d, offs_dv, d_row, _, dv_row, _ = _head_columns(D, HEAD)
     n_ok = offs_n[:, None] < nk
 
     k = _load(_tile_ptrs(K, strides[1], b64, hk64, n64, rows_n, offs_d), n_ok, d_row, True, PAD_D)
@@ -319,13 +316,7 @@ def _attn_bwd_dq_kernel(
     rows_m = tl.arange(0, BLOCK_M)
     offs_m = start_m + rows_m
     offs_n0 = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    d_row = offs_d[None, :] < D
-    d_col = offs_d[:, None] < D
-    DV = _v_dim(D, HEAD)
-    dv_row = offs_dv[None, :] < DV
-    dv_col = offs_dv[:, None] < DV
+    offs_d, offs_dv, d_row, d_col, dv_row, dv_col = _head_columns(D, HEAD)
     m_ok = offs_m[:, None] < nq
 
     q = _load(_tile_ptrs(Q, strides[0], b64, h64, m64, rows_m, offs_d), m_ok, d_row, True, PAD_D)

@@ -13,7 +13,7 @@ that merge partial attentions).
 import triton
 import triton.language as tl
 
-from .loads import _head_sources, _key_block, _load, _tile_ptrs, _v_dim
+from .loads import _head_columns, _head_sources, _key_block, _load, _tile_ptrs
 from .mask import (_diag, _key_range, _program_tile, _row_base, _rows_lse, _rows_out, _visible,
                    _walk_keys)
 from .triton_score import _alibi_slope, _row_start, _score2, _softcap_tanh
@@ -174,11 +174,7 @@ def _attn_fwd_kernel(
     rows_m = tl.arange(0, BLOCK_M)
     offs_m = start_m + rows_m
     offs_n0 = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    d_row = offs_d[None, :] < D
-    d_col = offs_d[:, None] < D
-    dv_row = offs_dv[None, :] < _v_dim(D, HEAD)
+    offs_d, offs_dv, d_row, d_col, dv_row, _ = _head_columns(D, HEAD)
     m_ok = offs_m[:, None] < nq
 
     if USE_TMA:

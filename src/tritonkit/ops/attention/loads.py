@@ -89,3 +89,14 @@ def _v_dim(D, HEAD: tl.constexpr):
     else:
         dv = D
     return dv
+
+
+@triton.jit
+def _head_columns(D, HEAD: tl.constexpr):
+    # A tile's head-dim columns: q's and k's (HEAD.qk of them, `head.HeadTiles`) and v's
+    # (HEAD.v), with the masks of the real ones (D, `_v_dim`) as a row ([1, cols]) and as a
+    # column ([cols, 1]): (offs_d, offs_dv, d_row, d_col, dv_row, dv_col).
+    offs_d = tl.arange(0, HEAD.qk)
+    offs_dv = tl.arange(0, HEAD.v)
+    DV = _v_dim(D, HEAD)
+    return offs_d, offs_dv, offs_d[None, :] < D, offs_d[:, None] < D, offs_dv[None, :] < DV, offs_dv[:, None] < DV
