@@ -15,7 +15,7 @@ factor 1 - tanh^2). Masks and block ranges come from `mask.py`, as in the forwar
 import triton
 import triton.language as tl
 
-from .loads import _head_columns, _head_sources, _key_block, _load, _tile_ptrs
+from .loads import _head_sources, _key_block, _load, _own_tiles, _tile_ptrs
 from .mask import _diag, _key_range, _program_tile, _query_range, _visible, _walk_keys
 from .triton_score import _alibi_slope, _score2
 
@@ -184,14 +184,10 @@ def _attn_bwd_dkdv_kernel(
     hk64 = hk.to(tl.int64)
     n64 = tl.cast(row_n, tl.int64)
 
-    rows_n = tl.arange(0, BLOCK_N)
-    offs_n = start_n + rows_n
-    offs_m0 = tl.arange(0, BLOCK_M)
-    offs_d, offs_dv, d_row, _, dv_row, _ = _head_columns(D, HEAD)
-    n_ok = offs_n[:, None] < nk
-
-    k = _load(_tile_ptrs(K, strides[1], b64, hk64, n64, rows_n, offs_d), n_ok, d_row, True, PAD_D)
-    v = _load(_tile_ptrs(V, strides[2], b64, hk64, n64, rows_n, offs_dv), n_ok, dv_row, True, PAD_DV)
+    own, offs_m0, cols, k, v = _own_tiles(K, V, strides[1], strides[2], b64, hk64, n64, start_n, nk, D, BLOCK_N,
+                                          BLOCK_M, HEAD)
+    rows_n, offs_n, n_ok = own
+    offs_d, offs_dv, d_row, _, dv_row, _ = cols
     q_offs = offs_m0[:, None] * stride_qn + offs_d[None, :] * stride_qd
     do_offs = offs_m0[:, None] * stride_don + offs_dv[None, :] * stride_dod
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
@@ -294,9 +290,7 @@ def _attn_bwd_dq_kernel(
     # With USE_TMA, K and V are tensor descriptors of the whole (B, Hkv, Nk, D) tensors.
     D, GROUP = dims
     BLOCK_D: tl.constexpr = HEAD.qk
-    BLOCK_DV: tl.constexpr = HEAD.v
     PAD_D: tl.constexpr = HEAD.pad_qk
-    PAD_DV: tl.constexpr = HEAD.pad_v
     qk_scale, sm_scale = scales
     stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
     stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
@@ -313,14 +307,10 @@ def _attn_bwd_dq_kernel(
     hk64 = hk.to(tl.int64)
     m64 = tl.cast(row_m, tl.int64)
 
-    rows_m = tl.arange(0, BLOCK_M)
-    offs_m = start_m + rows_m
-    offs_n0 = tl.arange(0, BLOCK_N)
-    offs_d, offs_dv, d_row, d_col, dv_row, dv_col = _head_columns(D, HEAD)
-    m_ok = offs_m[:, None] < nq
-
-    q = _load(_tile_ptrs(Q, strides[0], b64, h64, m64, rows_m, offs_d), m_ok, d_row, True, PAD_D)
-    do = _load(_tile_ptrs(DO, strides[3], b64, h64, m64, rows_m, offs_dv), m_ok, dv_row, True, PAD_DV)
+    own, offs_n0, cols, q, do = _own_tiles(Q, DO, strides[0], strides[3], b64, h64, m64, start_m, nq, D, BLOCK_M,
+                                           BLOCK_N, HEAD)
+    rows_m, offs_m, m_ok = own
+    offs_d, offs_dv, d_row, d_col, dv_row, dv_col = cols
     row_base = (b64 * H + h64) * Nq
     if VARLEN:
         row_base += q0
