@@ -11,11 +11,14 @@ import torch.nn.functional as F
 
 from ..ops.post_training.policy import policy_objective
 from ..ops.post_training.preference import dpo_objective
+from . import OpEntry
 from ._accuracy import Comparison
 from ._fuzz import FuzzCase, FuzzInputs, compare_gradients, describe
+from ._inputs import peer_compile
 from ._peers import liger
 
 ROWS_A_BLOCK = 1024   # rows of the logits a TRL-style block takes (its float32 copy bounds memory)
+LOSS_PEERS = ("eager", "torch.compile", "Liger")
 
 
 def eager_logprobs(hidden, weight, target, temperature=1.0):
@@ -161,3 +164,20 @@ def loss_fuzz_cases(name, draw, ours, reference, upstream_shape, examples=6) -> 
                                  [inputs.randn(upstream_shape(tensors, options), torch.float32)])
 
     return FuzzCase("forward", examples, forward), FuzzCase("backward", examples, backward)
+
+
+def loss_providers(fwd_bwd, ours, eager, liger_loss) -> dict:
+    """A fused loss's benchmark providers (LOSS_PEERS beside ours), each timed as fwd_bwd(loss)
+    makes it: ours, the eager composition, torch.compile of that, and Liger Kernel's loss
+    (liger_loss; None where Liger does not import, and then left out)."""
+    providers = {"tritonkit": fwd_bwd(ours), "eager": fwd_bwd(eager), "torch.compile": fwd_bwd(peer_compile(eager))}
+    if liger_loss is not None:
+        providers["Liger"] = fwd_bwd(liger_loss)
+    return providers
+
+
+def loss_entry(name, summary, passes, op, bench_cases, sample, reference, fuzz) -> OpEntry:
+    """The catalogue entry of a fused loss measured against LOSS_PEERS; fuzz: (draw, ours,
+    reference, upstream_shape) as `loss_fuzz_cases` takes them."""
+    return OpEntry(name=name, summary=summary, passes=passes, bench_cases=bench_cases, peers=LOSS_PEERS, op=op,
+                   sample=sample, reference=reference, fuzz=loss_fuzz_cases(name, *fuzz))

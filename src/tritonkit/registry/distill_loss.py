@@ -10,10 +10,10 @@ import torch
 
 from ..ops.post_training import distill_loss, distill_loss_reference
 from ..ops.post_training.distill_kernel import JSD, launch_distill_rows
-from . import BenchCase, InspectRequest, OpEntry
+from . import BenchCase, InspectRequest
 from ._fuzz import FLOATS, FuzzInputs
-from ._inputs import offset_view, peer_compile
-from ._post_training import eager_distill, liger_distill, loss_fuzz_cases
+from ._inputs import offset_view
+from ._post_training import eager_distill, liger_distill, loss_entry, loss_providers
 
 INSPECT_SHAPE = (1664, 151936)   # a chunk at Qwen's vocabulary
 BETA = 0.5
@@ -59,12 +59,7 @@ def _case(tokens: int, hidden: int, teacher_hidden: int, vocab: int, dtype: torc
         def fwd_bwd(loss_fn):
             return lambda: torch.autograd.grad(loss_fn(h, w, th, tw, target), (h, w))
 
-        eager = functools.partial(eager_distill, beta=BETA)
-        providers = {"tritonkit": fwd_bwd(ours), "eager": fwd_bwd(eager), "torch.compile": fwd_bwd(peer_compile(eager))}
-        liger = liger_distill(BETA)
-        if liger is not None:
-            providers["Liger"] = fwd_bwd(liger)
-        return providers
+        return loss_providers(fwd_bwd, ours, functools.partial(eager_distill, beta=BETA), liger_distill(BETA))
 
     name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
     return BenchCase(
@@ -123,14 +118,8 @@ def _loss_shape(tensors, options):
     return tensors["hidden"].shape[:-1] if options["reduction"] == "none" else ()
 
 
-ENTRY = OpEntry(
-    name="distill_loss",
-    summary="forward/reverse KL and generalized JSD between a student's and a teacher's head without the logits",
-    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd},
-    bench_cases=_bench_cases,
-    peers=("eager", "torch.compile", "Liger"),
-    op="linear_distill_loss",
-    sample=_sample,
-    reference=_reference,
-    fuzz=loss_fuzz_cases("distill_loss", _fuzz_inputs, distill_loss, distill_loss_reference, _loss_shape),
-)
+ENTRY = loss_entry(
+    "distill_loss",
+    "forward/reverse KL and generalized JSD between a student's and a teacher's head without the logits",
+    passes={"fwd": _inspect_fwd, "bwd": _inspect_bwd}, op="linear_distill_loss", bench_cases=_bench_cases,
+    sample=_sample, reference=_reference, fuzz=(_fuzz_inputs, distill_loss, distill_loss_reference, _loss_shape))

@@ -12,10 +12,9 @@ import torch
 from ..ops.cross_entropy import linear_logprobs_reference
 from ..ops.post_training import grpo_loss, grpo_loss_reference
 from ..ops.post_training.policy import per_token_policy_loss
-from . import BenchCase, OpEntry
+from . import BenchCase
 from ._fuzz import FLOATS, FuzzInputs
-from ._inputs import peer_compile
-from ._post_training import eager_grpo, liger_grpo, loss_fuzz_cases
+from ._post_training import eager_grpo, liger_grpo, loss_entry, loss_providers
 from .linear_logprobs import inspect_grad, inspect_stats
 
 BETA = 0.04
@@ -38,12 +37,7 @@ def _case(batch: int, length: int, hidden: int, vocab: int, dtype: torch.dtype) 
         def fwd_bwd(loss_fn):
             return lambda: torch.autograd.grad(loss_fn(h, w, target, advantages, old, ref), (h, w))
 
-        eager = functools.partial(eager_grpo, beta=BETA)
-        providers = {"tritonkit": fwd_bwd(ours), "eager": fwd_bwd(eager), "torch.compile": fwd_bwd(peer_compile(eager))}
-        liger = liger_grpo(BETA)
-        if liger is not None:
-            providers["Liger"] = fwd_bwd(liger)
-        return providers
+        return loss_providers(fwd_bwd, ours, functools.partial(eager_grpo, beta=BETA), liger_grpo(BETA))
 
     tokens = batch * length
     name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
@@ -120,15 +114,9 @@ def _fuzz_inputs(inputs: FuzzInputs):
     return tensors, options
 
 
-ENTRY = OpEntry(
-    name="grpo_loss",
-    summary="GRPO-family policy loss over a linear head without the logits, gradients made in the forward",
+ENTRY = loss_entry(
+    "grpo_loss", "GRPO-family policy loss over a linear head without the logits, gradients made in the forward",
     # the forward's two launches a chunk: the statistics, then dlogits for the loss's gradient
-    passes={"stats": inspect_stats, "grad": inspect_grad},
-    bench_cases=_bench_cases,
-    peers=("eager", "torch.compile", "Liger"),
-    op="linear_grpo_loss",
-    sample=_sample,
-    reference=_reference,
-    fuzz=loss_fuzz_cases("grpo_loss", _fuzz_inputs, grpo_loss, grpo_loss_reference, lambda tensors, options: ()),
-)
+    passes={"stats": inspect_stats, "grad": inspect_grad}, op="linear_grpo_loss", bench_cases=_bench_cases,
+    sample=_sample, reference=_reference,
+    fuzz=(_fuzz_inputs, grpo_loss, grpo_loss_reference, lambda tensors, options: ()))

@@ -10,11 +10,11 @@ import torch
 from ..ops.cross_entropy import linear_logprobs, linear_logprobs_reference
 from ..ops.cross_entropy.logprob_kernel import launch_logprob_rows
 from ..ops.post_training import dpo_loss, grpo_loss
-from . import BenchCase, InspectRequest, OpEntry
+from . import BenchCase, InspectRequest, two_pass_entry
 from ._accuracy import Comparison
-from ._fuzz import FLOATS, FuzzCase, FuzzInputs, compare_gradients, describe
+from ._fuzz import FLOATS, FuzzInputs, compare_gradients, describe
 from ._inputs import offset_view, peer_compile
-from ._post_training import (blockwise_logprobs, eager_dpo, eager_logprobs, liger_dpo, pg_objective,
+from ._post_training import (blockwise_logprobs, eager_dpo, eager_logprobs, liger_dpo, loss_providers, pg_objective,
                              reference_sums, trl_logprobs)
 from .cross_entropy import fuzz_target
 
@@ -99,12 +99,7 @@ def _dpo_case(pairs: int, length: int, hidden: int, vocab: int, dtype: torch.dty
         def fwd_bwd(loss_fn):
             return lambda: torch.autograd.grad(loss_fn(h, w, ref_h, ref_w, target), (h, w))
 
-        providers = {"tritonkit": fwd_bwd(ours), "eager": fwd_bwd(eager_dpo),
-                     "torch.compile": fwd_bwd(peer_compile(eager_dpo))}
-        liger = liger_dpo()
-        if liger is not None:
-            providers["Liger"] = fwd_bwd(liger)
-        return providers
+        return loss_providers(fwd_bwd, ours, eager_dpo, liger_dpo())
 
     tokens = 2 * pairs * length
     return BenchCase(
@@ -179,14 +174,8 @@ def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
         lambda upcast, **t: linear_logprobs_reference(**t, target=target, **options, upcast=upcast), upstream)
 
 
-ENTRY = OpEntry(
-    name="linear_logprobs",
-    summary="per-token log-probabilities and entropy of a linear head without the logits (RL, DPO)",
-    passes={"fwd": inspect_stats, "bwd": inspect_grad},
-    bench_cases=_bench_cases,
-    peers=("tritonkit fused", "eager", "torch.compile", "TRL-style blocks", "TRL", "Liger"),
-    op="linear_logprobs",
-    sample=_sample,
-    reference=_reference,
-    fuzz=(FuzzCase("forward", 10, _fuzz_forward), FuzzCase("backward", 8, _fuzz_backward)),
-)
+ENTRY = two_pass_entry(
+    "linear_logprobs", "per-token log-probabilities and entropy of a linear head without the logits (RL, DPO)",
+    inspect=(inspect_stats, inspect_grad), fuzz=((10, _fuzz_forward), (8, _fuzz_backward)),
+    bench_cases=_bench_cases, peers=("tritonkit fused", "eager", "torch.compile", "TRL-style blocks", "TRL", "Liger"),
+    sample=_sample, reference=_reference)

@@ -15,8 +15,8 @@ factor 1 - tanh^2). Masks and block ranges come from `mask.py`, as in the forwar
 import triton
 import triton.language as tl
 
-from .loads import _head_sources, _key_block, _load, _v_dim
-from .mask import _diag, _key_range, _program_tile, _query_range, _visible
+from .loads import _head_sources, _key_block, _load, _own_tiles, _tile_ptrs
+from .mask import _diag, _key_range, _program_tile, _query_range, _visible, _walk_keys
 from .triton_score import _alibi_slope, _score2
 
 
@@ -46,10 +46,10 @@ def _attn_bwd_preprocess_kernel(
     m_ok = offs_m[:, None] < Nq
     d_row = offs_d[None, :] < D
     m64 = tl.cast(start_m, tl.int64)
-    o = _load(O + b64 * stride_ob + h64 * stride_oh + m64 * stride_on
-              + rows_m[:, None] * stride_on + offs_d[None, :] * stride_od, m_ok, d_row, True, PAD_D)
-    do = _load(DO + b64 * stride_dob + h64 * stride_doh + m64 * stride_don
-               + rows_m[:, None] * stride_don + offs_d[None, :] * stride_dod, m_ok, d_row, True, PAD_D)
+    o = _load(_tile_ptrs(O, (stride_ob, stride_oh, stride_on, stride_od), b64, h64, m64, rows_m, offs_d),
+              m_ok, d_row, True, PAD_D)
+    do = _load(_tile_ptrs(DO, (stride_dob, stride_doh, stride_don, stride_dod), b64, h64, m64, rows_m, offs_d),
+               m_ok, d_row, True, PAD_D)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     if DLSE is not None:
         delta -= tl.load(DLSE + (b64 * H + h64) * Nq + offs_m, mask=offs_m < Nq, other=0.0)
@@ -95,7 +95,6 @@ def _attn_bwd_dkdv_tiles(
     PAD_D: tl.constexpr = HEAD.pad_qk
     PAD_DV: tl.constexpr = HEAD.pad_v
     SOFTCAP: tl.constexpr = SCORE.softcap
-    WINDOW_LEFT: tl.constexpr = SCORE.window_left
     start_m = lo
     g = 0
     for _ in tl.range(0, tl.cdiv(hi - lo, BLOCK_M) * GROUP):
@@ -132,8 +131,7 @@ def _attn_bwd_dkdv_tiles(
         if MASKED:
             # Keys past Nk: their rows are never stored, but where a row may see no key at all
             # (lse = -inf) its P there would be inf, and inf * 0 = NaN in those rows' sums.
-            ok = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, diag, SCORE,
-                          VARLEN or WINDOW_LEFT >= 0 or SCORE.bottom_right, VARLEN)
+            ok = _visible(offs_m[None, :], offs_n[:, None], Nq, Nk, diag, SCORE, SCORE.empty_rows(VARLEN), VARLEN)
             pT = tl.where(ok, pT, 0.0)
         pT_in = pT.to(do.dtype)
         if SOFTCAP > 0:
@@ -172,40 +170,24 @@ def _attn_bwd_dkdv_kernel(
     PAD_DV: tl.constexpr = HEAD.pad_v
     qk_scale, sm_scale = scales
     stride_qb, stride_qh, stride_qn, stride_qd = strides[0]
-    stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
-    stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
     stride_dob, stride_doh, stride_don, stride_dod = strides[3]
-    stride_dkb, stride_dkh, stride_dkn, stride_dkd = strides[4]
-    stride_dvb, stride_dvh, stride_dvn, stride_dvd = strides[5]
     CAUSAL: tl.constexpr = SCORE.causal
     WINDOW_LEFT: tl.constexpr = SCORE.window_left
     WINDOW_RIGHT: tl.constexpr = SCORE.window_right
     VARLEN: tl.constexpr = CU_Q is not None
-    b, hk, start_n, k0, nk, q0, nq, seq = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False, HEAD_SPAN)
+    b, hk, start_n, k0, nk, q0, nq, seq, row_n = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False, HEAD_SPAN)
     if VARLEN:
         if start_n >= nk:
             return
-        row_n = k0 + start_n
-    else:
-        row_n = start_n
     H = tl.num_programs(1) * GROUP
     b64 = tl.cast(b, tl.int64)
     hk64 = hk.to(tl.int64)
     n64 = tl.cast(row_n, tl.int64)
 
-    rows_n = tl.arange(0, BLOCK_N)
-    offs_n = start_n + rows_n
-    offs_m0 = tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    d_row = offs_d[None, :] < D
-    dv_row = offs_dv[None, :] < _v_dim(D, HEAD)
-    n_ok = offs_n[:, None] < nk
-
-    k = _load(K + b64 * stride_kb + hk64 * stride_kh + n64 * stride_kn
-              + rows_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, n_ok, d_row, True, PAD_D)
-    v = _load(V + b64 * stride_vb + hk64 * stride_vh + n64 * stride_vn
-              + rows_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd, n_ok, dv_row, True, PAD_DV)
+    own, offs_m0, cols, k, v = _own_tiles(K, V, strides[1], strides[2], b64, hk64, n64, start_n, nk, D, BLOCK_N,
+                                          BLOCK_M, HEAD)
+    rows_n, offs_n, n_ok = own
+    offs_d, offs_dv, d_row, _, dv_row, _ = cols
     q_offs = offs_m0[:, None] * stride_qn + offs_d[None, :] * stride_qd
     do_offs = offs_m0[:, None] * stride_don + offs_dv[None, :] * stride_dod
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
@@ -242,29 +224,27 @@ def _attn_bwd_dkdv_kernel(
         dv_ok = n_ok & dv_row
     else:
         dv_ok = n_ok
-    tl.store(DK + b64 * stride_dkb + hk64 * stride_dkh + n64 * stride_dkn
-             + rows_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
-             dk.to(DK.dtype.element_ty), mask=dk_ok)
-    tl.store(DV + b64 * stride_dvb + hk64 * stride_dvh + n64 * stride_dvn
-             + rows_n[:, None] * stride_dvn + offs_dv[None, :] * stride_dvd,
-             dv.to(DV.dtype.element_ty), mask=dv_ok)
+    tl.store(_tile_ptrs(DK, strides[4], b64, hk64, n64, rows_n, offs_d), dk.to(DK.dtype.element_ty), mask=dk_ok)
+    tl.store(_tile_ptrs(DV, strides[5], b64, hk64, n64, rows_n, offs_dv), dv.to(DV.dtype.element_ty), mask=dv_ok)
 
 
 @triton.jit
 def _attn_bwd_dq_tiles(
-    dq, q, do, lse2, delta, keys, rows, score_at,
+    dq, query_rows, keys, rows, score_at,
     lo, hi, Nk, qk_scale,
     BLOCK_N: tl.constexpr, HEAD: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
     USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
-    # For key blocks [lo, hi):  P = 2^(s - lse2),  dP = dO V^T,
-    #   dS = P [(1 - tanh^2)] * (dP - delta),  dQ += dS K  (times scale at the end).
+    # For key blocks [lo, hi), with query_rows = (q, do, lse2, delta) of the tile's rows:
+    #   P = 2^(s - lse2),  dP = dO V^T,  dS = P [(1 - tanh^2)] * (dP - delta),  dQ += dS K
+    # (times scale at the end).
     # MASKED blocks zero P where `_visible` hides a key (past Nk K loads as 0, but 2^(-lse2)
     # could overflow, and a row that sees no key has lse2 = -inf). keys = (k_src, v_src,
     # stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0): the kv head's base pointers (or,
     # with USE_TMA, descriptors of all of K and V, read at [b, hk, key0 + key, 0]), their key
     # strides and tile offsets; rows = (offs_m, offs_n0, d_col, dv_col), the head-dim masks of
     # K^T's and V^T's rows; score_at = (diag, ALiBi slope); HEAD: `head.HeadTiles`.
+    q, do, lse2, delta = query_rows
     k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0 = keys
     offs_m, offs_n0, d_col, dv_col = rows
     diag, slope2 = score_at
@@ -310,25 +290,16 @@ def _attn_bwd_dq_kernel(
     # With USE_TMA, K and V are tensor descriptors of the whole (B, Hkv, Nk, D) tensors.
     D, GROUP = dims
     BLOCK_D: tl.constexpr = HEAD.qk
-    BLOCK_DV: tl.constexpr = HEAD.v
     PAD_D: tl.constexpr = HEAD.pad_qk
-    PAD_DV: tl.constexpr = HEAD.pad_v
     qk_scale, sm_scale = scales
-    stride_qb, stride_qh, stride_qn, stride_qd = strides[0]
     stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
     stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
-    stride_dob, stride_doh, stride_don, stride_dod = strides[3]
-    stride_dqb, stride_dqh, stride_dqn, stride_dqd = strides[4]
     CAUSAL: tl.constexpr = SCORE.causal
-    WINDOW_LEFT: tl.constexpr = SCORE.window_left
     VARLEN: tl.constexpr = CU_Q is not None
-    b, h, start_m, q0, nq, k0, nk, seq = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
+    b, h, start_m, q0, nq, k0, nk, seq, row_m = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
     if VARLEN:
         if start_m >= nq:
             return
-        row_m = q0 + start_m
-    else:
-        row_m = start_m
     H = tl.num_programs(1)
     b64 = tl.cast(b, tl.int64)
     h64 = h.to(tl.int64)
@@ -336,22 +307,10 @@ def _attn_bwd_dq_kernel(
     hk64 = hk.to(tl.int64)
     m64 = tl.cast(row_m, tl.int64)
 
-    rows_m = tl.arange(0, BLOCK_M)
-    offs_m = start_m + rows_m
-    offs_n0 = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    d_row = offs_d[None, :] < D
-    d_col = offs_d[:, None] < D
-    DV = _v_dim(D, HEAD)
-    dv_row = offs_dv[None, :] < DV
-    dv_col = offs_dv[:, None] < DV
-    m_ok = offs_m[:, None] < nq
-
-    q = _load(Q + b64 * stride_qb + h64 * stride_qh + m64 * stride_qn
-              + rows_m[:, None] * stride_qn + offs_d[None, :] * stride_qd, m_ok, d_row, True, PAD_D)
-    do = _load(DO + b64 * stride_dob + h64 * stride_doh + m64 * stride_don
-               + rows_m[:, None] * stride_don + offs_dv[None, :] * stride_dod, m_ok, dv_row, True, PAD_DV)
+    own, offs_n0, cols, q, do = _own_tiles(Q, DO, strides[0], strides[3], b64, h64, m64, start_m, nq, D, BLOCK_M,
+                                           BLOCK_N, HEAD)
+    rows_m, offs_m, m_ok = own
+    offs_d, offs_dv, d_row, d_col, dv_row, dv_col = cols
     row_base = (b64 * H + h64) * Nq
     if VARLEN:
         row_base += q0
@@ -367,27 +326,13 @@ def _attn_bwd_dq_kernel(
     keys = (k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0)
     rows = (offs_m, offs_n0, d_col, dv_col)
     score_at = (diag, _alibi_slope(ALIBI, seq, h, H, SCORE))
-    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, diag, BLOCK_M, BLOCK_N, SCORE)
-    if WINDOW_LEFT >= 0:
-        dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, keys, rows, score_at, lo, full_lo, nk, qk_scale, BLOCK_N, HEAD, True,
-            SCORE, USE_TMA, VARLEN)
-        dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, keys, rows, score_at, full_lo, full_hi, nk, qk_scale, BLOCK_N, HEAD, False,
-            SCORE, USE_TMA, VARLEN)
-    else:
-        dq = _attn_bwd_dq_tiles(
-            dq, q, do, lse2, delta, keys, rows, score_at, 0, full_hi, nk, qk_scale, BLOCK_N, HEAD, False,
-            SCORE, USE_TMA, VARLEN)
-    dq = _attn_bwd_dq_tiles(
-        dq, q, do, lse2, delta, keys, rows, score_at, full_hi, hi, nk, qk_scale, BLOCK_N, HEAD, True,
-        SCORE, USE_TMA, VARLEN)
+    ranges = _key_range(start_m, nq, nk, diag, BLOCK_M, BLOCK_N, SCORE)
+    dq = _walk_keys(_attn_bwd_dq_tiles, dq, (q, do, lse2, delta), keys, rows, score_at, ranges, nk, qk_scale,
+                    BLOCK_N, HEAD, SCORE, USE_TMA, VARLEN)
 
     dq = dq * sm_scale
     if PAD_D:
         store_ok = m_ok & d_row
     else:
         store_ok = m_ok
-    tl.store(DQ + b64 * stride_dqb + h64 * stride_dqh + m64 * stride_dqn
-             + rows_m[:, None] * stride_dqn + offs_d[None, :] * stride_dqd,
-             dq.to(DQ.dtype.element_ty), mask=store_ok)
+    tl.store(_tile_ptrs(DQ, strides[4], b64, h64, m64, rows_m, offs_d), dq.to(DQ.dtype.element_ty), mask=store_ok)

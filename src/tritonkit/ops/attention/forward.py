@@ -13,8 +13,9 @@ that merge partial attentions).
 import triton
 import triton.language as tl
 
-from .loads import _head_sources, _key_block, _load, _v_dim
-from .mask import _diag, _key_range, _program_tile, _row_base, _rows_lse, _rows_out, _visible
+from .loads import _head_columns, _head_sources, _key_block, _load, _tile_ptrs
+from .mask import (_diag, _key_range, _program_tile, _row_base, _rows_lse, _rows_out, _visible,
+                   _walk_keys)
 from .triton_score import _alibi_slope, _row_start, _score2, _softcap_tanh
 
 
@@ -99,17 +100,20 @@ def _attn_fwd_pv(
 
 @triton.jit
 def _attn_fwd_tiles(
-    acc, l_i, m_i, q, keys, rows, score_at,
+    state, q, keys, rows, score_at,
     lo, hi, Nk, qk_scale,
     BLOCK_N: tl.constexpr, HEAD: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
-    EMPTY_ROWS: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
+    USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
-    # The key blocks [lo, hi): per block S = Q K^T, the softmax step, acc = acc alpha + P V.
+    # The key blocks [lo, hi): per block S = Q K^T, the softmax step, acc = acc alpha + P V;
+    # state = (acc, l_i, m_i), as `mask._walk_keys` carries it.
     # keys = (k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, key0): the kv head's
     # base pointers (or, with USE_TMA, descriptors of all of K and V, read at [b, hk, key0 + key,
     # 0]), their key strides and tile offsets; rows = (offs_m, offs_n0, dv_row, d_col): the tile's
     # query rows, key columns and head-dim masks (v's, k's); score_at: as `_attn_fwd_softmax`
     # takes it. HEAD: `head.HeadTiles`.
+    acc, l_i, m_i = state
+    EMPTY_ROWS: tl.constexpr = SCORE.empty_rows(VARLEN)
     k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, key0 = keys
     offs_m, offs_n0, dv_row, d_col = rows
     BLOCK_D: tl.constexpr = HEAD.qk
@@ -151,21 +155,15 @@ def _attn_fwd_kernel(
     BLOCK_DV: tl.constexpr = HEAD.v
     PAD_D: tl.constexpr = HEAD.pad_qk
     PAD_DV: tl.constexpr = HEAD.pad_v
-    stride_qb, stride_qh, stride_qn, stride_qd = strides[0]
     stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
     stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
-    stride_ob, stride_oh, stride_on, stride_od = strides[3]
     CAUSAL: tl.constexpr = SCORE.causal
-    WINDOW_LEFT: tl.constexpr = SCORE.window_left
     VARLEN: tl.constexpr = CU_Q is not None
-    EMPTY_ROWS: tl.constexpr = VARLEN or WINDOW_LEFT >= 0 or SCORE.bottom_right
-    b, h, start_m, q0, nq, k0, nk, seq = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
+    EMPTY_ROWS: tl.constexpr = SCORE.empty_rows(VARLEN)
+    b, h, start_m, q0, nq, k0, nk, seq, row_m = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
     if VARLEN:
         if start_m >= nq:
             return
-        row_m = q0 + start_m
-    else:
-        row_m = start_m
     H = tl.num_programs(1)
     hk = h // GROUP
     b64 = tl.cast(b, tl.int64)
@@ -176,19 +174,13 @@ def _attn_fwd_kernel(
     rows_m = tl.arange(0, BLOCK_M)
     offs_m = start_m + rows_m
     offs_n0 = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    d_row = offs_d[None, :] < D
-    d_col = offs_d[:, None] < D
-    dv_row = offs_dv[None, :] < _v_dim(D, HEAD)
+    offs_d, offs_dv, d_row, d_col, dv_row, _ = _head_columns(D, HEAD)
     m_ok = offs_m[:, None] < nq
 
     if USE_TMA:
         q = Q.load([b, h, row_m, 0]).reshape(BLOCK_M, BLOCK_D)
     else:
-        q_ptrs = (Q + b64 * stride_qb + h64 * stride_qh + row_m.to(tl.int64) * stride_qn
-                  + rows_m[:, None] * stride_qn + offs_d[None, :] * stride_qd)
-        q = _load(q_ptrs, m_ok, d_row, True, PAD_D)
+        q = _load(_tile_ptrs(Q, strides[0], b64, h64, row_m.to(tl.int64), rows_m, offs_d), m_ok, d_row, True, PAD_D)
     k_src, v_src = _head_sources(K, V, b64, hk64, k0, stride_kb, stride_kh, stride_kn,
                                  stride_vb, stride_vh, stride_vn, USE_TMA, VARLEN)
     kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
@@ -201,25 +193,12 @@ def _attn_fwd_kernel(
     rows = (offs_m, offs_n0, dv_row, d_col)
     score_at = (diag, _alibi_slope(ALIBI, seq, h, H, SCORE))
 
-    lo, full_lo, full_hi, hi = _key_range(start_m, nq, nk, diag, BLOCK_M, BLOCK_N, SCORE)
-    if WINDOW_LEFT >= 0:
-        acc, l_i, m_i = _attn_fwd_tiles(
-            acc, l_i, m_i, q, keys, rows, score_at, lo, full_lo, nk, qk_scale,
-            BLOCK_N, HEAD, True, SCORE, EMPTY_ROWS, USE_TMA, VARLEN)
-        acc, l_i, m_i = _attn_fwd_tiles(
-            acc, l_i, m_i, q, keys, rows, score_at, full_lo, full_hi, nk, qk_scale,
-            BLOCK_N, HEAD, False, SCORE, EMPTY_ROWS, USE_TMA, VARLEN)
-    else:
-        acc, l_i, m_i = _attn_fwd_tiles(
-            acc, l_i, m_i, q, keys, rows, score_at, 0, full_hi, nk, qk_scale,
-            BLOCK_N, HEAD, False, SCORE, EMPTY_ROWS, USE_TMA, VARLEN)
-    acc, l_i, m_i = _attn_fwd_tiles(
-        acc, l_i, m_i, q, keys, rows, score_at, full_hi, hi, nk, qk_scale,
-        BLOCK_N, HEAD, True, SCORE, EMPTY_ROWS, USE_TMA, VARLEN)
+    ranges = _key_range(start_m, nq, nk, diag, BLOCK_M, BLOCK_N, SCORE)
+    acc, l_i, m_i = _walk_keys(_attn_fwd_tiles, (acc, l_i, m_i), q, keys, rows, score_at, ranges, nk, qk_scale,
+                               BLOCK_N, HEAD, SCORE, USE_TMA, VARLEN)
 
     o = _rows_out(acc, l_i, EMPTY_ROWS)
-    o_ptrs = (O + b64 * stride_ob + h64 * stride_oh + row_m.to(tl.int64) * stride_on
-              + rows_m[:, None] * stride_on + offs_dv[None, :] * stride_od)
+    o_ptrs = _tile_ptrs(O, strides[3], b64, h64, row_m.to(tl.int64), rows_m, offs_dv)
     if PAD_DV:
         tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=m_ok & dv_row)
     else:

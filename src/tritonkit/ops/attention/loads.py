@@ -23,6 +23,16 @@ def _load(ptrs, rows_ok, d_ok, CHECK_ROWS: tl.constexpr, CHECK_D: tl.constexpr):
 
 
 @triton.jit
+def _tile_ptrs(base, strides, b64, h64, row64, rows, cols):
+    # Pointers of the tile of `rows` (offsets from row64) by `cols` of head h64 of batch entry
+    # b64 in a (B, H, N, D) tensor with strides = its (batch, head, seq, head_dim) strides:
+    # the batch, head and first row offsets in int64, those inside the tile int32.
+    stride_b, stride_h, stride_n, stride_d = strides
+    return (base + b64 * stride_b + h64 * stride_h + row64 * stride_n
+            + rows[:, None] * stride_n + cols[None, :] * stride_d)
+
+
+@triton.jit
 def _head_sources(A, B, b64, h64, row0, stride_ab, stride_ah, stride_an, stride_bb, stride_bh, stride_bn,
                   USE_TMA: tl.constexpr, VARLEN: tl.constexpr):
     # What the tile loops read two streamed operands from: the (b, h) head's base pointers
@@ -79,3 +89,34 @@ def _v_dim(D, HEAD: tl.constexpr):
     else:
         dv = D
     return dv
+
+
+@triton.jit
+def _head_columns(D, HEAD: tl.constexpr):
+    # A tile's head-dim columns: q's and k's (HEAD.qk of them, `head.HeadTiles`) and v's
+    # (HEAD.v), with the masks of the real ones (D, `_v_dim`) as a row ([1, cols]) and as a
+    # column ([cols, 1]): (offs_d, offs_dv, d_row, d_col, dv_row, dv_col).
+    offs_d = tl.arange(0, HEAD.qk)
+    offs_dv = tl.arange(0, HEAD.v)
+    DV = _v_dim(D, HEAD)
+    return offs_d, offs_dv, offs_d[None, :] < D, offs_d[:, None] < D, offs_dv[None, :] < DV, offs_dv[:, None] < DV
+
+
+@triton.jit
+def _own_tiles(A, B, strides_a, strides_b, b64, h64, row64, start, n, D, BLOCK: tl.constexpr,
+               OTHER: tl.constexpr, HEAD: tl.constexpr):
+    # The two tiles a backward program holds throughout its walk (K and V in the dK/dV pass, Q
+    # and dO in the dQ pass): its BLOCK rows from `start` of a sequence of n (row64 the first
+    # in the tensor) of head h64 of batch entry b64, A at q's and k's head dim, B at v's; and
+    # the offsets of the OTHER rows of each block it walks (queries, keys). Returns (rows, offs,
+    # ok): the tile's row offsets, their positions in the sequence and which of them it holds;
+    # those other offsets; the columns of `_head_columns`; the two tiles.
+    rows = tl.arange(0, BLOCK)
+    offs = start + rows
+    others = tl.arange(0, OTHER)
+    cols = _head_columns(D, HEAD)
+    offs_d, offs_dv, d_row, d_col, dv_row, dv_col = cols
+    ok = offs[:, None] < n
+    a = _load(_tile_ptrs(A, strides_a, b64, h64, row64, rows, offs_d), ok, d_row, True, HEAD.pad_qk)
+    b = _load(_tile_ptrs(B, strides_b, b64, h64, row64, rows, offs_dv), ok, dv_row, True, HEAD.pad_v)
+    return (rows, offs, ok), others, cols, a, b

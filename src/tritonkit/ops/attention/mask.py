@@ -122,6 +122,29 @@ def _key_range(start_m, Nq, Nk, diag, BLOCK_M: tl.constexpr, BLOCK_N: tl.constex
 
 
 @triton.jit
+def _walk_keys(TILES: tl.constexpr, state, rows_in, keys, rows, score_at, ranges, Nk, qk_scale,
+               BLOCK_N: tl.constexpr, HEAD: tl.constexpr, SCORE: tl.constexpr, USE_TMA: tl.constexpr,
+               VARLEN: tl.constexpr):
+    # Forward and dQ pass: the key blocks of `_key_range` (ranges = (lo, full_lo, full_hi, hi)),
+    # each stretch through TILES(state, rows_in, keys, rows, score_at, lo, hi, Nk, qk_scale,
+    # BLOCK_N, HEAD, MASKED, SCORE, USE_TMA, VARLEN) -> state: the left window's edge masked, the
+    # blocks every row sees whole unmasked (from key 0 without a left bound), then the causal
+    # diagonal, right window edge and ragged tail masked.
+    lo, full_lo, full_hi, hi = ranges
+    if SCORE.window_left >= 0:
+        state = TILES(state, rows_in, keys, rows, score_at, lo, full_lo, Nk, qk_scale,
+                      BLOCK_N, HEAD, True, SCORE, USE_TMA, VARLEN)
+        state = TILES(state, rows_in, keys, rows, score_at, full_lo, full_hi, Nk, qk_scale,
+                      BLOCK_N, HEAD, False, SCORE, USE_TMA, VARLEN)
+    else:
+        state = TILES(state, rows_in, keys, rows, score_at, 0, full_hi, Nk, qk_scale,
+                      BLOCK_N, HEAD, False, SCORE, USE_TMA, VARLEN)
+    state = TILES(state, rows_in, keys, rows, score_at, full_hi, hi, Nk, qk_scale,
+                  BLOCK_N, HEAD, True, SCORE, USE_TMA, VARLEN)
+    return state
+
+
+@triton.jit
 def _query_range(start_n, Nq, diag, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SCORE: tl.constexpr,
                  VARLEN: tl.constexpr):
     # dK/dV pass: the queries that see the key block [start_n, start_n + BLOCK_N),
@@ -167,11 +190,12 @@ def _query_range(start_n, Nq, diag, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
 @triton.jit
 def _program_tile(CU_A, CU_B, SEQS, Na, Nb, BLOCK: tl.constexpr, REVERSE: tl.constexpr, HEAD_SPAN: tl.constexpr):
     # The tile this program owns along its own axis (queries in the forward and dQ pass, keys
-    # in the dK/dV pass; "b" is the other operand): (batch, head, start, a0, na, b0, nb, seq),
-    # with `head` the index along the grid's head axis, `start` local to the sequence, a0, b0 the
-    # sequence's first row in the packed tensors, na, nb its lengths, and seq the sequence's
-    # index (the batch's in a dense batch, where every batch entry is one). REVERSE: the last
-    # tiles (the longest causal rows) start first.
+    # in the dK/dV pass; "b" is the other operand): (batch, head, start, a0, na, b0, nb, seq,
+    # row), with `head` the index along the grid's head axis, `start` local to the sequence, a0,
+    # b0 the sequence's first row in the packed tensors, na, nb its lengths, seq the sequence's
+    # index (the batch's in a dense batch, where every batch entry is one) and row the tile's
+    # first row in the tensor (a0 + start). REVERSE: the last tiles (the longest causal rows)
+    # start first.
     # Dense batches: program (i, head, batch), a0 = b0 = 0. Packed sequences (CU_A given):
     # sequence s owns tiles [cu_a[s] // BLOCK + s, ...), one per BLOCK rows; these ranges
     # never overlap and the grid needs cdiv(total, BLOCK) + SEQS tiles a head, so the launcher
@@ -232,7 +256,11 @@ def _program_tile(CU_A, CU_B, SEQS, Na, Nb, BLOCK: tl.constexpr, REVERSE: tl.con
         else:
             batch = tl.program_id(2)
         seq = batch
-    return batch, head, start, a0, na, b0, nb, seq
+    if CU_A is not None:
+        row = a0 + start
+    else:
+        row = start
+    return batch, head, start, a0, na, b0, nb, seq, row
 
 
 @triton.jit

@@ -61,6 +61,12 @@ class Score(NamedTuple):
         """Whether either side of a window is bounded."""
         return self.window_left >= 0 or self.window_right >= 0
 
+    def empty_rows(self, varlen: bool) -> bool:
+        """Whether a query row may see no key at all (packed sequences, which may be empty; a
+        left window; keys aligned bottom-right), for which the kernels keep the softmax finite
+        (`mask.py`). varlen: packed sequences."""
+        return varlen or self.window_left >= 0 or self.bottom_right
+
 
 def window_side(name: str, side: object) -> int:
     """A window side as an int, -1 for unbounded; TypeError / ValueError naming `name`."""

@@ -79,6 +79,16 @@ def _row_target(logits_ptr, target_ptr, l_row, t_stride, ignore_index, n_cols):
 
 
 @triton.jit
+def _column_block(x_row, l_col, start, cols, n_cols, other):
+    # The row's column block at start: its columns, which of them lie inside the row, and its
+    # logits in float32 (`other` past the row's end).
+    c = start + cols
+    mask = c < n_cols
+    x = tl.load(x_row + c * l_col, mask=mask, other=other).to(tl.float32)
+    return c, mask, x
+
+
+@triton.jit
 def _cross_entropy_kernel(
     # pointers: logits [rows, C] read; grad [rows, C] written (may be the logits themselves);
     # target [rows]; loss [rows] (fp32, or the op's output for reduction "none"); lse [rows]
@@ -113,9 +123,7 @@ def _cross_entropy_kernel(
         s = 0.0
         z_sum = 0.0
         for start in range(0, n_cols, BLOCK):
-            c = start + cols
-            mask = c < n_cols
-            x = tl.load(x_row + c * l_col, mask=mask, other=-float("inf")).to(tl.float32)
+            c, mask, x = _column_block(x_row, l_col, start, cols, n_cols, -float("inf"))
             z = _softcapped(x, softcap, SOFTCAP)
             if SOFTCAP:
                 z = tl.where(mask, z, -float("inf"))
@@ -151,9 +159,7 @@ def _cross_entropy_kernel(
             scale = scale * tl.load(upstream_ptr + row * upstream_stride).to(tl.float32)
         g_out = grad_ptr + row * g_row
         for start in range(0, n_cols, BLOCK):
-            c = start + cols
-            mask = c < n_cols
-            x = tl.load(x_row + c * l_col, mask=mask, other=0.0).to(tl.float32)
+            c, mask, x = _column_block(x_row, l_col, start, cols, n_cols, 0.0)
             z = _softcapped(x, softcap, SOFTCAP)
             # From the row's max, as the loss: exp(z - lse) would carry lse's rounding (at
             # the logits' magnitude) into every probability; z - m is exact near the max.

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ..._launch import Launch
-from .kernel import _lse_parts, _row_target, _softcapped, row_block
+from .kernel import _column_block, _lse_parts, _row_target, _softcapped, row_block
 
 
 @triton.jit
@@ -52,9 +52,7 @@ def _logprob_kernel(
         s = 0.0
         u = 0.0
         for start in range(0, n_cols, BLOCK):
-            c = start + cols
-            mask = c < n_cols
-            x = tl.load(x_row + c, mask=mask, other=-float("inf")).to(tl.float32)
+            c, mask, x = _column_block(x_row, 1, start, cols, n_cols, -float("inf"))
             z = tl.where(mask, _softcapped(x, softcap, SOFTCAP) * inv_temperature, -float("inf"))
             m_new = tl.maximum(m, tl.max(z, axis=0))
             # m_new stays -inf only while every logit so far is -inf: nothing to add yet.
@@ -89,9 +87,7 @@ def _logprob_kernel(
         if UP_ENTROPY:
             g_h = tl.load(grad_entropy_ptr + row).to(tl.float32)
         for start in range(0, n_cols, BLOCK):
-            c = start + cols
-            mask = c < n_cols
-            x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
+            c, mask, x = _column_block(x_row, 1, start, cols, n_cols, 0.0)
             y = _softcapped(x, softcap, SOFTCAP)
             log_p = (y * inv_temperature - m) - log_s
             p = tl.exp(log_p)
