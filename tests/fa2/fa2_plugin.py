@@ -134,7 +134,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_runtest_logreport(report):
-    entry = RESULTS.setdefault(report.nodeid, {"outcome": "passed", "features": [], "seconds": 0.0})
+    # "unfinished" until its call passes: a run stopped mid-case does not count that case
+    entry = RESULTS.setdefault(report.nodeid, {"outcome": "unfinished", "features": [], "seconds": 0.0})
     entry["seconds"] += report.duration
     for key, value in report.user_properties:
         if key == "fa2_features":
@@ -143,12 +144,14 @@ def pytest_runtest_logreport(report):
         entry["outcome"] = "failed" if report.when == "call" else "error"
         lines = [line for line in report.longreprtext.splitlines() if line.startswith("E ")]
         entry["message"] = "\n".join(lines[:6])[:800] or report.longreprtext[-800:]
-    elif report.skipped and entry["outcome"] == "passed":
+    elif report.passed and report.when == "call" and entry["outcome"] == "unfinished":
+        entry["outcome"] = "passed"
+    elif report.skipped and entry["outcome"] in ("unfinished", "passed"):
         entry["outcome"] = "skipped"
         entry["message"] = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
 
 
-def pytest_sessionfinish(session):
+def pytest_sessionfinish(session, exitstatus):
     config = session.config
     path = config.getoption("--fa2-summary")
     if not path or hasattr(config, "workerinput"):  # xdist's workers report to the controller
@@ -162,7 +165,9 @@ def pytest_sessionfinish(session):
         "fa2_test_file": os.environ.get("FA2_TEST_FILE", ""), "fa2_test_file_sha256": os.environ.get("FA2_SHA256", ""),
         "device": _device_name(config), "python": platform.python_version(), "seed": config.getoption("--fa2-seed"),
         **selection, "passed": outcomes["passed"], "failed": outcomes["failed"], "errors": outcomes["error"],
-        "skipped": outcomes["skipped"], "seconds": round(time.time() - STARTED, 1),
+        "skipped": outcomes["skipped"], "unfinished": outcomes["unfinished"], "seconds": round(time.time() - STARTED, 1),
+        # a run stopped early (Ctrl-C, or a time limit's SIGTERM) counts the cases it finished
+        "interrupted": int(exitstatus) == int(pytest.ExitCode.INTERRUPTED),
         "coverage": dict(sorted(coverage.items())),
         "skip_reasons": dict(Counter(e["message"] for e in results.values() if e["outcome"] == "skipped")),
         "failures": [{"test": nodeid, "message": entry.get("message", "")} for nodeid, entry in results.items()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -116,8 +117,15 @@ def main(argv=None) -> int:
                    f"--fa2-summary={args.summary.resolve()}"]
     if args.workers:
         pytest_args += ["-n", str(args.workers)]
+    # A time limit's SIGTERM stops the run as Ctrl-C does, so the summary still counts the
+    # cases that finished (the device machine's calls are cut at a limit).
+    signal.signal(signal.SIGTERM, _interrupt)
     import pytest
     return pytest.main(pytest_args + args.pytest_args)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":
