@@ -176,17 +176,15 @@ def _attn_bwd_dkdv_kernel(
     WINDOW_RIGHT: tl.constexpr = SCORE.window_right
     VARLEN: tl.constexpr = CU_Q is not None
     b, hk, start_n, k0, nk, q0, nq, seq, row_n = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False, HEAD_SPAN)
-    if VARLEN:
-        if start_n >= nk:
-            return
+    if VARLEN and start_n >= nk:
+        return
     H = tl.num_programs(1) * GROUP
     b64 = tl.cast(b, tl.int64)
     hk64 = hk.to(tl.int64)
-    n64 = tl.cast(row_n, tl.int64)
 
-    own, offs_m0, cols, k, v = _own_tiles(K, V, strides[1], strides[2], b64, hk64, n64, start_n, nk, D, BLOCK_N,
+    own, offs_m0, cols, k, v = _own_tiles(K, V, strides[1], strides[2], b64, hk64, row_n, start_n, nk, D, BLOCK_N,
                                           BLOCK_M, HEAD)
-    rows_n, offs_n, n_ok = own
+    rows_n, offs_n, n_ok, n64 = own
     offs_d, offs_dv, d_row, _, dv_row, _ = cols
     q_offs = offs_m0[:, None] * stride_qn + offs_d[None, :] * stride_qd
     do_offs = offs_m0[:, None] * stride_don + offs_dv[None, :] * stride_dod
@@ -290,19 +288,17 @@ def _attn_bwd_dq_kernel(
     CAUSAL: tl.constexpr = SCORE.causal
     VARLEN: tl.constexpr = CU_Q is not None
     b, h, start_m, q0, nq, k0, nk, seq, row_m = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
-    if VARLEN:
-        if start_m >= nq:
-            return
+    if VARLEN and start_m >= nq:
+        return
     H = tl.num_programs(1)
     b64 = tl.cast(b, tl.int64)
     h64 = h.to(tl.int64)
     hk = h // GROUP
     hk64 = hk.to(tl.int64)
-    m64 = tl.cast(row_m, tl.int64)
 
-    own, offs_n0, cols, q, do = _own_tiles(Q, DO, strides[0], strides[3], b64, h64, m64, start_m, nq, D, BLOCK_M,
+    own, offs_n0, cols, q, do = _own_tiles(Q, DO, strides[0], strides[3], b64, h64, row_m, start_m, nq, D, BLOCK_M,
                                            BLOCK_N, HEAD)
-    rows_m, offs_m, m_ok = own
+    rows_m, offs_m, m_ok, m64 = own
     offs_d, offs_dv, d_row, d_col, dv_row, dv_col = cols
     row_base = (b64 * H + h64) * Nq
     if VARLEN:

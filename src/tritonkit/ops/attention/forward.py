@@ -150,9 +150,8 @@ def _attn_fwd_kernel(
     VARLEN: tl.constexpr = CU_Q is not None
     EMPTY_ROWS: tl.constexpr = SCORE.empty_rows(VARLEN)
     b, h, start_m, q0, nq, k0, nk, seq, row_m = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
-    if VARLEN:
-        if start_m >= nq:
-            return
+    if VARLEN and start_m >= nq:
+        return
     H = tl.num_programs(1)
     hk = h // GROUP
     b64 = tl.cast(b, tl.int64)

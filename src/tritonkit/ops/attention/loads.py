@@ -118,20 +118,22 @@ def _head_columns(D, HEAD: tl.constexpr):
 
 
 @triton.jit
-def _own_tiles(A, B, strides_a, strides_b, b64, h64, row64, start, n, D, BLOCK: tl.constexpr,
+def _own_tiles(A, B, strides_a, strides_b, b64, h64, row, start, n, D, BLOCK: tl.constexpr,
                OTHER: tl.constexpr, HEAD: tl.constexpr):
     # The two tiles a backward program holds throughout its walk (K and V in the dK/dV pass, Q
-    # and dO in the dQ pass): its BLOCK rows from `start` of a sequence of n (row64 the first
+    # and dO in the dQ pass): its BLOCK rows from `start` of a sequence of n (`row` the first
     # in the tensor) of head h64 of batch entry b64, A at q's and k's head dim, B at v's; and
     # the offsets of the OTHER rows of each block it walks (queries, keys). Returns (rows, offs,
-    # ok): the tile's row offsets, their positions in the sequence and which of them it holds;
-    # those other offsets; the columns of `_head_columns`; the two tiles.
+    # ok, row64): the tile's row offsets, their positions in the sequence, which of them it
+    # holds and `row` in int64 (where the program's stores start); those other offsets; the
+    # columns of `_head_columns`; the two tiles.
+    row64 = tl.cast(row, tl.int64)
     rows = tl.arange(0, BLOCK)
     offs = start + rows
     others = tl.arange(0, OTHER)
     cols = _head_columns(D, HEAD)
     offs_d, offs_dv, d_row, d_col, dv_row, dv_col = cols
     ok = offs[:, None] < n
-    a = _load(_tile_ptrs(A, strides_a, b64, h64, row64, rows, offs_d), ok, d_row, True, HEAD.pad_qk)
-    b = _load(_tile_ptrs(B, strides_b, b64, h64, row64, rows, offs_dv), ok, dv_row, True, HEAD.pad_v)
-    return (rows, offs, ok), others, cols, a, b
+    a_tile = _load(_tile_ptrs(A, strides_a, b64, h64, row64, rows, offs_d), ok, d_row, True, HEAD.pad_qk)
+    b_tile = _load(_tile_ptrs(B, strides_b, b64, h64, row64, rows, offs_dv), ok, dv_row, True, HEAD.pad_v)
+    return (rows, offs, ok, row64), others, cols, a_tile, b_tile
