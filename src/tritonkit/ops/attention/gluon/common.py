@@ -66,7 +66,8 @@ def _row_layouts(num_warps, block_n, head_dim):
     # The `RowLayouts` of a warpgroup of num_warps warps over key blocks of block_n and a head
     # dim of head_dim.
     acc = _wgmma_layout(num_warps, head_dim)
-    return RowLayouts(_wgmma_layout(num_warps, block_n), acc, gl.DotOperandLayout(operand_index=0, parent=acc, k_width=2))
+    a = gl.DotOperandLayout(operand_index=0, parent=acc, k_width=2)
+    return RowLayouts(_wgmma_layout(num_warps, block_n), acc, a)
 
 
 @gluon.jit
