@@ -15,9 +15,9 @@ factor 1 - tanh^2). Masks and block ranges come from `mask.py`, as in the forwar
 import triton
 import triton.language as tl
 
-from .loads import _head_sources, _key_block, _load, _own_tiles, _tile_ptrs
-from .mask import _diag, _key_range, _program_tile, _query_range, _visible, _walk_keys
-from .triton_score import _alibi_slope, _score2
+from .loads import _key_block, _key_sources, _load, _own_tiles, _tile_ptrs
+from .mask import _diag, _program_tile, _query_range, _visible, _walk_keys
+from .triton_score import _alibi_slope, _score2, _score_at
 
 
 @triton.jit
@@ -176,17 +176,15 @@ def _attn_bwd_dkdv_kernel(
     WINDOW_RIGHT: tl.constexpr = SCORE.window_right
     VARLEN: tl.constexpr = CU_Q is not None
     b, hk, start_n, k0, nk, q0, nq, seq, row_n = _program_tile(CU_K, CU_Q, SEQS, Nk, Nq, BLOCK_N, False, HEAD_SPAN)
-    if VARLEN:
-        if start_n >= nk:
-            return
+    if VARLEN and start_n >= nk:
+        return
     H = tl.num_programs(1) * GROUP
     b64 = tl.cast(b, tl.int64)
     hk64 = hk.to(tl.int64)
-    n64 = tl.cast(row_n, tl.int64)
 
-    own, offs_m0, cols, k, v = _own_tiles(K, V, strides[1], strides[2], b64, hk64, n64, start_n, nk, D, BLOCK_N,
+    own, offs_m0, cols, k, v = _own_tiles(K, V, strides[1], strides[2], b64, hk64, row_n, start_n, nk, D, BLOCK_N,
                                           BLOCK_M, HEAD)
-    rows_n, offs_n, n_ok = own
+    rows_n, offs_n, n_ok, n64 = own
     offs_d, offs_dv, d_row, _, dv_row, _ = cols
     q_offs = offs_m0[:, None] * stride_qn + offs_d[None, :] * stride_qd
     do_offs = offs_m0[:, None] * stride_don + offs_dv[None, :] * stride_dod
@@ -230,8 +228,7 @@ def _attn_bwd_dkdv_kernel(
 
 @triton.jit
 def _attn_bwd_dq_tiles(
-    dq, query_rows, keys, rows, score_at,
-    lo, hi, Nk, qk_scale,
+    dq, query_rows, walk, lo, hi,
     BLOCK_N: tl.constexpr, HEAD: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
     USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
@@ -239,26 +236,22 @@ def _attn_bwd_dq_tiles(
     #   P = 2^(s - lse2),  dP = dO V^T,  dS = P [(1 - tanh^2)] * (dP - delta),  dQ += dS K
     # (times scale at the end).
     # MASKED blocks zero P where `_visible` hides a key (past Nk K loads as 0, but 2^(-lse2)
-    # could overflow, and a row that sees no key has lse2 = -inf). keys = (k_src, v_src,
-    # stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0): the kv head's base pointers (or,
-    # with USE_TMA, descriptors of all of K and V, read at [b, hk, key0 + key, 0]), their key
-    # strides and tile offsets; rows = (offs_m, offs_n0, d_col, dv_col), the head-dim masks of
-    # K^T's and V^T's rows; score_at = (diag, ALiBi slope); HEAD: `head.HeadTiles`.
+    # could overflow, and a row that sees no key has lse2 = -inf). walk = (keys, rows, score_at,
+    # Nk, qk_scale) as `mask._walk_keys` hands it: keys, `loads._key_sources`'s (V^T's tile
+    # offsets); rows = (offs_m, offs_n0, d_col, dv_col), the head-dim masks of K^T's and V^T's
+    # rows; score_at = (diag, ALiBi slope); HEAD: `head.HeadTiles`.
     q, do, lse2, delta = query_rows
+    keys, rows, score_at, Nk, qk_scale = walk
     k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, key0 = keys
     offs_m, offs_n0, d_col, dv_col = rows
     diag, slope2 = score_at
-    BLOCK_D: tl.constexpr = HEAD.qk
-    BLOCK_DV: tl.constexpr = HEAD.v
-    PAD_D: tl.constexpr = HEAD.pad_qk
-    PAD_DV: tl.constexpr = HEAD.pad_v
     SOFTCAP: tl.constexpr = SCORE.softcap
     for start_n in tl.range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         kT = _key_block(k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
-                        BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True, VARLEN)
+                        BLOCK_N, HEAD, False, MASKED, USE_TMA, True, VARLEN)
         vT = _key_block(v_src, stride_vn, vt_offs, b, hk, key0, start_n, offs_n0, dv_col, Nk,
-                        BLOCK_N, BLOCK_DV, MASKED, PAD_DV, USE_TMA, True, VARLEN)
+                        BLOCK_N, HEAD, True, MASKED, USE_TMA, True, VARLEN)
         qk = tl.dot(q, kT)
         s2, th = _score2(qk, qk_scale, offs_m[:, None], offs_n[None, :], diag, slope2, SCORE)
         p = tl.math.exp2(s2 - lse2[:, None])
@@ -292,43 +285,33 @@ def _attn_bwd_dq_kernel(
     BLOCK_D: tl.constexpr = HEAD.qk
     PAD_D: tl.constexpr = HEAD.pad_qk
     qk_scale, sm_scale = scales
-    stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
-    stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
     CAUSAL: tl.constexpr = SCORE.causal
     VARLEN: tl.constexpr = CU_Q is not None
     b, h, start_m, q0, nq, k0, nk, seq, row_m = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
-    if VARLEN:
-        if start_m >= nq:
-            return
+    if VARLEN and start_m >= nq:
+        return
     H = tl.num_programs(1)
     b64 = tl.cast(b, tl.int64)
     h64 = h.to(tl.int64)
     hk = h // GROUP
     hk64 = hk.to(tl.int64)
-    m64 = tl.cast(row_m, tl.int64)
 
-    own, offs_n0, cols, q, do = _own_tiles(Q, DO, strides[0], strides[3], b64, h64, m64, start_m, nq, D, BLOCK_M,
+    own, offs_n0, cols, q, do = _own_tiles(Q, DO, strides[0], strides[3], b64, h64, row_m, start_m, nq, D, BLOCK_M,
                                            BLOCK_N, HEAD)
-    rows_m, offs_m, m_ok = own
+    rows_m, offs_m, m_ok, m64 = own
     offs_d, offs_dv, d_row, d_col, dv_row, dv_col = cols
     row_base = (b64 * H + h64) * Nq
     if VARLEN:
         row_base += q0
     lse2 = tl.load(LSE + row_base + offs_m, mask=offs_m < nq, other=0.0) * 1.4426950408889634
     delta = tl.load(DELTA + row_base + offs_m, mask=offs_m < nq, other=0.0)
-    k_src, v_src = _head_sources(K, V, b64, hk64, k0, stride_kb, stride_kh, stride_kn,
-                                 stride_vb, stride_vh, stride_vn, USE_TMA, VARLEN)
-    kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
-    vt_offs = offs_dv[:, None] * stride_vd + offs_n0[None, :] * stride_vn
+    keys = _key_sources(K, V, strides[1], strides[2], b, b64, hk, hk64, k0, offs_n0, offs_d, offs_dv, True,
+                        USE_TMA, VARLEN)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    diag = _diag(nq, nk, SCORE)
-    keys = (k_src, v_src, stride_kn, stride_vn, kt_offs, vt_offs, b, hk, k0)
-    rows = (offs_m, offs_n0, d_col, dv_col)
-    score_at = (diag, _alibi_slope(ALIBI, seq, h, H, SCORE))
-    ranges = _key_range(start_m, nq, nk, diag, BLOCK_M, BLOCK_N, SCORE)
-    dq = _walk_keys(_attn_bwd_dq_tiles, dq, (q, do, lse2, delta), keys, rows, score_at, ranges, nk, qk_scale,
-                    BLOCK_N, HEAD, SCORE, USE_TMA, VARLEN)
+    score_at = _score_at(ALIBI, seq, h, H, nq, nk, SCORE)
+    dq = _walk_keys(_attn_bwd_dq_tiles, dq, (q, do, lse2, delta), keys, (offs_m, offs_n0, d_col, dv_col), score_at,
+                    (start_m, nq, nk), qk_scale, BLOCK_M, BLOCK_N, HEAD, SCORE, USE_TMA, VARLEN)
 
     dq = dq * sm_scale
     if PAD_D:

@@ -13,21 +13,19 @@ that merge partial attentions).
 import triton
 import triton.language as tl
 
-from .loads import _head_columns, _head_sources, _key_block, _load, _tile_ptrs
-from .mask import (_diag, _key_range, _program_tile, _row_base, _rows_lse, _rows_out, _visible,
-                   _walk_keys)
-from .triton_score import _alibi_slope, _row_start, _score2, _softcap_tanh
+from .loads import _head_columns, _key_block, _key_sources, _load, _tile_ptrs
+from .mask import _program_tile, _row_base, _rows_lse, _rows_out, _visible, _walk_keys
+from .triton_score import _row_start, _score2, _score_at, _softcap_tanh
 
 
 @triton.jit
 def _attn_fwd_qk(
     q, k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
-    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
+    BLOCK_N: tl.constexpr, HEAD: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # Raw scores Q K^T of the key block at start_n (unscaled, unmasked).
     kT = _key_block(k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
-                    BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, True, VARLEN)
+                    BLOCK_N, HEAD, False, MASKED, USE_TMA, True, VARLEN)
     return tl.dot(q, kT)
 
 
@@ -88,45 +86,38 @@ def _attn_fwd_softmax(
 @triton.jit
 def _attn_fwd_pv(
     acc, alpha, p, v_src, stride_vn, v_offs, b, hk, key0, start_n, offs_n0, d_row, Nk,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr,
-    PAD_D: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
+    BLOCK_N: tl.constexpr, HEAD: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # acc' = acc alpha + P V, with V the key block at start_n.
     acc = acc * alpha[:, None]
     v = _key_block(v_src, stride_vn, v_offs, b, hk, key0, start_n, offs_n0, d_row, Nk,
-                   BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, False, VARLEN)
+                   BLOCK_N, HEAD, True, MASKED, USE_TMA, False, VARLEN)
     return tl.dot(p.to(v.dtype), v, acc)
 
 
 @triton.jit
 def _attn_fwd_tiles(
-    state, q, keys, rows, score_at,
-    lo, hi, Nk, qk_scale,
+    state, q, walk, lo, hi,
     BLOCK_N: tl.constexpr, HEAD: tl.constexpr, MASKED: tl.constexpr, SCORE: tl.constexpr,
     USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
 ):
     # The key blocks [lo, hi): per block S = Q K^T, the softmax step, acc = acc alpha + P V;
-    # state = (acc, l_i, m_i), as `mask._walk_keys` carries it.
-    # keys = (k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, key0): the kv head's
-    # base pointers (or, with USE_TMA, descriptors of all of K and V, read at [b, hk, key0 + key,
-    # 0]), their key strides and tile offsets; rows = (offs_m, offs_n0, dv_row, d_col): the tile's
-    # query rows, key columns and head-dim masks (v's, k's); score_at: as `_attn_fwd_softmax`
-    # takes it. HEAD: `head.HeadTiles`.
+    # state = (acc, l_i, m_i), as `mask._walk_keys` carries it, and walk = (keys, rows,
+    # score_at, Nk, qk_scale) as it hands it. keys: `loads._key_sources`'s; rows = (offs_m,
+    # offs_n0, dv_row, d_col): the tile's query rows, key columns and head-dim masks (v's, k's);
+    # score_at: as `_attn_fwd_softmax` takes it. HEAD: `head.HeadTiles`.
     acc, l_i, m_i = state
     EMPTY_ROWS: tl.constexpr = SCORE.empty_rows(VARLEN)
+    keys, rows, score_at, Nk, qk_scale = walk
     k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, key0 = keys
     offs_m, offs_n0, dv_row, d_col = rows
-    BLOCK_D: tl.constexpr = HEAD.qk
-    BLOCK_DV: tl.constexpr = HEAD.v
-    PAD_D: tl.constexpr = HEAD.pad_qk
-    PAD_DV: tl.constexpr = HEAD.pad_v
     for start_n in tl.range(lo, hi, BLOCK_N):
         qk = _attn_fwd_qk(q, k_src, stride_kn, kt_offs, b, hk, key0, start_n, offs_n0, d_col, Nk,
-                          BLOCK_N, BLOCK_D, MASKED, PAD_D, USE_TMA, VARLEN)
+                          BLOCK_N, HEAD, MASKED, USE_TMA, VARLEN)
         p, alpha, l_i, m_i = _attn_fwd_softmax(qk, l_i, m_i, start_n, offs_m, offs_n0, Nk, qk_scale, score_at,
                                                MASKED, SCORE, EMPTY_ROWS)
         acc = _attn_fwd_pv(acc, alpha, p, v_src, stride_vn, v_offs, b, hk, key0, start_n,
-                           offs_n0, dv_row, Nk, BLOCK_N, BLOCK_DV, MASKED, PAD_DV, USE_TMA, VARLEN)
+                           offs_n0, dv_row, Nk, BLOCK_N, HEAD, MASKED, USE_TMA, VARLEN)
     return acc, l_i, m_i
 
 
@@ -155,15 +146,12 @@ def _attn_fwd_kernel(
     BLOCK_DV: tl.constexpr = HEAD.v
     PAD_D: tl.constexpr = HEAD.pad_qk
     PAD_DV: tl.constexpr = HEAD.pad_v
-    stride_kb, stride_kh, stride_kn, stride_kd = strides[1]
-    stride_vb, stride_vh, stride_vn, stride_vd = strides[2]
     CAUSAL: tl.constexpr = SCORE.causal
     VARLEN: tl.constexpr = CU_Q is not None
     EMPTY_ROWS: tl.constexpr = SCORE.empty_rows(VARLEN)
     b, h, start_m, q0, nq, k0, nk, seq, row_m = _program_tile(CU_Q, CU_K, SEQS, Nq, Nk, BLOCK_M, CAUSAL, HEAD_SPAN)
-    if VARLEN:
-        if start_m >= nq:
-            return
+    if VARLEN and start_m >= nq:
+        return
     H = tl.num_programs(1)
     hk = h // GROUP
     b64 = tl.cast(b, tl.int64)
@@ -181,21 +169,14 @@ def _attn_fwd_kernel(
         q = Q.load([b, h, row_m, 0]).reshape(BLOCK_M, BLOCK_D)
     else:
         q = _load(_tile_ptrs(Q, strides[0], b64, h64, row_m.to(tl.int64), rows_m, offs_d), m_ok, d_row, True, PAD_D)
-    k_src, v_src = _head_sources(K, V, b64, hk64, k0, stride_kb, stride_kh, stride_kn,
-                                 stride_vb, stride_vh, stride_vn, USE_TMA, VARLEN)
-    kt_offs = offs_d[:, None] * stride_kd + offs_n0[None, :] * stride_kn
-    v_offs = offs_n0[:, None] * stride_vn + offs_dv[None, :] * stride_vd
+    keys = _key_sources(K, V, strides[1], strides[2], b, b64, hk, hk64, k0, offs_n0, offs_d, offs_dv, False,
+                        USE_TMA, VARLEN)
 
     m_i, l_i = _row_start(SINKS, h, BLOCK_M, SCORE)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-    diag = _diag(nq, nk, SCORE)
-    keys = (k_src, v_src, stride_kn, stride_vn, kt_offs, v_offs, b, hk, k0)
-    rows = (offs_m, offs_n0, dv_row, d_col)
-    score_at = (diag, _alibi_slope(ALIBI, seq, h, H, SCORE))
-
-    ranges = _key_range(start_m, nq, nk, diag, BLOCK_M, BLOCK_N, SCORE)
-    acc, l_i, m_i = _walk_keys(_attn_fwd_tiles, (acc, l_i, m_i), q, keys, rows, score_at, ranges, nk, qk_scale,
-                               BLOCK_N, HEAD, SCORE, USE_TMA, VARLEN)
+    score_at = _score_at(ALIBI, seq, h, H, nq, nk, SCORE)
+    acc, l_i, m_i = _walk_keys(_attn_fwd_tiles, (acc, l_i, m_i), q, keys, (offs_m, offs_n0, dv_row, d_col), score_at,
+                               (start_m, nq, nk), qk_scale, BLOCK_M, BLOCK_N, HEAD, SCORE, USE_TMA, VARLEN)
 
     o = _rows_out(acc, l_i, EMPTY_ROWS)
     o_ptrs = _tile_ptrs(O, strides[3], b64, h64, row_m.to(tl.int64), rows_m, offs_dv)

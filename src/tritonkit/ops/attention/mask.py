@@ -122,25 +122,25 @@ def _key_range(start_m, Nq, Nk, diag, BLOCK_M: tl.constexpr, BLOCK_N: tl.constex
 
 
 @triton.jit
-def _walk_keys(TILES: tl.constexpr, state, rows_in, keys, rows, score_at, ranges, Nk, qk_scale,
-               BLOCK_N: tl.constexpr, HEAD: tl.constexpr, SCORE: tl.constexpr, USE_TMA: tl.constexpr,
-               VARLEN: tl.constexpr):
-    # Forward and dQ pass: the key blocks of `_key_range` (ranges = (lo, full_lo, full_hi, hi)),
-    # each stretch through TILES(state, rows_in, keys, rows, score_at, lo, hi, Nk, qk_scale,
-    # BLOCK_N, HEAD, MASKED, SCORE, USE_TMA, VARLEN) -> state: the left window's edge masked, the
-    # blocks every row sees whole unmasked (from key 0 without a left bound), then the causal
-    # diagonal, right window edge and ragged tail masked.
-    lo, full_lo, full_hi, hi = ranges
+def _walk_keys(TILES: tl.constexpr, state, rows_in, keys, rows, score_at, tile, qk_scale,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD: tl.constexpr, SCORE: tl.constexpr,
+               USE_TMA: tl.constexpr, VARLEN: tl.constexpr):
+    # Forward and dQ pass: the key blocks of `_key_range` for the query block tile = (start_m,
+    # Nq, Nk) (score_at = (diag, ALiBi slope), `triton_score._score_at`), each stretch through
+    # TILES(state, rows_in, walk, lo, hi, BLOCK_N, HEAD, MASKED, SCORE, USE_TMA, VARLEN) ->
+    # state, with walk = (keys, rows, score_at, Nk, qk_scale) what every stretch reads alike:
+    # the left window's edge masked, the blocks every row sees whole unmasked (from key 0
+    # without a left bound), then the causal diagonal, right window edge and ragged tail masked.
+    start_m, Nq, Nk = tile
+    diag, _ = score_at
+    lo, full_lo, full_hi, hi = _key_range(start_m, Nq, Nk, diag, BLOCK_M, BLOCK_N, SCORE)
+    walk = (keys, rows, score_at, Nk, qk_scale)
     if SCORE.window_left >= 0:
-        state = TILES(state, rows_in, keys, rows, score_at, lo, full_lo, Nk, qk_scale,
-                      BLOCK_N, HEAD, True, SCORE, USE_TMA, VARLEN)
-        state = TILES(state, rows_in, keys, rows, score_at, full_lo, full_hi, Nk, qk_scale,
-                      BLOCK_N, HEAD, False, SCORE, USE_TMA, VARLEN)
+        state = TILES(state, rows_in, walk, lo, full_lo, BLOCK_N, HEAD, True, SCORE, USE_TMA, VARLEN)
+        state = TILES(state, rows_in, walk, full_lo, full_hi, BLOCK_N, HEAD, False, SCORE, USE_TMA, VARLEN)
     else:
-        state = TILES(state, rows_in, keys, rows, score_at, 0, full_hi, Nk, qk_scale,
-                      BLOCK_N, HEAD, False, SCORE, USE_TMA, VARLEN)
-    state = TILES(state, rows_in, keys, rows, score_at, full_hi, hi, Nk, qk_scale,
-                  BLOCK_N, HEAD, True, SCORE, USE_TMA, VARLEN)
+        state = TILES(state, rows_in, walk, 0, full_hi, BLOCK_N, HEAD, False, SCORE, USE_TMA, VARLEN)
+    state = TILES(state, rows_in, walk, full_hi, hi, BLOCK_N, HEAD, True, SCORE, USE_TMA, VARLEN)
     return state
 
 

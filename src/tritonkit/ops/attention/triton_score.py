@@ -27,6 +27,7 @@ tanh(y) comes from one of two formulas, chosen by a constexpr (TANH_APPROX):
 import triton
 import triton.language as tl
 
+from .mask import _diag
 from .score import LOG2E as _LOG2E_VALUE
 
 # A global a kernel reads must be a constexpr (compiled kernels refuse plain floats).
@@ -79,6 +80,14 @@ def _alibi_slope(ALIBI, b, h, H, SCORE: tl.constexpr):
     else:
         slope2 = 0.0
     return slope2
+
+
+@triton.jit
+def _score_at(ALIBI, seq, h, H, nq, nk, SCORE: tl.constexpr):
+    # What a query tile's scores depend on beyond Q K^T, as `_score2` takes it: score_at =
+    # (diag, ALiBi slope) of head h of sequence seq, nq queries and nk keys long
+    # (`mask._diag`, `_alibi_slope`).
+    return _diag(nq, nk, SCORE), _alibi_slope(ALIBI, seq, h, H, SCORE)
 
 
 @triton.jit

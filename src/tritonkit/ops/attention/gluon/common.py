@@ -50,6 +50,36 @@ def _wgmma_layout(num_warps, n):
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 16])
 
 
+@bundle
+class RowLayouts:
+    """A consumer warpgroup's register layouts over its rows of a query tile (`_row_layouts`):
+    s, the accumulator of S = Q K^T (and of dP), a key block wide; acc, the head-dim-wide
+    accumulator that P V (dS K) sums into; a, P's (dS's) layout as that product's register A
+    operand."""
+    s: gl.constexpr
+    acc: gl.constexpr
+    a: gl.constexpr
+
+
+@gluon.constexpr_function
+def _row_layouts(num_warps, block_n, head_dim):
+    # The `RowLayouts` of a warpgroup of num_warps warps over key blocks of block_n and a head
+    # dim of head_dim.
+    acc = _wgmma_layout(num_warps, head_dim)
+    a = gl.DotOperandLayout(operand_index=0, parent=acc, k_width=2)
+    return RowLayouts(_wgmma_layout(num_warps, block_n), acc, a)
+
+
+@gluon.jit
+def _box_buffers(desc, COUNT: gl.constexpr):
+    # COUNT shared buffers of one box of `desc` (its rows by its columns) each, in the layout
+    # the descriptor's copies and the tensor cores read.
+    ROWS: gl.constexpr = desc.block_type.shape[2]
+    COLS: gl.constexpr = desc.block_type.shape[3]
+    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, COLS], desc.dtype)
+    return gl.allocate_shared_memory(desc.dtype, [COUNT, ROWS, COLS], layout)
+
+
 @gluon.jit
 def _tma_view(buf, desc):
     # A 2-d (rows, D) shared buffer seen as the (1, 1, rows, D) box of a 4-d descriptor: the

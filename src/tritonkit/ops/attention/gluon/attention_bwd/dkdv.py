@@ -90,6 +90,22 @@ class Buffers:
         return Buffers(k_smem, v_smem, q_bufs, do_bufs, lse_bufs, delta_bufs, ops_smem, pf_smem, xbars, kv_ready, ready,
                        empty, SPLIT_D)
 
+    @gluon.constexpr_function
+    def st_layout(self, num_warps):
+        # The register layout of a (keys x query rows) product over a query block, S^T's and
+        # dP^T's: one warpgroup's wgmma accumulator, BLOCK_M wide.
+        return _wgmma_layout(num_warps, self.q_bufs.shape[1])
+
+    @gluon.jit
+    def wait_block(self, c):
+        # The ring slot of the c-th query block the consumers take (c % STAGES, a slot holding
+        # one column box of Q and of dO, two with SPLIT_D), once its Q, dO, lse and delta are in.
+        PIECES: gl.constexpr = 2 if self.SPLIT_D else 1
+        STAGES: gl.constexpr = self.q_bufs.shape[0] // PIECES
+        s = c % STAGES
+        mbarrier.wait(self.ready.index(s), (c // STAGES) & 1)
+        return s
+
 
 @bundle
 class Globals:
@@ -191,14 +207,11 @@ def _dkdv_step(c, m0, dk, dv, k_op, v_op, key0, bufs, scores, MASKED: gl.constex
     # One query block (ring slot c % STAGES) for this warpgroup's 64 keys: P^T under dP^T's
     # product, dS^T under dV's; everything retires before the slot is released, the other
     # warpgroup's products covering this one's last wait.
-    STAGES: gl.constexpr = bufs.q_bufs.shape[0]
     BLOCK_M: gl.constexpr = bufs.q_bufs.shape[1]
     KEYS: gl.constexpr = bufs.k_smem.shape[1]
-    NW: gl.constexpr = gl.num_warps()
-    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_M)
+    s_layout: gl.constexpr = bufs.st_layout(gl.num_warps())
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-    s = c % STAGES
-    mbarrier.wait(bufs.ready.index(s), (c // STAGES) & 1)
+    s = bufs.wait_block(c)
     q = bufs.q_bufs.index(s)
     do = bufs.do_bufs.index(s)
     st = warpgroup_mma(k_op, q.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout),
@@ -212,8 +225,8 @@ def _dkdv_step(c, m0, dk, dv, k_op, v_op, key0, bufs, scores, MASKED: gl.constex
     # P^T and dS^T reach the tensor cores as register operands (16 registers each in bf16):
     # the accumulator layout of S^T is the A operand's, so no shared-memory round trip and
     # fence stands between forming them and issuing dV's and dK's products.
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_wgmma_layout(NW, bufs.q_bufs.shape[2]),
-                                                 k_width=2)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0,
+                                                 parent=_wgmma_layout(gl.num_warps(), bufs.q_bufs.shape[2]), k_width=2)
     pa = gl.convert_layout(pt.to(q.dtype), a_layout)
     # dS's factor from the softcap, folded in before dV's product is issued: tanh's tile is
     # dead while that product and dP^T's hold their registers.
@@ -241,14 +254,11 @@ def _split_d_step(c, m0, dk, dv, key0, WG: gl.constexpr, bufs, scores, MASKED: g
     # The exchange buffers are rewritten only once both warpgroups' products of the previous
     # block have retired (xbars[2]); warpgroup 1 writes dS^T only after P^T's barrier
     # (xbars[0]), which warpgroup 0 signals only after that wait. dS^T's barrier: xbars[1].
-    STAGES: gl.constexpr = bufs.q_bufs.shape[0] // 2
     BLOCK_M: gl.constexpr = bufs.q_bufs.shape[1]
     KEYS: gl.constexpr = bufs.k_smem.shape[1]
-    NW: gl.constexpr = gl.num_warps()
-    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_M)
+    s_layout: gl.constexpr = bufs.st_layout(gl.num_warps())
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-    s = c % STAGES
-    mbarrier.wait(bufs.ready.index(s), (c // STAGES) & 1)
+    s = bufs.wait_block(c)
     q = bufs.q_bufs.index(s * 2 + WG)
     do = bufs.do_bufs.index(s * 2 + WG)
     pt_smem = bufs.ops_smem.index(0)
@@ -322,7 +332,7 @@ def _dkdv_keys(WG: gl.constexpr, tile, bufs, io, tiles, scores, sm_scale, KV_REG
     # products: held in registers (KV_REGS of them, K first), they are read from shared memory
     # once instead of once a block (an m64n64 product with both operands in shared memory reads
     # as many bytes a clock as shared memory gives).
-    kv_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_wgmma_layout(NW, BLOCK_M), k_width=2)
+    kv_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=bufs.st_layout(gl.num_warps()), k_width=2)
     k_op = k_half
     v_op = v_half
     if KV_REGS >= 1:

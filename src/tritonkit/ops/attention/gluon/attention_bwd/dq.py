@@ -10,7 +10,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from ..common import (
-    Tiles, _store_rows, _store_tile, _tma_view, _walk, _wgmma_layout, _window_start, _zero_rows, bundle)
+    Tiles, _box_buffers, _row_layouts, _store_rows, _store_tile, _tma_view, _walk, _wgmma_layout, _window_start,
+    _zero_rows, bundle)
 from ..score import Scores
 
 
@@ -35,17 +36,11 @@ class Buffers:
     def allocate(q_desc, k_desc, STAGES: gl.constexpr):
         # The buffers of two 64-row warpgroups (Q's box rows) and a ring of STAGES key blocks
         # (K's box rows), their barriers initialised.
-        BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
-        HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
-        BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-        dtype: gl.constexpr = q_desc.dtype
-        q_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
-        k_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-        q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], q_2d)
-        do_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], q_2d)
-        o_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_DIM], q_2d)
-        k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_2d)
-        v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_2d)
+        q_smem = _box_buffers(q_desc, 2)
+        do_smem = _box_buffers(q_desc, 2)
+        o_smem = _box_buffers(q_desc, 2)
+        k_bufs = _box_buffers(k_desc, STAGES)
+        v_bufs = _box_buffers(k_desc, STAGES)
         q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -203,32 +198,29 @@ def _dq_rows(WG: gl.constexpr, tile, bufs, io, tiles, scores, sm_scale):
     HEAD_DIM: gl.constexpr = bufs.q_smem.shape[2]
     STAGES: gl.constexpr = bufs.k_bufs.shape[0]
     BLOCK_N: gl.constexpr = bufs.k_bufs.shape[1]
-    NW: gl.constexpr = gl.num_warps()
-    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
-    acc_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    lay = _row_layouts(gl.num_warps(), BLOCK_N, HEAD_DIM)
     row0 = m0 + WG * BLOCK_M
     q = bufs.q_smem.index(WG)
     do = bufs.do_smem.index(WG)
     my_turn = bufs.turn.index(WG)
     other_turn = bufs.turn.index(1 - WG)
-    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, lay.s))
     row_base = (b * tiles.heads + h).to(gl.int64) * tiles.Nq + q0
     lse2 = gl.load(io.LSE + row_base + rows, mask=rows < nq, other=0.0) * 1.4426950408889634
     mbarrier.wait(bufs.q_ready.index(WG), 0)
-    delta = _dq_delta(do, bufs.o_smem.index(WG), io, row_base, row0, nq, s_layout)
+    delta = _dq_delta(do, bufs.o_smem.index(WG), io, row_base, row0, nq, lay.s)
 
     # The walk: key blocks [lo, n_kv), of which [lo, edge) hold the left window's edge,
     # [edge, band) are whole for every row and [band, n_kv) hold the diagonal and the ragged
     # tail (edge and band counted from lo); block lo alone first (masked unless whole).
     lo, edge, band, first_whole, count = _walk(m0, n_kv, n_full, scores.SCORE, 2 * BLOCK_M, BLOCK_N)
-    dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout)
+    dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, lay.acc)
     st, dp, dq = _dq_scores(0, q, do, bufs, my_turn, other_turn, WG, dq, dq, False)
     st, dp = warpgroup_mma_wait(num_outstanding=0, deps=(st, dp))
     if first_whole:
-        dsb = _dq_ds(st, dp, lse2, delta, row0, lo * BLOCK_N, nk, scores, a_layout, q.dtype, False)
+        dsb = _dq_ds(st, dp, lse2, delta, row0, lo * BLOCK_N, nk, scores, lay.a, q.dtype, False)
     else:
-        dsb = _dq_ds(st, dp, lse2, delta, row0, lo * BLOCK_N, nk, scores, a_layout, q.dtype, True)
+        dsb = _dq_ds(st, dp, lse2, delta, row0, lo * BLOCK_N, nk, scores, lay.a, q.dtype, True)
     for j in range(1, edge):
         dq, dsb = _dq_block(j, lo, dq, dsb, lse2, delta, q, do, my_turn, other_turn, WG, row0, nk, bufs, scores, True)
     for j in range(gl.maximum(edge, 1), band):

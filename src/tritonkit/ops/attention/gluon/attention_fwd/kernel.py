@@ -9,7 +9,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 from ..common import (
-    Tiles, _store_rows, _store_tile, _tma_view, _walk, _wgmma_layout, _window_start, _zero_rows, bundle)
+    Tiles, _box_buffers, _row_layouts, _store_rows, _store_tile, _tma_view, _walk, _wgmma_layout, _window_start,
+    _zero_rows, bundle)
 from ..score import Scores
 
 
@@ -39,19 +40,13 @@ class Buffers:
     def allocate(q_desc, k_desc, STAGES: gl.constexpr, CONSUMERS: gl.constexpr, O_BUFFER: gl.constexpr):
         # The buffers of CONSUMERS 64-row warpgroups (Q's box rows: 64) and a ring of STAGES
         # key blocks (K's box rows), their barriers initialised.
-        BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
-        HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
-        BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-        dtype: gl.constexpr = q_desc.dtype
-        smem_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
-        kv_2d: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-        q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_DIM], smem_2d)
+        q_smem = _box_buffers(q_desc, CONSUMERS)
         if O_BUFFER:
-            o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_DIM], smem_2d)
+            o_smem = _box_buffers(q_desc, CONSUMERS)
         else:
             o_smem = q_smem
-        k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
-        v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_2d)
+        k_bufs = _box_buffers(k_desc, STAGES)
+        v_bufs = _box_buffers(k_desc, STAGES)
         q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -316,10 +311,7 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, tile, q, q_free, o_b
     HEAD_DIM: gl.constexpr = q.shape[1]
     STAGES: gl.constexpr = bufs.k_bufs.shape[0]
     BLOCK_N: gl.constexpr = bufs.k_bufs.shape[1]
-    NW: gl.constexpr = gl.num_warps()
-    s_layout: gl.constexpr = _wgmma_layout(NW, BLOCK_N)
-    o_layout: gl.constexpr = _wgmma_layout(NW, HEAD_DIM)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    lay = _row_layouts(gl.num_warps(), BLOCK_N, HEAD_DIM)
     row0 = m0 + WG * BLOCK_M
     # The walk: key blocks [lo, n_kv), of which [lo, edge) hold the left window's edge,
     # [edge, band) are whole for every row and [band, n_kv) hold the diagonal and the ragged
@@ -330,19 +322,19 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, tile, q, q_free, o_b
     s0 = c % STAGES
     mbarrier.wait(bufs.k_ready.index(s0), (c // STAGES) & 1)
     _wait_turn(my_turn, c, WG)
-    qk = warpgroup_mma(q, bufs.k_bufs.index(s0).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+    qk = warpgroup_mma(q, bufs.k_bufs.index(s0).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, lay.s),
                        use_acc=False, is_async=True)
     mbarrier.arrive(next_turn, count=1)
     qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk, ))
     mbarrier.arrive(bufs.k_empty.index(s0), count=1)
-    m_i = gl.full([BLOCK_M], FIXED_MAX if FIXED_MAX > 0 else float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))
+    m_i = gl.full([BLOCK_M], FIXED_MAX if FIXED_MAX > 0 else float("-inf"), gl.float32, gl.SliceLayout(1, lay.s))
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, lay.s))
     if first_whole:
         p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, nk, scores, False, FIXED_MAX)
     else:
         p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, row0, lo * BLOCK_N, nk, scores, True, FIXED_MAX)
-    pb = gl.convert_layout(p.to(q.dtype), p_layout)
-    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    pb = gl.convert_layout(p.to(q.dtype), lay.a)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, lay.acc)
 
     for j in range(1, edge):
         acc, pb, m_i, l_i = _consumer_block(c + j, lo + j, acc, pb, m_i, l_i, q, q_free, j + 1 == count, my_turn,
@@ -365,7 +357,7 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, tile, q, q_free, o_b
     mbarrier.arrive(bufs.v_empty.index(s_last), count=1)
     if bufs.O_BUFFER:
         mbarrier.arrive(q_free, count=1, pred=count == 1)     # a walk of one block: its S was the last
-    acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
+    acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, lay.acc)), 1)
     if bufs.O_BUFFER:
         tma.store_wait(pendings=0)          # the previous tile's O has left o_buf
     if tiles.VARLEN:
@@ -376,7 +368,7 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, tile, q, q_free, o_b
     else:
         _store_tile(o_buf, io.o_desc, acc, b, h, row0, 0)
 
-    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, lay.s))
     lse = (m_i + gl.log2(l_i)) * 0.6931471805599453          # natural-log units
     gl.store(io.LSE + (b * tiles.heads + h).to(gl.int64) * tiles.Nq + q0 + rows, lse, mask=rows < nq)
     if not bufs.O_BUFFER:
