@@ -134,11 +134,7 @@ def _run(model, ids, labels):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_family_matches_unpatched(family, calls):
     base = _model(family).train()
-    ids = torch.randint(3, 64, (2, 10), device=DEVICE)
-    labels = ids.clone()
-    labels[:, 3] = -100
-    ref = _run(copy.deepcopy(base).double(), ids, labels)
-    theirs = _run(base, ids, labels)
+    ids, labels, ref, theirs = _references(base)
     model = tkt.patch(copy.deepcopy(base))
     report = model.tritonkit_report
     assert set(report.replaced) == REPLACED[family], report
@@ -146,6 +142,14 @@ def test_family_matches_unpatched(family, calls):
     ours = _run(model, ids, labels)
     assert set(calls) == CALLS[family], calls
     _assert_matches(ours, ref, theirs)
+
+
+def _references(base):
+    """Rows and labels (one ignored), and _run of the unpatched model in float64 and as it is."""
+    ids = torch.randint(3, 64, (2, 10), device=DEVICE)
+    labels = ids.clone()
+    labels[:, 3] = -100
+    return ids, labels, _run(copy.deepcopy(base).double(), ids, labels), _run(base, ids, labels)
 
 
 def _assert_matches(ours, ref, theirs):
@@ -254,11 +258,7 @@ def _fallback_expected(option: str):
 @pytest.mark.parametrize("option", sorted(GEMMA4_OPTIONS))
 def test_gemma4_option_matches_unpatched(option, calls):
     base = _gemma4_text(option).train()
-    ids = torch.randint(3, 64, (2, 10), device=DEVICE)
-    labels = ids.clone()
-    labels[:, 3] = -100
-    ref = _run(copy.deepcopy(base).double(), ids, labels)
-    theirs = _run(base, ids, labels)
+    ids, labels, ref, theirs = _references(base)
     model = tkt.patch(copy.deepcopy(base))
     with _fallback_expected(option):
         ours = _run(model, ids, labels)
@@ -325,9 +325,22 @@ def test_gemma4_multimodal_matches_unpatched(bidirectional, calls, monkeypatch):
     monkeypatch.setattr(tritonkit, "rope", lambda q, k, *args, **kwargs: rotated.append(q.shape[-1]) or rope(q, k, *args,
                                                                                                               **kwargs))
     model = tkt.patch(copy.deepcopy(base))
+    # the text MLPs too (their activation is the text config's); the loss is a causal LM's only
+    assert set(model.tritonkit_report.replaced) == {"attention", "norms", "rope", "mlp"}, model.tritonkit_report
     with pytest.warns(tkt.AttentionFallbackWarning, match="4D mask") if bidirectional else contextlib.nullcontext():
         ours = run(model)
     # the vision tower's (8, non-causal), the text's sliding (16) unless bidirectional blocks, the full (32)
     assert set(calls) == {(8, 8, False), (32, 32, False)} | (set() if bidirectional else {(16, 16, False)}), calls
     assert {4, 16, 32} <= set(rotated), rotated  # the vision's two axes of 4 each, the text's heads
     _assert_matches(ours, ref, theirs)
+
+
+def test_fallback_mask_of_a_bidirectional_window():
+    # The SDPA fallback's mask for a non-causal sliding call is transformers' bidirectional window
+    # (keys within `sliding_window` either side), not the causal window's one-sided bound.
+    from transformers import masking_utils as hf
+
+    from tritonkit.transformers._masks import dense_mask
+    theirs = hf.sdpa_mask(batch_size=1, q_length=9, kv_length=9,
+                          mask_function=hf.sliding_window_bidirectional_mask_function(3), allow_is_causal_skip=False)
+    assert torch.equal(dense_mask(1, 9, 9, "cpu", None, False, 3), theirs)
