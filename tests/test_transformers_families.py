@@ -16,6 +16,7 @@ family-wide, so references are taken before patching and `_restore` undoes it af
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 
@@ -133,17 +134,26 @@ def _run(model, ids, labels):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_family_matches_unpatched(family, calls):
     base = _model(family).train()
-    ids = torch.randint(3, 64, (2, 10), device=DEVICE)
-    labels = ids.clone()
-    labels[:, 3] = -100
-    ref = _run(copy.deepcopy(base).double(), ids, labels)
-    theirs = _run(base, ids, labels)
+    ids, labels, ref, theirs = _references(base)
     model = tkt.patch(copy.deepcopy(base))
     report = model.tritonkit_report
     assert set(report.replaced) == REPLACED[family], report
     assert model.config._attn_implementation == "tritonkit"
     ours = _run(model, ids, labels)
     assert set(calls) == CALLS[family], calls
+    _assert_matches(ours, ref, theirs)
+
+
+def _references(base):
+    """Rows and labels (one ignored), and _run of the unpatched model in float64 and as it is."""
+    ids = torch.randint(3, 64, (2, 10), device=DEVICE)
+    labels = ids.clone()
+    labels[:, 3] = -100
+    return ids, labels, _run(copy.deepcopy(base).double(), ids, labels), _run(base, ids, labels)
+
+
+def _assert_matches(ours, ref, theirs):
+    """(logits, loss, gradients) of the patched model within twice the unpatched float16 model's error."""
     assert_close_to_reference(ours[0], ref[0], theirs[0], what="logits")
     # One number: its error is one draw, where torch's can be lucky (gpt-oss's hidden states within
     # 1.1x torch's error give a loss at 3.4x); 1e-3 is still far below a term left out.
@@ -215,3 +225,122 @@ def test_patch_classes(family, calls):
     assert_close_to_reference(ours, ref, theirs, what="logits")
     tkt.unpatch_classes(family)
     assert _model(family, {}).config._attn_implementation != "tritonkit"
+
+
+# Gemma 4's options, each on sliding layers of head dim 16 and full ones of 32 (two of each where
+# layers share K/V: the last two reuse the first two's, past the sliding cache's window in generate).
+GEMMA4_OPTIONS = {
+    "kv_shared": dict(num_hidden_layers=4, layer_types=HYBRID * 2, num_kv_shared_layers=2),
+    # the full layers' values are their keys before k_norm and the rotation (no v_proj)
+    "k_eq_v": dict(attention_k_eq_v=True, num_global_key_value_heads=1),
+    # every layer non-causal; the sliding layers see keys within 5 // 2 + 1 = 3 either side, a
+    # mask the kernels do not take (SDPA with transformers' 4D mask), the full layers run the kernels
+    "bidirectional": dict(use_bidirectional_attention="all", sliding_window=5),
+}
+GEMMA4_CALLS = {"kv_shared": {(16, 16, False), (32, 32, False)}, "k_eq_v": {(16, 16, False), (32, 32, False)},
+                "bidirectional": {(32, 32, False)}}
+
+
+def _gemma4_text(option: str):
+    options = dict(TINY, head_dim=16, global_head_dim=32, intermediate_size=48, layer_types=HYBRID,
+                   sliding_window=WINDOW, hidden_size_per_layer_input=0, final_logit_softcapping=30.0)
+    torch.manual_seed(0)
+    config = transformers.Gemma4TextConfig(**{**options, **GEMMA4_OPTIONS[option]})
+    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").to(DEVICE, torch.float16)
+
+
+def _fallback_expected(option: str):
+    if option == "bidirectional":
+        return pytest.warns(tkt.AttentionFallbackWarning, match="4D mask")
+    return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("option", sorted(GEMMA4_OPTIONS))
+def test_gemma4_option_matches_unpatched(option, calls):
+    base = _gemma4_text(option).train()
+    ids, labels, ref, theirs = _references(base)
+    model = tkt.patch(copy.deepcopy(base))
+    with _fallback_expected(option):
+        ours = _run(model, ids, labels)
+    assert set(calls) == GEMMA4_CALLS[option], calls
+    _assert_matches(ours, ref, theirs)
+
+
+@pytest.mark.parametrize("option", ["kv_shared", "k_eq_v"])
+def test_gemma4_option_generation_matches_unpatched(option, calls):
+    from transformers import DynamicCache
+    base = _gemma4_text(option).eval()
+    model = tkt.patch(copy.deepcopy(base), **{part: part == "attention" for part in tkt.PARTS})
+    ids = torch.randint(3, 64, (2, 7), device=DEVICE)
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    ids[mask == 0] = 0
+    theirs = _generate(base, DynamicCache(config=base.config), ids, mask)
+    ours = _generate(model, DynamicCache(config=model.config), ids, mask)
+    assert calls and set(calls) <= GEMMA4_CALLS[option], calls
+    assert torch.equal(ours, theirs), (ours, theirs)
+
+
+def _gemma4_multimodal(bidirectional: str | None):
+    """Gemma 4 with a vision tower of head dim 8 (its attention non-causal, its axial rotation
+    through the family's apply_rotary_pos_emb) before text layers of 16 (sliding) and 32 (full)."""
+    text = dict(TINY, head_dim=16, global_head_dim=32, intermediate_size=48, layer_types=HYBRID,
+                sliding_window=WINDOW, hidden_size_per_layer_input=0, final_logit_softcapping=30.0,
+                use_bidirectional_attention=bidirectional)
+    vision = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=4, head_dim=8, patch_size=2, pooling_kernel_size=2, position_embedding_size=16,
+                  initializer_range=0.5)
+    config = transformers.Gemma4Config(text_config=text, vision_config=vision, audio_config=None, image_token_id=5,
+                                       boi_token_id=6, eoi_token_id=7, initializer_range=0.5)
+    torch.manual_seed(0)
+    model = transformers.Gemma4ForConditionalGeneration(config).to(DEVICE, torch.float16)
+    model.set_attn_implementation("eager")
+    return model
+
+
+@pytest.mark.parametrize("bidirectional", [None, "vision"])
+def test_gemma4_multimodal_matches_unpatched(bidirectional, calls, monkeypatch):
+    base = _gemma4_multimodal(bidirectional).train()
+    # Two images of 4 x 4 patches (4 soft tokens each after 2 x 2 pooling) inside text rows.
+    grid = torch.stack(torch.meshgrid(torch.arange(4), torch.arange(4), indexing="ij"), -1).reshape(1, 16, 2)
+    ids = torch.randint(8, 64, (2, 12), device=DEVICE)
+    ids[:, 1], ids[:, 2:6], ids[:, 6] = 6, 5, 7
+    labels = ids.clone()
+    labels[:, :7] = -100
+    inputs = dict(pixel_values=torch.rand(2, 16, 12, device=DEVICE), image_position_ids=grid.expand(2, -1, -1).to(DEVICE))
+    if bidirectional:  # the image tokens see each other on the sliding layers
+        inputs["mm_token_type_ids"] = (ids == 5).long()
+
+    def run(model):
+        with torch.no_grad():
+            logits = model(input_ids=ids, **inputs).logits
+        model.zero_grad(set_to_none=True)
+        loss = model(input_ids=ids, labels=labels, **inputs).loss
+        loss.backward()
+        return logits, loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    ref = run(copy.deepcopy(base).double())
+    theirs = run(base)
+    rotated = []
+    rope = tritonkit.rope
+    monkeypatch.setattr(tritonkit, "rope", lambda q, k, *args, **kwargs: rotated.append(q.shape[-1]) or rope(q, k, *args,
+                                                                                                              **kwargs))
+    model = tkt.patch(copy.deepcopy(base))
+    # the text MLPs too (their activation is the text config's); the loss is a causal LM's only
+    assert set(model.tritonkit_report.replaced) == {"attention", "norms", "rope", "mlp"}, model.tritonkit_report
+    with pytest.warns(tkt.AttentionFallbackWarning, match="4D mask") if bidirectional else contextlib.nullcontext():
+        ours = run(model)
+    # the vision tower's (8, non-causal), the text's sliding (16) unless bidirectional blocks, the full (32)
+    assert set(calls) == {(8, 8, False), (32, 32, False)} | (set() if bidirectional else {(16, 16, False)}), calls
+    assert {4, 16, 32} <= set(rotated), rotated  # the vision's two axes of 4 each, the text's heads
+    _assert_matches(ours, ref, theirs)
+
+
+def test_fallback_mask_of_a_bidirectional_window():
+    # The SDPA fallback's mask for a non-causal sliding call is transformers' bidirectional window
+    # (keys within `sliding_window` either side), not the causal window's one-sided bound.
+    from transformers import masking_utils as hf
+
+    from tritonkit.transformers._masks import dense_mask
+    theirs = hf.sdpa_mask(batch_size=1, q_length=9, kv_length=9,
+                          mask_function=hf.sliding_window_bidirectional_mask_function(3), allow_is_causal_skip=False)
+    assert torch.equal(dense_mask(1, 9, 9, "cpu", None, False, 3), theirs)

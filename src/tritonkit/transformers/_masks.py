@@ -152,7 +152,9 @@ def dense_mask(B: int, Nq: int, Nk: int, device, attention_mask, causal: bool,
     kv = torch.arange(Nk, device=device)[None, :]
     seen = (kv <= q) if causal else torch.ones(Nq, Nk, dtype=torch.bool, device=device)
     if sliding_window is not None:
-        seen = seen & (kv > q - sliding_window)
+        # transformers' windows: the last `sliding_window` keys causal, keys within `sliding_window`
+        # either side bidirectional (sliding_window_bidirectional_overlay, Gemma 4's "all").
+        seen = seen & ((kv > q - sliding_window) if causal else ((q - kv).abs() <= sliding_window))
     seen = seen.expand(B, 1, Nq, Nk)
     pad = attention_mask.padding if isinstance(attention_mask, Cached) else attention_mask
     if isinstance(pad, Packed):

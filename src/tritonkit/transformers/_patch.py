@@ -135,9 +135,11 @@ def patch(model: torch.nn.Module, *, attention: bool = True, norms: bool = True,
     if mlp:
         mlp_cls = fam.cls(fam.mlp) if fam.mlp else None
         found = [m for m in model.modules() if isinstance(m, mlp_cls)] if mlp_cls else []
-        gated, why = _parts.gated_op(config)
+        # A multimodal model's config holds the text layers' activation in its text config.
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        gated, why = _parts.gated_op(text_config)
         if gated is not None and found:
-            tail = _parts.gated_linear_op(config)
+            tail = _parts.gated_linear_op(text_config)
             for m in found:
                 set_forward(m, _parts.make_mlp_forward, _original(mlp_cls.forward), gated, fam.packed_mlp, tail)
             report.replaced["mlp"] = (f"tritonkit.{gated.func.__name__} in {len(found)} {mlp_cls.__name__}"
