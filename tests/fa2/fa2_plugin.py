@@ -126,7 +126,9 @@ def pytest_collection_modifyitems(config, items):
     config.hook.pytest_deselected(items=[item for item in items if id(item) not in chosen])
     selection = {"tests_left_out": _left_out(config), "collected": len(items), "deselected": dict(reasons),
                  "eligible": len(eligible),
-                 "sampled": len(picked), "shard": f"{k}/{n}", "in_this_shard": len(sample)}
+                 "sampled": len(picked), "shard": f"{k}/{n}", "in_this_shard": len(sample),
+                 # what this shard's sample holds, known before any case runs
+                 "shard_coverage": dict(sorted(Counter(f for item in sample for f in _features(item)).items()))}
     items[:] = sample
     summary = config.getoption("--fa2-summary")
     if summary:  # every process writes the same selection; the summary reads it
