@@ -21,30 +21,35 @@ def grads(fn, leaves, upstream):
     return torch.autograd.grad(fn(*leaves), leaves, upstream)
 
 
-def check_dense(q, k, v, sinks=None, **kw):
-    """o, lse and the gradients of (o, lse) under a random upstream, in q, k, v (and sinks),
-    against the float64 reference, with torch's error in q's dtype as the yardstick."""
-    out, lse = tritonkit.attention(q, k, v, sinks=sinks, return_lse=True, **kw)
-    ref, ref_lse = attention_reference(q, k, v, sinks=sinks, return_lse=True, **kw)
-    same, same_lse = attention_reference(q, k, v, sinks=sinks, upcast=False, return_lse=True, **kw)
+def check_against_reference(ours, reference, leaves):
+    """o, lse and the gradients of (o, lse) under a random upstream, in each leaf (q, k, v and
+    sinks where given), of ours(*leaves) against reference(*leaves, upcast=True) in float64, with
+    the reference in q's dtype (reference(*leaves)) as the yardstick. Returns (o, lse)."""
+    dtype = leaves[0].dtype
+    out, lse = ours(*leaves)
+    ref, ref_lse = reference(*leaves, upcast=True)
+    same, same_lse = reference(*leaves)
     assert_close_to_reference(out, ref, same)
     assert_close_to_reference(lse, ref_lse, same_lse.float(), what="lse")
     upstream = (torch.randn_like(out), torch.randn_like(lse))
-    leaves = (q, k, v) if sinks is None else (q, k, v, sinks)
+    got = grads(ours, leaves, upstream)
+    wide = grads(reference, [t.double() for t in leaves], [u.double() for u in upstream])
+    theirs = grads(reference, leaves, (upstream[0], upstream[1].to(dtype)))
+    for name, a, w, t, leaf in zip(("dq", "dk", "dv", "dsinks"), got, wide, theirs, leaves):
+        assert not a.isnan().any() and a.dtype == leaf.dtype, name
+        assert_close_to_reference(a, w, t, eps=eps_for(dtype, gradient=True), what=name)
+    return out, lse
 
+
+def check_dense(q, k, v, sinks=None, **kw):
+    """check_against_reference of tritonkit.attention with options kw."""
     def ours(*t):
         return tritonkit.attention(*t[:3], sinks=t[3] if len(t) > 3 else None, return_lse=True, **kw)
 
-    def reference(*t):
-        return attention_reference(*t[:3], sinks=t[3] if len(t) > 3 else None, upcast=False, return_lse=True,
+    def reference(*t, upcast=False):
+        return attention_reference(*t[:3], sinks=t[3] if len(t) > 3 else None, upcast=upcast, return_lse=True,
                                    **kw)
-    got = grads(ours, leaves, upstream)
-    wide = grads(reference, [t.double() for t in leaves], [u.double() for u in upstream])
-    theirs = grads(reference, leaves, (upstream[0], upstream[1].to(q.dtype)))
-    for name, a, w, t, leaf in zip(("dq", "dk", "dv", "dsinks"), got, wide, theirs, leaves):
-        assert not a.isnan().any() and a.dtype == leaf.dtype, name
-        assert_close_to_reference(a, w, t, eps=eps_for(q.dtype, gradient=True), what=name)
-    return out, lse
+    return check_against_reference(ours, reference, (q, k, v) if sinks is None else (q, k, v, sinks))
 
 
 # (Nq, Nk, causal, window): why; every case aligned bottom-right
@@ -153,18 +158,7 @@ def test_varlen(kw, device):
     def reference(*t, upcast=False):
         return attention_varlen_reference(*t[:3], cq, ck, sinks=t[3] if len(t) > 3 else None, upcast=upcast,
                                           return_lse=True, **kw)
-    out, lse = ours(*leaves)
-    ref, ref_lse = reference(*leaves, upcast=True)
-    same, same_lse = reference(*leaves)
-    assert_close_to_reference(out, ref, same)
-    assert_close_to_reference(lse, ref_lse, same_lse.float(), what="lse")
-    upstream = (torch.randn_like(out), torch.randn_like(lse))
-    got = grads(ours, leaves, upstream)
-    wide = grads(reference, [t.double() for t in leaves], [u.double() for u in upstream])
-    theirs = grads(reference, leaves, (upstream[0], upstream[1].to(q.dtype)))
-    for name, a, w, t in zip(("dq", "dk", "dv", "dsinks"), got, wide, theirs):
-        assert not a.isnan().any(), name
-        assert_close_to_reference(a, w, t, eps=eps_for(q.dtype, gradient=True), what=name)
+    check_against_reference(ours, reference, leaves)
 
 
 def test_compiled(device):
