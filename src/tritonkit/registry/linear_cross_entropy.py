@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from ..ops.cross_entropy import linear_cross_entropy, linear_cross_entropy_reference
 from ..ops.cross_entropy.kernel import launch_rows, valid_count
 from . import BenchCase, InspectRequest, two_pass_entry
-from ._accuracy import Comparison
+from ._accuracy import Comparison, condition
 from ._fuzz import FLOATS, FuzzInputs, describe
 from .cross_entropy import describe_options, fuzz_target
 from ._inputs import offset_view
@@ -152,8 +152,26 @@ def _fuzz_backward(inputs: FuzzInputs) -> list[Comparison]:
     torch_same = grads(linear_cross_entropy_reference, lambda t: t.dtype, upstream, upcast=False)
     note = _note(tensors, target, options, chunk_tokens)
     names = ("hidden", "weight", "bias")
-    return [Comparison(f"grad {names[i]} of {note}", o, r, t, gradient=True)
+    # Each gradient sums the logits' gradients, each rounded to the inputs' dtype first (as
+    # torch's are): their cancellation amplifies those roundings (a vocabulary of 2 sums
+    # p - y of nearly opposite signs), so the tolerance carries the sums' condition number.
+    magnitudes = _gradient_magnitudes(tensors, target, options, upstream)
+    return [Comparison(f"grad {names[i]} of {note}", o, r, t, gradient=True,
+                       roundings=1.0 + condition(magnitudes[i], r))
             for i, o, r, t in zip(wanted, ours, reference, torch_same)]
+
+
+def _gradient_magnitudes(tensors, target, options, upstream) -> tuple:
+    """The sums of absolute terms behind grad hidden, grad weight and grad bias: |dz| |W|,
+    |dz|^T |h| and the column sums of |dz|, dz the float64 reference's logits' gradient."""
+    hidden, weight, bias = (None if t is None else t.double() for t in tensors)
+    z = F.linear(hidden, weight, bias).detach().requires_grad_()
+    # the reference applied to the logits themselves: an identity head over z
+    identity = torch.eye(z.shape[1], dtype=z.dtype, device=z.device)
+    (dz,) = torch.autograd.grad(_loss(linear_cross_entropy_reference, [z, identity, None], target, options), (z,),
+                                upstream.double())
+    dz = dz.abs()
+    return dz @ weight.abs(), dz.t() @ hidden.abs(), dz.sum(0)
 
 
 ENTRY = two_pass_entry(
