@@ -27,14 +27,26 @@ def _marked(function, original):
     return function
 
 
+def _unsqueeze_dim(args, kwargs, at: int = 0, keywords=("unsqueeze_dim",)):
+    """The call's unsqueeze_dim (positional at `at`, else the keyword, else transformers' default
+    1), or None where the call passes more than the form's signature (another signature)."""
+    if len(args) > at + 1 or set(kwargs) - set(keywords):
+        return None
+    return args[at] if len(args) > at else kwargs.get("unsqueeze_dim", 1)
+
+
+def _both_halves(c: torch.Tensor) -> torch.Tensor:
+    """cos or sin of each frequency once, repeated over both halves of a head: rotate_half's
+    layout, which tritonkit.rope takes."""
+    return torch.cat((c, c), -1)
+
+
 def pair(original):
     """`apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`: q (B, H, N, D), k (B, Hkv, N, D),
     cos and sin (B, N, R) with R = D (or less: partial rotary, Phi-3)."""
     @functools.wraps(original)
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
-        unsqueeze_dim = args[0] if args else kwargs.get("unsqueeze_dim", 1)
-        if unsqueeze_dim != 1 or len(args) > 1 or set(kwargs) - {"unsqueeze_dim"} \
-                or not _takes(q, k, cos, sin) or q.dtype != k.dtype:
+        if _unsqueeze_dim(args, kwargs) != 1 or not _takes(q, k, cos, sin) or q.dtype != k.dtype:
             # Family-wide: another model of the family (float64, say; or q and k of two dtypes,
             # which tritonkit.rope does not take) keeps transformers' function.
             return original(q, k, cos, sin, *args, **kwargs)
@@ -48,11 +60,10 @@ def half_cos(original):
     rotate_half's does, so tritonkit.rope takes them repeated over both halves."""
     @functools.wraps(original)
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
-        unsqueeze_dim = args[0] if args else kwargs.get("unsqueeze_dim", 1)
-        if unsqueeze_dim != 1 or len(args) > 1 or set(kwargs) - {"unsqueeze_dim"} \
-                or not _takes(q, k, cos, sin) or q.dtype != k.dtype or 2 * cos.shape[-1] != q.shape[-1]:
+        if _unsqueeze_dim(args, kwargs) != 1 or not _takes(q, k, cos, sin) or q.dtype != k.dtype \
+                or 2 * cos.shape[-1] != q.shape[-1]:
             return original(q, k, cos, sin, *args, **kwargs)
-        cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+        cos, sin = _both_halves(cos), _both_halves(sin)
         return tritonkit.rope(q, k, cos.unsqueeze(1), sin.unsqueeze(1))
     return _marked(apply_rotary_pos_emb, original)
 
@@ -63,9 +74,9 @@ def one(original):
     pair: the second is one head of x, whose result is dropped (1/H more work, no copy of x)."""
     @functools.wraps(original)
     def apply_rotary_pos_emb(x, cos, sin, *args, **kwargs):
-        unsqueeze_dim = args[0] if args else kwargs.get("unsqueeze_dim", 1)
-        if unsqueeze_dim not in (1, 2) or len(args) > 1 or set(kwargs) - {"unsqueeze_dim"} \
-                or not _takes(x, cos, sin) or x.dim() != 4 or cos.dim() != 3 or x.shape[1] == 0:
+        unsqueeze_dim = _unsqueeze_dim(args, kwargs)
+        if unsqueeze_dim not in (1, 2) or not _takes(x, cos, sin) or x.dim() != 4 or cos.dim() != 3 \
+                or x.shape[1] == 0:
             return original(x, cos, sin, *args, **kwargs)
         heads_first = x if unsqueeze_dim == 1 else x.transpose(1, 2)
         out, _ = tritonkit.rope(heads_first, heads_first[:, :1], cos.unsqueeze(1), sin.unsqueeze(1))
@@ -85,13 +96,11 @@ def interleaved(original):
     (transformers' makes two)."""
     @functools.wraps(original)
     def apply_rotary_pos_emb_interleave(q, k, cos, sin, *args, **kwargs):
-        unsqueeze_dim = args[1] if len(args) > 1 else kwargs.get("unsqueeze_dim", 1)
-        if unsqueeze_dim != 1 or len(args) > 2 or set(kwargs) - {"unsqueeze_dim", "position_ids"} \
+        if _unsqueeze_dim(args, kwargs, at=1, keywords=("unsqueeze_dim", "position_ids")) != 1 \
                 or not _takes(q, k, cos, sin) or q.dtype != k.dtype or cos.shape[-1] != q.shape[-1]:
             return original(q, k, cos, sin, *args, **kwargs)
         half = cos.shape[-1] // 2
-        cos = torch.cat((cos[..., :half], cos[..., :half]), -1)
-        sin = torch.cat((sin[..., :half], sin[..., :half]), -1)
+        cos, sin = _both_halves(cos[..., :half]), _both_halves(sin[..., :half])
         return tritonkit.rope(_deinterleave(q), _deinterleave(k), cos.unsqueeze(1), sin.unsqueeze(1))
     return _marked(apply_rotary_pos_emb_interleave, original)
 
