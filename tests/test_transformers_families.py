@@ -345,6 +345,71 @@ def test_gemma4_multimodal_matches_unpatched(bidirectional, calls, monkeypatch):
     _assert_matches(ours, ref, theirs)
 
 
+def _gemma4_audio():
+    """Gemma 4 with an audio tower (no vision tower) before the text layers of
+    _gemma4_multimodal: frames of 8 features, two stride-2 convolutions (4 frames a soft token),
+    two conformer layers of 4 heads of 8 attending in chunks of 4 with 4 keys before and 1 after.
+    The base is SDPA: under eager, transformers' audio attention reads its additive float mask as
+    a bool one, inverted (huggingface/transformers#48818); SDPA's bool mask is the one it is
+    written for, and the one the patched model's mask function gives it."""
+    text = dict(TINY, head_dim=16, global_head_dim=32, intermediate_size=48, layer_types=HYBRID,
+                sliding_window=WINDOW, hidden_size_per_layer_input=0, final_logit_softcapping=30.0)
+    audio = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, subsampling_conv_channels=[8, 4],
+                 conv_kernel_size=3, attention_chunk_size=4, attention_context_left=5, attention_context_right=1,
+                 output_proj_dims=24, initializer_range=0.5)
+    config = transformers.Gemma4Config(text_config=text, vision_config=None, audio_config=audio, audio_token_id=5,
+                                       boa_token_id=6, eoa_token_index=7, initializer_range=0.5)
+    torch.manual_seed(0)
+    model = transformers.Gemma4ForConditionalGeneration(config).to(DEVICE, torch.float16)
+    model.set_attn_implementation("sdpa")
+    return model
+
+
+def test_gemma4_audio_matches_unpatched(calls, monkeypatch):
+    base = _gemma4_audio().train()
+    # Two clips of 32 frames, the second's last 8 padding: 8 and 6 soft tokens inside text rows.
+    features = torch.randn(2, 32, 8, device=DEVICE, dtype=torch.float16)
+    features_mask = torch.ones(2, 32, dtype=torch.bool, device=DEVICE)
+    features_mask[1, 24:] = False
+    ids = torch.randint(8, 64, (2, 14), device=DEVICE)
+    ids[:, 1], ids[0, 2:10], ids[0, 10], ids[1, 2:8], ids[1, 8] = 6, 5, 7, 5, 7
+    labels = ids.clone()
+    labels[0, :11], labels[1, :9] = -100, -100
+    inputs = dict(input_ids=ids, input_features=features, input_features_mask=features_mask)
+
+    def run(model):
+        """(the audio tower's output, logits, loss, gradients by name)."""
+        towers = []
+        hook = model.model.audio_tower.register_forward_hook(lambda m, i, out: towers.append(out.last_hidden_state))
+        with torch.no_grad():
+            logits = model(**{**inputs, "input_features": features.to(model.dtype)}).logits
+        hook.remove()
+        model.zero_grad(set_to_none=True)
+        loss = model(**{**inputs, "input_features": features.to(model.dtype)}, labels=labels).loss
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return towers[0], (logits, loss.detach(), grads)
+    # float32, not float64: transformers' audio attention computes q and k in float32 and refuses
+    # a float64 per_dim_scale; float32's error is still far below float16's.
+    ref = run(copy.deepcopy(base).float())
+    theirs = run(base)
+    normed = []
+    rms_norm = tritonkit.rms_norm
+    monkeypatch.setattr(tritonkit, "rms_norm", lambda x, *args, **kwargs: normed.append(tuple(x.shape))
+                        or rms_norm(x, *args, **kwargs))
+    model = tkt.patch(copy.deepcopy(base))
+    assert set(model.tritonkit_report.replaced) == {"attention", "norms", "rope", "mlp"}, model.tritonkit_report
+    ours = run(model)
+    # the tower's 9 norms a layer over its 8 soft tokens, twice (forward, then forward with labels),
+    # and the audio embedder's norm without a weight over the 24 output features
+    assert normed.count((2, 8, 32)) == 2 * 9 * 2 and (2, 8, 24) in normed, normed
+    assert set(calls) == {(16, 16, False), (32, 32, False)}, calls  # the text's; the tower's attention is its own
+    assert_close_to_reference(ours[0], ref[0], theirs[0], what="audio tower output")
+    assert {n for n in ref[1][2] if ".audio_tower." in n} == {f"model.audio_tower.{n}" for n, _ in
+                                                               base.model.audio_tower.named_parameters()}
+    _assert_matches(ours[1], ref[1], theirs[1])
+
+
 def test_fallback_mask_of_a_bidirectional_window():
     # The SDPA fallback's mask for a non-causal sliding call is transformers' bidirectional window
     # (keys within `sliding_window` either side), not the causal window's one-sided bound.
