@@ -241,11 +241,14 @@ GEMMA4_CALLS = {"kv_shared": {(16, 16, False), (32, 32, False)}, "k_eq_v": {(16,
                 "bidirectional": {(32, 32, False)}}
 
 
-def _gemma4_text(option: str):
-    options = dict(TINY, head_dim=16, global_head_dim=32, intermediate_size=48, layer_types=HYBRID,
+# Gemma 4's text layers for the option and multimodal tests: sliding of head dim 16, full of 32.
+GEMMA4_TEXT = dict(TINY, head_dim=16, global_head_dim=32, intermediate_size=48, layer_types=HYBRID,
                    sliding_window=WINDOW, hidden_size_per_layer_input=0, final_logit_softcapping=30.0)
+
+
+def _gemma4_text(option: str):
     torch.manual_seed(0)
-    config = transformers.Gemma4TextConfig(**{**options, **GEMMA4_OPTIONS[option]})
+    config = transformers.Gemma4TextConfig(**{**GEMMA4_TEXT, **GEMMA4_OPTIONS[option]})
     return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").to(DEVICE, torch.float16)
 
 
@@ -294,17 +297,20 @@ def test_gemma4_option_generation_matches_unpatched(option, calls):
 def _gemma4_multimodal(bidirectional: str | None):
     """Gemma 4 with a vision tower of head dim 8 (its attention non-causal, its axial rotation
     through the family's apply_rotary_pos_emb) before text layers of 16 (sliding) and 32 (full)."""
-    text = dict(TINY, head_dim=16, global_head_dim=32, intermediate_size=48, layer_types=HYBRID,
-                sliding_window=WINDOW, hidden_size_per_layer_input=0, final_logit_softcapping=30.0,
-                use_bidirectional_attention=bidirectional)
     vision = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=4, head_dim=8, patch_size=2, pooling_kernel_size=2, position_embedding_size=16,
                   initializer_range=0.5)
-    config = transformers.Gemma4Config(text_config=text, vision_config=vision, audio_config=None, image_token_id=5,
-                                       boi_token_id=6, eoi_token_id=7, initializer_range=0.5)
+    return _gemma4_conditional("eager", dict(use_bidirectional_attention=bidirectional), vision_config=vision,
+                               image_token_id=5, boi_token_id=6, eoi_token_id=7)
+
+
+def _gemma4_conditional(implementation: str, text: dict, **towers):
+    """A float16 Gemma4ForConditionalGeneration of GEMMA4_TEXT's layers (with `text`'s options)
+    and the given towers and their token ids."""
+    config = transformers.Gemma4Config(text_config={**GEMMA4_TEXT, **text}, initializer_range=0.5, **towers)
     torch.manual_seed(0)
     model = transformers.Gemma4ForConditionalGeneration(config).to(DEVICE, torch.float16)
-    model.set_attn_implementation("eager")
+    model.set_attn_implementation(implementation)
     return model
 
 
@@ -352,17 +358,10 @@ def _gemma4_audio():
     The base is SDPA: under eager, transformers' audio attention reads its additive float mask as
     a bool one, inverted (huggingface/transformers#48818); SDPA's bool mask is the one it is
     written for, and the one the patched model's mask function gives it."""
-    text = dict(TINY, head_dim=16, global_head_dim=32, intermediate_size=48, layer_types=HYBRID,
-                sliding_window=WINDOW, hidden_size_per_layer_input=0, final_logit_softcapping=30.0)
     audio = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, subsampling_conv_channels=[8, 4],
                  conv_kernel_size=3, attention_chunk_size=4, attention_context_left=5, attention_context_right=1,
                  output_proj_dims=24, initializer_range=0.5)
-    config = transformers.Gemma4Config(text_config=text, vision_config=None, audio_config=audio, audio_token_id=5,
-                                       boa_token_id=6, eoa_token_index=7, initializer_range=0.5)
-    torch.manual_seed(0)
-    model = transformers.Gemma4ForConditionalGeneration(config).to(DEVICE, torch.float16)
-    model.set_attn_implementation("sdpa")
-    return model
+    return _gemma4_conditional("sdpa", {}, audio_config=audio, audio_token_id=5, boa_token_id=6, eoa_token_index=7)
 
 
 def test_gemma4_audio_matches_unpatched(calls, monkeypatch):
