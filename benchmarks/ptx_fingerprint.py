@@ -144,6 +144,10 @@ def attention_cases():
     add("alibi_full/triton", base, dict(alibi_slopes=alibi), gluon=False)
     add("sinks/triton", base, dict(causal=True, sinks=sinks), gluon=False)
     add("sinks_full/triton", base, dict(sinks=sinks), gluon=False)
+    add("sinks/gluon", base, dict(causal=True, sinks=sinks), gluon=True)
+    add("sinks_window/gluon", base, dict(causal=True, window_left=128, sinks=sinks), gluon=True)
+    add("sinks_softcap/gluon", base, dict(causal=True, softcap=30.0, sinks=sinks), gluon=True, dlse=True)
+    add("sinks_D64_full/gluon", (2, 8, 8, 8192, 8192, 64, None), dict(sinks=sinks), gluon=True)
     add("all/triton", gqa, dict(causal=True, window_left=128, softcap=30.0, alibi_slopes=alibi, sinks=sinks),
         gluon=False, dlse=True)
     add("gqa/triton", gqa, dict(causal=True), gluon=False)
@@ -169,6 +173,7 @@ def attention_cases():
     add_varlen("softcap/gluon", lengths, 8, 2, 128, dict(causal=True, softcap=30.0), gluon=True)
     add_varlen("alibi_sinks/triton", lengths, 8, 2, 128,
                dict(causal=True, alibi_slopes=torch.empty(4, 8), sinks=sinks, softcap=30.0), gluon=False)
+    add_varlen("sinks/gluon", lengths, 8, 2, 128, dict(causal=True, sinks=sinks), gluon=True)
     add_varlen("D192x128/triton", lengths, 8, 8, 192, dict(causal=True), gluon=False, Dv=128)
     return cases
 

@@ -3,8 +3,8 @@
 this package, which run everywhere else: other GPUs, the interpreter, layouts a tensor
 descriptor cannot read, head dims other than 64, 128 and 256 or unequal ones for q, k and v
 (`head.py`), explicit tiles, windows other than a causal mask's left one, and
-packed sequences with a window unless queries and keys share their cu_seqlens. Both take a
-softcap.
+packed sequences with a window unless queries and keys share their cu_seqlens, and ALiBi.
+Both take a softcap and learnable sinks.
 
 The Gluon kernels are taken only where they were measured faster than the Triton ones on
 the H200 (BENCHMARKS.md): the forward at head dims 128 and 256, and at 64 where it runs its
@@ -51,7 +51,7 @@ GLUON_BACKWARD_HEAD_DIMS = tuple(GLUON_BACKWARD_MIN_WORK)
 def _plain(score: Score, varlen: tuple | None, config: object, tma: bool | None,
            causal_window: tuple[int, int] | None = None) -> str | None:
     """Why the call is not one the Gluon kernels take (no tile forced, descriptors allowed, no
-    window, alignment, ALiBi or sinks; a softcap they take), or None. causal_window: (Nq, Nk) for a causal pass, which takes
+    window, alignment or ALiBi; a softcap and sinks they take), or None. causal_window: (Nq, Nk) for a causal pass, which takes
     a causal mask's left window where every row sees a key: dense, Nq <= Nk + window_left; packed
     (`varlen` = (sequences, one cu_seqlens)), where each sequence's lengths are not known on the
     host, only where queries and keys share one cu_seqlens (each row then sees itself)."""
@@ -68,7 +68,7 @@ def _plain(score: Score, varlen: tuple | None, config: object, tma: bool | None,
                          (window, "a sliding window" if causal_window is None else
                           "a sliding window other than a causal mask's left one that leaves every row a key"),
                          (score.bottom_right, "a bottom-right alignment of queries and keys of unequal lengths"),
-                         (score.alibi > 0, "ALiBi"), (score.sinks, "learnable sinks")):
+                         (score.alibi > 0, "ALiBi")):
         if refused:
             return f"{why}: only the Triton kernels have it"
     return None

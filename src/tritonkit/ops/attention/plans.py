@@ -137,8 +137,8 @@ class _ForwardLaunch:
 
     def __call__(self, q, k, v, o, lse, cu_q=None, cu_k=None, alibi=None, sinks=None) -> None:
         record_choice(self.choice)
-        if self.gluon is not None:     # (never with ALiBi or sinks: `paths.gluon_forward`)
-            self.gluon(q, k, v, o, lse, cu_q, cu_k)
+        if self.gluon is not None:     # (never with ALiBi: `paths.gluon_forward`)
+            self.gluon(q, k, v, o, lse, cu_q, cu_k, sinks)
             return
         if self.descriptors is not None:
             of_q, of_k, of_v = self.descriptors
@@ -304,10 +304,10 @@ class _BackwardLaunches:
                  sinks=None) -> torch.Tensor | None:
         """lse and dlse contiguous (the plans' runs copy them where they are not); alibi and sinks
         as the kernels read them (`_score_tensors`). Returns d(sinks), or None without them."""
-        if self.gluon is not None:     # (never with ALiBi or sinks: `paths.gluon_backward`)
+        if self.gluon is not None:     # (never with ALiBi: `paths.gluon_backward`)
             record_choice(self.choice)
-            self.gluon(do, q, k, v, o, lse, dlse, dq, dk, dv, cu_q, cu_k)
-            return None
+            delta = self.gluon(do, q, k, v, o, lse, dlse, dq, dk, dv, cu_q, cu_k)
+            return None if sinks is None else _sinks_grad(sinks, lse, delta)
         delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
         self.preprocess(o, do, delta, dlse)
         dsinks = None if sinks is None else _sinks_grad(sinks, lse, delta)

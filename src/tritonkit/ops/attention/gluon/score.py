@@ -43,13 +43,13 @@ class Scores:
     @gluon.jit
     def check(self):
         # What of a Score the Gluon kernels apply: a causal mask with a left window, a softcap,
-        # the scale's sign. The dispatch (`paths`) sends them nothing else; a Score with more
-        # does not compile here rather than being applied in part.
+        # the scale's sign, learnable sinks (the forward's `with_sink`; the backward reads them
+        # in lse). The dispatch (`paths`) sends them nothing else; a Score with more does not
+        # compile here rather than being applied in part.
         gl.static_assert(self.SCORE.window_right < 0, "the Gluon kernels have no right window")
         gl.static_assert(self.SCORE.causal or self.SCORE.window_left < 0, "a window only under a causal mask")
         gl.static_assert(not self.SCORE.bottom_right, "the Gluon kernels align queries and keys top-left")
         gl.static_assert(self.SCORE.alibi == 0, "the Gluon kernels have no ALiBi")
-        gl.static_assert(not self.SCORE.sinks, "the Gluon kernels have no sinks")
 
     @gluon.jit
     def capped(self, s):
@@ -68,6 +68,23 @@ class Scores:
         else:
             t = t * self.qk_scale
         return t
+
+    @gluon.jit
+    def with_sink(self, m_i, l_i, SINKS, h):
+        # A learnable sink (gpt-oss) joins each row's softmax as a key of logit SINKS[h] and no
+        # value, folded in once after the walk, from the walk's base-2 maximum m and sum l:
+        #   m' = max(m, sink log2 e),  l' = l 2^(m - m') + 2^(sink log2 e - m'),
+        # returned with the output's factor 2^(m - m') / l' (o = acc times it). After the walk
+        # rather than before it (as `triton_score._row_start` starts the Triton kernels' walk):
+        # with a softcap's fixed reference (FIXED_MAX) the walk's m is a constant that holds only
+        # for bounded scores, which a sink's logit is not. A sink that outweighs the keys past
+        # float32's range gives the factor 0 (o = 0) and a finite lse.
+        offsets = gl.full(m_i.shape, 0, gl.int32, m_i.type.layout)
+        sink = gl.load(SINKS + h + offsets).to(gl.float32) * _LOG2E
+        m_new = gl.maximum(m_i, sink)
+        alpha = gl.exp2(m_i - m_new)
+        l_new = l_i * alpha + gl.exp2(sink - m_new)
+        return m_new, l_new, alpha / l_new
 
     @gluon.jit
     def capped_grad(self, p, t):

@@ -107,8 +107,10 @@ def kv_in_registers(head_dim: int) -> int:
 
 
 def _meta(score: Score, stages: int, varlen: bool, span: int) -> dict:
-    """The constexprs both passes take (span: the tiles' order, `ops.attention.order`)."""
-    return dict(SCORE=kernel_score(score), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+    """The constexprs both passes take (span: the tiles' order, `ops.attention.order`). Their
+    Score drops learnable sinks: a sink changes only lse, which the passes read, and its own
+    gradient comes from lse and delta (`plans._sinks_grad`), so one kernel serves both."""
+    return dict(SCORE=kernel_score(score)._replace(sinks=False), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
                 VARLEN=varlen, LONGEST_FIRST=span > 0)
 
 
@@ -201,17 +203,20 @@ class BackwardLaunches:
 
     def __call__(self, do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  lse: torch.Tensor, dlse: torch.Tensor | None, dq: torch.Tensor, dk: torch.Tensor,
-                 dv: torch.Tensor, cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None) -> None:
+                 dv: torch.Tensor, cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None
+                 ) -> torch.Tensor:
         """The dQ pass, then the dK/dV pass, on Hopper, writing dq, dk, dv (allocated like q,
         k, v by the Triton launcher), deterministic, from the forward's o and lse and lse's
         upstream gradient dlse (None: none), lse and dlse (B, H, Nq) float32 contiguous; packed
         sequences as `attention_varlen_bwd` (on its (1, heads, total, D) views, with cu_q,
         cu_k). Made by the attention dispatch (`tritonkit.ops.attention.paths`) only where
-        `supported(...)` is true; inputs are not validated again here."""
+        `supported(...)` is true; inputs are not validated again here. Returns delta (lse's
+        shape, float32: rowsum(dO O) less dlse, every row's), which sinks' gradient reads."""
         delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
         dq_, dkdv = self.heads(do, q, k, v, o, lse, delta, dlse, dq, dk, dv, cu_q, cu_k)
         self.dq[dlse is not None].template(*dq_)
         self.dkdv.template(*dkdv)
+        return delta
 
 
 def _packed(seqs: int | None, grad_stride: tuple | None) -> tuple:

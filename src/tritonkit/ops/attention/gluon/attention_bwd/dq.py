@@ -189,6 +189,18 @@ def _dq_delta(do, o, io, row_base, row0, Nq, s_layout: gl.constexpr):
 
 
 @gluon.jit
+def _empty_delta(io, row_base, row0, Nq, BLOCK_M: gl.constexpr):
+    # delta of a warpgroup's 64 rows that see no key (a packed sequence without keys): their o
+    # is zero, so delta is -dlse, or 0 without an upstream gradient of lse.
+    rows_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    rows = row0 + gl.arange(0, BLOCK_M, layout=rows_layout)
+    delta = gl.zeros([BLOCK_M], gl.float32, rows_layout)
+    if io.HAS_DLSE:
+        delta -= gl.load(io.DLSE + row_base + rows, mask=rows < Nq, other=0.0)
+    gl.store(io.DELTA + row_base + rows, delta, mask=rows < Nq)
+
+
+@gluon.jit
 def _dq_rows(WG: gl.constexpr, tile, bufs, io, tiles, scores, sm_scale):
     # This warpgroup's 64 of rows [m0, m0 + 128) of a sequence of nq queries and nk keys (q0:
     # its first row in the (b, h) rows of dq, LSE and DELTA; rows local to the sequence), over
@@ -254,10 +266,12 @@ def _dq_consumer(WG: gl.constexpr, bufs, io, tiles, scores, sm_scale):
             if n_kv > 0:
                 _dq_rows(WG, (b, h, m0, n_kv, n_full, q0, nq, nk), bufs, io, tiles, scores, sm_scale)
             else:
-                # A sequence without keys: its rows see none, and their gradient is zero.
+                # A sequence without keys: its rows see none, and their gradient is zero. Their
+                # o is zero, so delta is -dlse (0 without), which a sink's gradient reads.
                 row0 = m0 + WG * BLOCK_M
                 _zero_rows(io.DQ, h * io.stride_qh, q0 + row0, nq - row0, io.stride_qn, BLOCK_M, HEAD_DIM,
                            bufs.q_smem.dtype)
+                _empty_delta(io, (b * tiles.heads + h).to(gl.int64) * tiles.Nq + q0, row0, nq, BLOCK_M)
     else:
         _dq_rows(WG, (b, h, m0, n_kv, n_full, q0, nq, nk), bufs, io, tiles, scores, sm_scale)
 

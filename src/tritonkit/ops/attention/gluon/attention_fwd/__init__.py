@@ -3,7 +3,9 @@
 Same contract as the Triton launcher `tritonkit.ops.attention.attention_fwd`:
 o[b, h, i] = sum_j softmax_j(s_ij) v[b, hk, j],  s_ij = scale * q[b, h, i] . k[b, hk, j],
 hk = h // (H // Hkv), causal top-left aligned (query i sees keys j <= i, as SDPA's is_causal), and
-lse[b, h, i] = log sum_j exp(s_ij) in natural-log units, float32, which both backwards read.
+lse[b, h, i] = log sum_j exp(s_ij) in natural-log units, float32, which both backwards read;
+with learnable sinks (gpt-oss) a head's sink logit joins every row's sum as a key with no value
+(`score.Scores.with_sink`).
 What happens to a score (causal, a left window, a softcap, the scale's sign) is one constexpr,
 the `ops.attention.score.Score` the Triton kernels take too, applied by `gluon.score.Scores`.
 With a softcap c (Gemma 2) the scores are c tanh(s_ij / c), in the softmax and in lse alike; tanh
@@ -127,7 +129,7 @@ def refusal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score: Score = Sc
     does not have), the tensors float16/bfloat16 with head dim 64, 128 or 256, readable by TMA
     in place (see `tma_refusal`), with a positive-length key sequence and fewer than 2^31 tiles
     of 128 rows. The Score's options the kernels lack (a right window, bottom-right
-    alignment, ALiBi, sinks: `score.Scores.check`) are refused by the dispatch before
+    alignment, ALiBi: `score.Scores.check`) are refused by the dispatch before
     (`paths`). The GPU is `_launch.target_capability`'s: the device's own, or the target the
     inspector records for (so it can show which path an input takes on an H100 from a CPU).
     Nothing here launches or synchronises."""
@@ -203,31 +205,34 @@ class ForwardLaunch:
                                        tail, constexprs, num_warps=4, num_stages=None)
 
     def head(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-             cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None) -> tuple:
-        """The call's own leading arguments: descriptors of q, k, v, o; lse; the counters; and
-        for packed sequences cu_seqlens and o itself."""
+             cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None,
+             sinks: torch.Tensor | None = None) -> tuple:
+        """The call's own leading arguments: descriptors of q, k, v, o; lse; the counters; for
+        packed sequences cu_seqlens and o itself; the sinks (contiguous, a logit a head)."""
         sched = zeroed_counters(q.device) if self.dynamic else lse
         return (descriptor(q, ROWS_PER_WARPGROUP), descriptor(k, self.block_n), descriptor(v, self.block_n),
-                descriptor(o, ROWS_PER_WARPGROUP), lse, sched, cu_q, cu_k, None if cu_q is None else o)
+                descriptor(o, ROWS_PER_WARPGROUP), lse, sched, cu_q, cu_k, None if cu_q is None else o, sinks)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                 cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None) -> None:
+                 cu_q: torch.Tensor | None = None, cu_k: torch.Tensor | None = None,
+                 sinks: torch.Tensor | None = None) -> None:
         """Writes o (like q, as the Triton launcher allocates it) and lse (B, H, Nq) float32,
         natural log, exactly as `tritonkit.ops.attention.attention_fwd` defines them, for
         inputs of the plan's layout; packed sequences as `attention_varlen_fwd` (on its
         (1, H, total, D) views, lse (1, H, Tq)). Made by the attention dispatch
         (`tritonkit.ops.attention.paths`) only where `supported(q, k, v, score, scale)` is
-        true (and with a window, where every row sees a key); inputs are not validated again."""
-        self.template(*self.head(q, k, v, o, lse, cu_q, cu_k))
+        true (and with a window, where every row sees a key); inputs are not validated again.
+        sinks: given exactly when the plan's Score has them."""
+        self.template(*self.head(q, k, v, o, lse, cu_q, cu_k, sinks))
 
 
 def launch_args(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                 scale: float, score: Score = Score(), cu_q: torch.Tensor | None = None,
-                cu_k: torch.Tensor | None = None) -> tuple[tuple, tuple, dict]:
+                cu_k: torch.Tensor | None = None, sinks: torch.Tensor | None = None) -> tuple[tuple, tuple, dict]:
     """(grid, positional args, keyword args with num_warps) of one forward launch, as
     `ForwardLaunch` makes it: what `tritonkit.inspector.gluon.compile_sm90` compiles for sm_90 without a GPU.
     Packed sequences: q, k, v, o the (1, H, total, D) views, cu_q and cu_k their offsets."""
     seqs = None if cu_q is None else cu_q.numel() - 1
     plan = ForwardLaunch(q, k, scale, score, seqs, None if cu_q is None else o.stride())
-    launch = plan.template.as_launch(plan.head(q, k, v, o, lse, cu_q, cu_k))
+    launch = plan.template.as_launch(plan.head(q, k, v, o, lse, cu_q, cu_k, sinks))
     return launch.grid, launch.args, {**launch.constexprs, "num_warps": launch.num_warps}

@@ -71,9 +71,9 @@ class Buffers:
 @bundle
 class Globals:
     """What a program reads and writes in global memory: descriptors of the whole (B, H, N, D)
-    q, k, v, o; LSE (B, H, Nq) float32; and for packed sequences O, o's pointer, with its head
+    q, k, v, o; LSE (B, H, Nq) float32; for packed sequences O, o's pointer, with its head
     and row strides, for the rows of a tile that reach past their sequence (None and zeros
-    otherwise)."""
+    otherwise); SINKS, a learnable sink logit a head (None without)."""
     q_desc: gl.base_value
     k_desc: gl.base_value
     v_desc: gl.base_value
@@ -82,6 +82,7 @@ class Globals:
     O: gl.base_value
     stride_oh: gl.base_value
     stride_on: gl.base_value
+    SINKS: gl.base_value
 
 
 @bundle
@@ -357,7 +358,11 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, tile, q, q_free, o_b
     mbarrier.arrive(bufs.v_empty.index(s_last), count=1)
     if bufs.O_BUFFER:
         mbarrier.arrive(q_free, count=1, pred=count == 1)     # a walk of one block: its S was the last
-    acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, lay.acc)), 1)
+    if scores.SCORE.sinks:
+        m_i, l_i, o_scale = scores.with_sink(m_i, l_i, io.SINKS, h)
+        acc = acc * gl.expand_dims(gl.convert_layout(o_scale, gl.SliceLayout(1, lay.acc)), 1)
+    else:
+        acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, lay.acc)), 1)
     if bufs.O_BUFFER:
         tma.store_wait(pendings=0)          # the previous tile's O has left o_buf
     if tiles.VARLEN:
@@ -377,17 +382,20 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, tile, q, q_free, o_b
 
 
 @gluon.jit
-def _empty_rows(WG: gl.constexpr, q, h, m0, q0, nq, io, tiles):
-    # A packed sequence with no keys: its rows see none, so o = 0 and lse = -inf (this
-    # warpgroup's 64 rows of the tile from m0).
+def _empty_rows(WG: gl.constexpr, q, h, m0, q0, nq, io, tiles, SCORE: gl.constexpr):
+    # A packed sequence with no keys: its rows see none, so o = 0 and lse = -inf, or with
+    # learnable sinks the head's sink, their softmax's only term (this warpgroup's 64 rows of
+    # the tile from m0).
     BLOCK_M: gl.constexpr = q.shape[0]
     HEAD_DIM: gl.constexpr = q.shape[1]
     row0 = m0 + WG * BLOCK_M
     _zero_rows(io.O, h * io.stride_oh, q0 + row0, nq - row0, io.stride_on, BLOCK_M, HEAD_DIM, q.dtype)
     rows_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     rows = row0 + gl.arange(0, BLOCK_M, layout=rows_layout)
-    gl.store(io.LSE + h.to(gl.int64) * tiles.Nq + q0 + rows, gl.full([BLOCK_M], float("-inf"), gl.float32, rows_layout),
-             mask=rows < nq)
+    lse = gl.full([BLOCK_M], float("-inf"), gl.float32, rows_layout)
+    if SCORE.sinks:
+        lse = gl.load(io.SINKS + h + gl.full([BLOCK_M], 0, gl.int32, rows_layout)).to(gl.float32)
+    gl.store(io.LSE + h.to(gl.int64) * tiles.Nq + q0 + rows, lse, mask=rows < nq)
 
 
 @gluon.jit
@@ -406,7 +414,7 @@ def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, o_
                            bufs.turn.index(WG), bufs.turn.index((WG + 1) % CONSUMERS), bufs, io, tiles, scores,
                            FIXED_MAX)
         else:
-            _empty_rows(WG, q, h, m0, q0, nq, io, tiles)
+            _empty_rows(WG, q, h, m0, q0, nq, io, tiles, SCORE)
             mbarrier.arrive(q_free, count=1)
     else:
         _consumer_tile(WG, CONSUMERS * BLOCK_M, c, (b, h, m0, n_kv, n_full, q0, nq, nk), q, q_free, o_buf,
@@ -453,8 +461,9 @@ def _attn_fwd_kernel(
     # SCHED: DYNAMIC's two int32 counters (tiles handed out, programs done), zero at launch and
     # left at zero (unused otherwise); packed sequences (VARLEN, B = 1, N the totals): CU_Q,
     # CU_K their int32 cumulative lengths (SEQS + 1 each), O the output's pointer for the rows of
-    # a tile that reach past their sequence (None, None and o's data otherwise)
-    q_desc, k_desc, v_desc, o_desc, LSE, SCHED, CU_Q, CU_K, O,
+    # a tile that reach past their sequence (None, None and o's data otherwise); SINKS: a
+    # learnable sink logit a head, in its own dtype (None without)
+    q_desc, k_desc, v_desc, o_desc, LSE, SCHED, CU_Q, CU_K, O, SINKS,
     # sizes: (Nq, Nk, H, GROUP), GROUP = query heads per kv head; qk_scale: what Q K^T is
     # multiplied by (`score.kernel_qk_scale`); tiling: (n_m, n_tiles, HEAD_SPAN), n_m row blocks
     # of CONSUMERS x 64 per head, n_tiles = n_m * H * B, taken round-robin by the programs, or
@@ -478,7 +487,7 @@ def _attn_fwd_kernel(
     n_m, n_tiles, HEAD_SPAN = tiling
     SEQS, stride_oh, stride_on = packed
     bufs = Buffers.allocate(q_desc, k_desc, STAGES, CONSUMERS, O_BUFFER)
-    io = Globals(q_desc, k_desc, v_desc, o_desc, LSE, O, stride_oh, stride_on)
+    io = Globals(q_desc, k_desc, v_desc, o_desc, LSE, O, stride_oh, stride_on, SINKS)
     sched = Schedule(SCHED, n_tiles, DYNAMIC)
     tiles = Tiles(n_m, HEAD_SPAN, H, GROUP, Nq, Nk, CU_Q, CU_K, SEQS, LONGEST_FIRST, VARLEN)
     scores = Scores(qk_scale, SCORE)
