@@ -17,6 +17,7 @@ tokens/s and peak memory.
     tritonkit bench train --config A --json train.json --plot train.png
     tritonkit bench train --compare 50         # loss curves, HF eager vs tritonkit, largest gap
     tritonkit bench train --config A --autocast   # float32 weights, bf16 autocast
+    tritonkit bench train --config short       # 16 x 512 tokens: short sequences
     tritonkit bench train --config qwen3-moe --config gpt-oss   # reduced mixtures of experts
     tritonkit bench train                      # without a GPU: the tiny config, eager providers only
 
@@ -41,6 +42,9 @@ from .._progress import Progress
 CONFIGS = {
     "A": dict(layers=8, hidden=2048, intermediate=8192, heads=16, kv_heads=8, vocab=128256, batch=4, seq=2048),
     "B": dict(layers=8, hidden=2048, intermediate=8192, heads=16, kv_heads=8, vocab=128256, batch=1, seq=8192),
+    # Short sequences (issue 50's bar): A's model, 16 x 512 tokens, where kernels are short and
+    # a step's host time shows.
+    "short": dict(layers=8, hidden=2048, intermediate=8192, heads=16, kv_heads=8, vocab=128256, batch=16, seq=512),
     "tiny": dict(layers=2, hidden=64, intermediate=128, heads=4, kv_heads=2, vocab=1000, batch=2, seq=32),
     # Qwen3-30B-A3B's widths, 4 of its 48 layers: 128 experts, top-8, expert width 768, 8,192 tokens.
     "qwen3-moe": dict(family="qwen3_moe", layers=4, hidden=2048, intermediate=6144, heads=32, kv_heads=4,
