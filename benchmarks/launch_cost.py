@@ -45,6 +45,7 @@ os.environ.setdefault("TRITONKIT_AUTOTUNE", "0")  # the fixed tiles, as examples
 import torch  # noqa: E402
 import tritonkit  # noqa: E402
 from tritonkit import _checks, _launch, _op  # noqa: E402
+from host_overhead import Floor, grad_of as _grad, tiny_calls  # noqa: E402
 
 
 class _Driver:
@@ -64,55 +65,10 @@ class _Compiled:
         pass
 
 
-class _Floor(torch.autograd.Function):
-    """A kernel-less op: an output of the given shape and dtype, one gradient per input back."""
-
-    @staticmethod
-    def forward(ctx, shape, dtype, *tensors):
-        ctx.shapes = [t.shape for t in tensors]
-        return torch.empty(shape, dtype=dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return (None, None, *(torch.empty(s, dtype=grad.dtype) for s in ctx.shapes))
-
-
-def _grad(outputs, leaves, grads):
-    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-    return torch.autograd.grad(outputs, leaves, grads[:len(outputs)])
-
-
 def calls():
-    """case -> (its forward with a gradient recorded, its forward + backward, the leaves)."""
-    x, r, dy = (torch.randn(64, 256, requires_grad=i < 2) for i in range(3))
-    w, b = (torch.randn(256, requires_grad=True) for _ in range(2))
-    packed = torch.randn(64, 512, requires_grad=True)
-    q, k = torch.randn(2, 4, 16, 64, requires_grad=True), torch.randn(2, 2, 16, 64, requires_grad=True)
-    cos, sin = torch.randn(2, 16, 64), torch.randn(2, 16, 64)
-    dq, dk = torch.randn(2, 4, 16, 64), torch.randn(2, 2, 16, 64)
-    target = torch.randint(0, 256, (64,))
-    B, H, Hkv, N, D = 64, 4, 2, 256, 64
-    qkv = torch.randn(B, N, (H + 2 * Hkv) * D, dtype=torch.bfloat16, requires_grad=True)
-    aq, ak, av = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
-    aq, ak, av = (t.unflatten(-1, (n, D)).transpose(1, 2) for t, n in ((aq, H), (ak, Hkv), (av, Hkv)))
-    do = torch.randn(B, H, N, D, dtype=torch.bfloat16)
-    forwards = {
-        "rms": (lambda: tritonkit.rms_norm(x, w), (x, w), (dy,)),
-        "rms+res": (lambda: tritonkit.rms_norm(x, w, residual=r), (x, w, r), (dy, dy)),
-        "layer": (lambda: tritonkit.layer_norm(x, w, b), (x, w, b), (dy,)),
-        "layer+res": (lambda: tritonkit.layer_norm(x, w, b, residual=r), (x, w, b, r), (dy, dy)),
-        "rope": (lambda: tritonkit.rope(q, k, cos, sin), (q, k), (dq, dk)),
-        "swiglu": (lambda: tritonkit.swiglu(x, r), (x, r), (dy,)),
-        "swiglu-packed": (lambda: tritonkit.swiglu(packed), (packed,), (dy,)),
-        "geglu": (lambda: tritonkit.geglu(x, r), (x, r), (dy,)),
-        "add": (lambda: tritonkit.add(x, r), (x, r), (dy,)),
-        "softmax": (lambda: tritonkit.softmax(x), (x,), (dy,)),
-        "cross_entropy": (lambda: tritonkit.cross_entropy(x, target), (x,), (torch.tensor(1.0),)),
-        "attention": (lambda: tritonkit.attention(aq, ak, av, causal=True), (aq, ak, av), (do,)),
-    }
-    return {case: (forward, lambda forward=forward, leaves=leaves, grads=grads: _grad(forward(), leaves, grads),
-                   leaves, grads)
-            for case, (forward, leaves, grads) in forwards.items()}
+    """case -> (its forward with a gradient recorded, its forward + backward, the leaves, the
+    upstream gradients), on CPU tensors."""
+    return tiny_calls(torch.device("cpu"), torch.float32, attention_shape=(64, 4, 2, 256, 64))
 
 
 def recorded(step):
@@ -187,7 +143,7 @@ def layers(case, forward, step, leaves, grads, n_fwd, fwd_us, bwd_us):
         "Function": timed(lambda: op(*args)),
         "public fwd": timed(forward),
         "fwd+bwd": timed(step),
-        "floor": timed(lambda: _grad(_Floor.apply(first.shape, first.dtype, *leaves), leaves, grads)),
+        "floor": timed(lambda: _grad(Floor.apply(None, 0, 0, first.shape, first.dtype, *leaves), leaves, grads)),
         "dispatch": timed(lambda: op.forward_op(*checked_plain)),
         "dispatch fwd+bwd": timed(dispatched_step),
     }
