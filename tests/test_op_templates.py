@@ -1,4 +1,4 @@
-"""The launch templates that rope and the gated activations keep per layout
+"""The launch templates that rope, the gated activations, add and softmax keep per layout
 (tritonkit._templates): inputs that Triton would compile differently (dtype, a pointer off a
 16-byte boundary, another layout) never share a template, and a layout's later calls reuse
 its own. (The norms' are tested in test_norm_plans.py.) On the GPU a template binds after
@@ -109,3 +109,48 @@ def test_plans_forget_their_templates(used, device):
     rope._checked_plan.cache_clear()
     tritonkit.rope(q, k, cs, cs)
     assert used[0] is not used[1] and used[2] is not used[3]
+
+
+def _add_variants(device):
+    def t(shape=(6, 40), dtype=torch.float32, offset=0):
+        return offset_view(shape, dtype, device, offset)
+    return {
+        "base": lambda: tritonkit.add(t(), t()),
+        "bfloat16": lambda: tritonkit.add(t(dtype=torch.bfloat16), t(dtype=torch.bfloat16)),
+        "promoted": lambda: tritonkit.add(t(dtype=torch.bfloat16), t()),
+        "misaligned x": lambda: tritonkit.add(t(offset=1), t()),
+        "misaligned y": lambda: tritonkit.add(t(), t(offset=1)),
+        "misaligned out": lambda: tritonkit.add(t(), t(), out=t(offset=2)),
+        "broadcast": lambda: tritonkit.add(t(), t((40,))),
+        "transposed": lambda: tritonkit.add(t().t(), t().t()),
+    }
+
+
+def _softmax_variants(device):
+    def t(shape=(6, 40), dtype=torch.float32, offset=0):
+        return offset_view(shape, dtype, device, offset)
+    return {
+        "base": lambda: tritonkit.softmax(t(), -1),
+        "bfloat16": lambda: tritonkit.softmax(t(dtype=torch.bfloat16), -1),
+        "misaligned": lambda: tritonkit.softmax(t(offset=1), -1),
+        "dim 0": lambda: tritonkit.softmax(t(), 0),
+        "other shape": lambda: tritonkit.softmax(t((7, 40)), -1),
+    }
+
+
+@pytest.mark.parametrize("variants", [_add_variants, _softmax_variants])
+def test_add_and_softmax_layouts_take_their_own_templates(variants, used, device):
+    calls = variants(device)
+    for call in calls.values():
+        call()
+    assert len(used) == len(calls)
+    _distinct(used, list(calls))
+    for call in variants(device).values():
+        call()
+    assert used[len(calls):] == used[:len(calls)]
+
+
+def test_softmax_backward_takes_its_own_template(used, device):
+    x = torch.randn(6, 40, device=device, requires_grad=True)
+    torch.autograd.grad(tritonkit.softmax(x, -1), x, torch.randn(6, 40, device=device))
+    assert [t.name for t in used] == ["softmax_fwd", "softmax_bwd"]
