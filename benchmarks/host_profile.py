@@ -1,5 +1,9 @@
 """Host time per call of tritonkit's ops, with a cProfile of each (developer tool):
     PYTHONPATH=src python3 benchmarks/host_profile.py [--cpu] [--no-profile] [add softmax attention autotuned norms gated compiled]
+    PYTHONPATH=src python3 benchmarks/host_profile.py --gpu-overhead [--skip-wall] [CASE ...]
+The second form is benchmarks/host_overhead.py (see its docstring): each op's host time at
+tiny shapes against bare launches of an empty kernel, and the block ops' eager wall time at
+8192 x 4096 beside their peers; it needs a CUDA device.
 Host time here is the time Python takes to issue a call, with the GPU left to run behind it
 (the figures print before any synchronisation), so it is what bounds small inputs.
 
@@ -188,6 +192,9 @@ def cases(groups, device):
 
 def main():
     args = sys.argv[1:]
+    if "--gpu-overhead" in args:
+        import host_overhead
+        return host_overhead.main([a for a in args if a != "--gpu-overhead"])
     if {"-h", "--help"} & set(args):
         sys.exit(print(__doc__))
     on_cpu = "--cpu" in args or not torch.cuda.is_available()

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # What every op stands on: the runtime, checks, layouts, launches, the op scaffold, and
     # how its declarations become torch's custom ops, autocast and DTensor rules.
     ("base", ("tritonkit._runtime", "tritonkit._triton_version", "tritonkit._cuda_context", "tritonkit._launch",
-              "tritonkit._checks", "tritonkit._layout", "tritonkit._counters", "tritonkit._streams",
+              "tritonkit._templates", "tritonkit._checks", "tritonkit._layout", "tritonkit._counters", "tritonkit._streams",
               "tritonkit._graphs", "tritonkit._autocast", "tritonkit._sharding",
               "tritonkit._dtensor", "tritonkit._op", "tritonkit._progress")),
     # The ops: kernels, launchers, declarations, public functions (each op its own parts).

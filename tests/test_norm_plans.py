@@ -132,7 +132,7 @@ def test_backward_program_count_takes_its_own_template(used, monkeypatch, device
 
 
 def test_cache_starts_afresh_past_its_size(used, monkeypatch, device):
-    monkeypatch.setattr(_plans, "MAX_TEMPLATES", 2)
+    monkeypatch.setattr(_plans._TEMPLATES, "limit", 2)
     for eps in (1e-5, 1e-4, 1e-3, 1e-2):
         rms_norm_fwd(_x(device), None, None, eps, 0.0)
         assert len(_plans._TEMPLATES) <= 2

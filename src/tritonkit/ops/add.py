@@ -14,8 +14,9 @@ import triton.language as tl
 from .._op import Op
 from .._sharding import Replicate, Shard
 from .._checks import check_out_without_grad, check_same_device, check_tensor, check_writable_output, dtype_name
-from .._launch import Launch
+from .._launch import LaunchTemplate
 from .._layout import cdiv, collapse_dims, pad_front
+from .._templates import Templates, head_layout
 
 # The general (strided/broadcast) path indexes through up to this many collapsed dims;
 # inputs whose layout will not collapse that far are first copied to contiguous memory.
@@ -99,13 +100,21 @@ def _scalars_to_device(x: object, y: object) -> tuple[object, object]:
 
 
 def _launch(x, y, out, n, sizes, strides, result_dtype, contiguous):
-    block, num_warps = _block_config(out.dtype, contiguous)
-    Launch(
-        "add", _add_kernel, (cdiv(n, block),),
-        (x, y, out, n, *sizes, *strides),
-        dict(RESULT_DTYPE=_TL_DTYPE[result_dtype], BLOCK=block, CONTIGUOUS=contiguous),
-        num_warps=num_warps, num_stages=1,
-    )()
+    # The tail (n, sizes, strides) and the flags key the plan; the head's dtypes (out's sets
+    # the block) and alignment the rest of what Triton compiles for (out may be the caller's).
+    tail = (n, *sizes, *strides)
+    head = (x, y, out)
+    _TEMPLATES.get((tail, result_dtype, contiguous, x.device, head_layout(head)), _template, tail, result_dtype,
+                   out.dtype, contiguous)(*head)
+
+
+def _template(tail: tuple, result_dtype: torch.dtype, out_dtype: torch.dtype, contiguous: bool) -> LaunchTemplate:
+    block, num_warps = _block_config(out_dtype, contiguous)
+    return LaunchTemplate("add", _add_kernel, (cdiv(tail[0], block),), tail,
+                          dict(RESULT_DTYPE=_TL_DTYPE[result_dtype], BLOCK=block, CONTIGUOUS=contiguous), num_warps, 1)
+
+
+_TEMPLATES = Templates()
 
 
 _UNUSED_LAYOUT = ((1, 1, 1), (0,) * 12)   # sizes and strides the contiguous path ignores

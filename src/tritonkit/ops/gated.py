@@ -27,11 +27,12 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from .._checks import check_choice, check_meta, check_same_device, check_tensor, dtype_name, meta_of
-from .._launch import Launch
+from .._launch import LaunchTemplate
 from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
 from .._op import Op
 from .._runtime import INTERPRETED
 from .._sharding import Replicate, Shard, maybe, only_shard
+from .._templates import Templates, head_layout
 
 SILU, GELU_TANH, GELU_ERF = 0, 1, 2
 _ACTIVATIONS = {"silu": SILU, "gelu_tanh": GELU_TANH, "gelu": GELU_ERF}
@@ -216,10 +217,11 @@ def tile_for(n_rows: int, n_cols: int, elements: int, max_cols: int, num_warps: 
 @functools.lru_cache(maxsize=1024)
 def _plan(shape: tuple[int, ...], strides: tuple[tuple[int, ...], ...], activation: int, precise: bool,
           backward: bool) -> tuple | None:
-    """(grid, the kernel's integer arguments, its constexprs, num_warps) for tensors of this
-    shape and these strides (gate, up, dout, out, dup, and h where the backward stores it),
-    worked out once per layout; None where their dims do not collapse into ROW_DIMS row dims
-    and a column dim."""
+    """(grid, the kernel's integer arguments, its constexprs, num_warps, the layout's launch
+    templates by device and its tensors' dtypes and alignment) for tensors of this shape and
+    these strides (gate, up, dout, out, dup, and h where the backward stores it), worked out
+    once per layout; None where their dims do not collapse into ROW_DIMS row dims and a
+    column dim."""
     store_h = len(strides) == 6
     sizes, strides = collapse_dims(shape, *strides)
     if len(sizes) > ROW_DIMS + 1:
@@ -234,7 +236,7 @@ def _plan(shape: tuple[int, ...], strides: tuple[tuple[int, ...], ...], activati
     return ((cdiv(n_rows, block_m) * cdiv(n_cols, block_n),), (n_rows, n_cols, row_sizes, *strides),
             dict(BLOCK_M=block_m, BLOCK_N=block_n, ACTIVATION=activation, PRECISE=precise, BACKWARD=backward,
                  STORE_H=store_h),
-            num_warps)
+            num_warps, Templates(64))
 
 
 def _launch(shape, gate, up, dout, out, dup, activation: int, backward: bool, h=None) -> None:
@@ -250,9 +252,12 @@ def _launch(shape, gate, up, dout, out, dup, activation: int, backward: bool, h=
         n = shape[-1]
         _launch(shape, *(t[..., :n].contiguous() for t in (gate, up, dout)), out, dup, activation, backward, h)
         return
-    grid, ints, constexprs, num_warps = plan
-    Launch("gated_bwd" if backward else "gated_fwd", _gated_kernel, grid, (gate, up, dout, out, dup, h, *ints),
-           constexprs, num_warps=num_warps, num_stages=1)()
+    grid, ints, constexprs, num_warps, templates = plan
+    # Every tensor in the key: out, dup and h may be views of the caller's (packed halves,
+    # gated_linear's h) rather than fresh allocations.
+    head = (gate, up, dout, out, dup, h)
+    templates.get((gate.device, head_layout(head)), LaunchTemplate, "gated_bwd" if backward else "gated_fwd",
+                  _gated_kernel, grid, ints, constexprs, num_warps, 1)(*head)
 
 
 def _validate(gate: tuple, up: tuple | None) -> None:

@@ -31,10 +31,11 @@ import triton
 import triton.language as tl
 
 from .._checks import check_meta, check_tensor, dtype_name, meta_of
-from .._launch import Launch
+from .._launch import LaunchTemplate
 from .._layout import cdiv, next_power_of_2
 from .._op import Op
 from .._sharding import Replicate, Shard, even, only_shard
+from .._templates import Templates, head_layout
 from .attention import _empty_like_order
 
 # Elements of q a program rotates (the heads at its positions): 8192 keeps enough of q and k in
@@ -287,14 +288,15 @@ def _plan(q_shape, q_stride, k_shape, k_stride, cos_shape, cos_stride, sin_shape
           interleaved: bool, backward: bool, tile: RopeTile | None, device: torch.device) -> tuple:
     """Everything a call does besides allocating and launching, worked out once per layout
     and tile (None: `default_tile`): (q out strides, k out strides, grid or None when there
-    is nothing to rotate, the kernel's integer arguments, its constexprs, num_warps).
-    Arguments already validated."""
+    is nothing to rotate, the kernel's integer arguments, its constexprs, num_warps, the
+    layout's launch templates by its tensors' dtypes and alignment). Arguments already
+    validated."""
     batch, q_heads, seq, head_dim = q_shape
     k_heads, rot = k_shape[1], cos_shape[-1]
     n_pos = batch * seq
     qo_stride, ko_stride = _out_strides(q_shape, q_stride), _out_strides(k_shape, k_stride)
     if not (n_pos and (q_heads or k_heads) and head_dim):
-        return qo_stride, ko_stride, None, (), {}, 4
+        return qo_stride, ko_stride, None, (), {}, 4, None
     tile = tile or default_tile(n_pos, q_heads, k_heads, rot)
     n_blocks = cdiv(n_pos, tile.positions)
     programs = min(n_blocks, tile.programs_per_sm * _sm_count(device)) if tile.programs_per_sm else n_blocks
@@ -305,7 +307,7 @@ def _plan(q_shape, q_stride, k_shape, k_stride, cos_shape, cos_stride, sin_shape
     constexprs = dict(BLOCK_S=tile.positions, BLOCK_H=tile.heads, BLOCK_HALF=next_power_of_2(rot // 2),
                       BLOCK_PASS=next_power_of_2(max(1, head_dim - rot)), INTERLEAVED=interleaved,
                       HAS_PASS=rot < head_dim, BACKWARD=backward)
-    return qo_stride, ko_stride, (programs,), ints, constexprs, tile.num_warps
+    return qo_stride, ko_stride, (programs,), ints, constexprs, tile.num_warps, Templates(64)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -324,13 +326,16 @@ def _check_tensors(*named: tuple[str, object]) -> None:
 
 
 def _rotate(q, k, cos, sin, plan: tuple, backward: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    qo_stride, ko_stride, grid, ints, constexprs, num_warps = plan
+    qo_stride, ko_stride, grid, ints, constexprs, num_warps, templates = plan
     qo = torch.empty_strided(q.shape, qo_stride, dtype=q.dtype, device=q.device)
     ko = torch.empty_strided(k.shape, ko_stride, dtype=k.dtype, device=k.device)
     if grid is not None:
-        # cos and sin themselves: their (B, N, R) views start at the same element.
-        Launch("rope_bwd" if backward else "rope_fwd", _rope_kernel, grid, (q, k, qo, ko, cos, sin, *ints),
-               constexprs, num_warps=num_warps, num_stages=1)()
+        # cos and sin themselves: their (B, N, R) views start at the same element. The plan
+        # holds the shapes, strides and device; the key the rest a compiled launch depends on
+        # (qo and ko are fresh: aligned, of q's and k's dtypes).
+        head = (q, k, qo, ko, cos, sin)
+        templates.get(head_layout((q, k, cos, sin)), LaunchTemplate, "rope_bwd" if backward else "rope_fwd",
+                      _rope_kernel, grid, ints, constexprs, num_warps, 1)(*head)
     return qo, ko
 
 

@@ -24,8 +24,9 @@ import triton.language as tl
 from .._op import Op
 from .._sharding import Replicate, Shard, only_shard
 from .._checks import check_same_device, check_tensor
-from .._launch import Launch
+from .._launch import Launch, LaunchTemplate
 from .._layout import cdiv, collapse_dims, next_power_of_2, pad_front
+from .._templates import Templates, head_layout
 
 MAX_FUSED_COLS = 32768     # longest row held on chip by one program (fp32: 128 KB)
 CHUNK_COLS = 8192          # columns per chunk for long rows, when few (the H200 sweep's best: notes/add_softmax.md)
@@ -282,13 +283,12 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
     row_sizes, (a_strides, b_strides, o_strides) = layout
     name = "softmax_bwd" if backward else "softmax_fwd"
     if n_cols <= MAX_FUSED_COLS:
-        block_m, block_n, num_warps, reload = _row_config(n_rows, n_cols, a.element_size())
-        Launch(
-            name, _softmax_rows_kernel, (cdiv(n_rows, block_m),),
-            (a, b, out, n_rows, n_cols, row_sizes, a_strides, b_strides, o_strides),
-            dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN_N=block_n == n_cols, BACKWARD=backward, RELOAD=reload),
-            num_warps=num_warps, num_stages=1,
-        )()
+        # The tail (sizes, strides) and the pass key the plan; the head's dtypes and
+        # alignment the rest of what Triton compiles for (out may be the caller's).
+        tail = (n_rows, n_cols, row_sizes, tuple(a_strides), tuple(b_strides), tuple(o_strides))
+        head = (a, b, out)
+        _TEMPLATES.get((backward, tail, a.device, head_layout(head)), _rows_template, name, tail,
+                       a.element_size(), backward)(*head)
         return
     n_chunks = cdiv(n_cols, CHUNK_COLS)
     total = n_rows * n_chunks
@@ -300,6 +300,17 @@ def _launch_rows(a, b, out, dim: int, backward: bool) -> None:
     meta = dict(CHUNK=CHUNK_COLS, BLOCK_CHUNKS=next_power_of_2(n_chunks), BACKWARD=backward)
     programs = min(2 * total, _resident_programs(a.device))
     Launch(name + "_chunks", _softmax_chunks_kernel, (programs,), args, meta, num_warps=4, num_stages=1)()
+
+
+def _rows_template(name: str, tail: tuple, element_bytes: int, backward: bool) -> LaunchTemplate:
+    block_m, block_n, num_warps, reload = _row_config(*tail[:2], element_bytes)
+    return LaunchTemplate(name, _softmax_rows_kernel, (cdiv(tail[0], block_m),), tail,
+                          dict(BLOCK_M=block_m, BLOCK_N=block_n, EVEN_N=block_n == tail[1], BACKWARD=backward,
+                               RELOAD=reload),
+                          num_warps, 1)
+
+
+_TEMPLATES = Templates()
 
 
 @functools.lru_cache(maxsize=16)
