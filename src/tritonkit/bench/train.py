@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tritonkit bench train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", action="append", choices=sorted(CONFIGS),
-                        help="A, B, qwen3-moe, gpt-oss or tiny (repeatable); default A and B on a GPU, tiny "
+                        help="A, B, short, qwen3-moe, gpt-oss or tiny (repeatable); default A and B on a GPU, tiny "
                              "without one")
     parser.add_argument("--provider", action="append", choices=PROVIDERS, help="repeatable; default all")
     parser.add_argument("--steps", type=int, help="timed steps (default 10 on a GPU, 2 without)")
