@@ -214,11 +214,16 @@ def test_kernels_with_every_option_compile_for_hopper():
     from tritonkit.inspector.api import kernel_report
     from tritonkit.ops.attention import attention_bwd, attention_fwd
 
-    q, k, v = make_qkv(2, 4, 2, 40, 64, 64, torch.float16, "cpu")
-    options = dict(bottom_right=True, alibi_slopes=torch.rand(2, 4), sinks=torch.randn(4))
+    # CPU tensors, or where a GPU is present (whose launchers refuse CPU tensors) its own:
+    # recorded, not run, either way.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    q, k, v = make_qkv(2, 4, 2, 40, 64, 64, torch.float16, device)
+    options = dict(bottom_right=True, alibi_slopes=torch.rand(2, 4, device=device),
+                   sinks=torch.randn(4, device=device))
     with record_launches(execute=False, capability=90) as launches:
         o, lse = attention_fwd(q, k, v, True, None, 16, -1, 30.0, **options)
-        attention_bwd(torch.randn_like(q), q, k, v, torch.randn_like(q), torch.randn(2, 4, 40), True, None, 16, -1,
+        attention_bwd(torch.randn_like(q), q, k, v, torch.randn_like(q), torch.randn(2, 4, 40, device=device), True,
+                      None, 16, -1,
                       30.0, None, **options)
     compiled = {launch.name: kernel_report(launch, 90) for launch in launches}
     assert set(compiled) >= {"attention_fwd", "attention_bwd_dkdv", "attention_bwd_dq"}, set(compiled)

@@ -190,7 +190,14 @@ class _Layer(torch.nn.Module):
     def __init__(self, tensors):
         super().__init__()
         self.alpha, self.limit = 1.702, 7.0
-        self.params = torch.nn.ParameterList(tensors[n].detach().clone() for n in NAMES[2:])
+        # Parameters as attributes, as a model's experts hold them (torch 2.11's dynamo cannot
+        # unpack a ParameterList into a call).
+        for name in NAMES[2:]:
+            setattr(self, name, torch.nn.Parameter(tensors[name].detach().clone()))
+
+    @property
+    def params(self) -> list:
+        return [getattr(self, name) for name in NAMES[2:]]
 
     def forward(self, hidden, indices, routing_weights):
         out = tritonkit.moe_experts(hidden, indices, routing_weights.softmax(-1), *self.params,

@@ -38,6 +38,7 @@ from .configs import (DKDV_TUNED_ROWS, _attn_bwd_dkdv_tuned, _attn_bwd_dq_tuned,
                       _autotune_enabled, _interpreting, _row_keys, fixed_configs)
 from .descriptors import _descriptor_maker, _use_tma
 from .forward import _attn_fwd_kernel
+from .sinks import sinks_grad
 from .head import head_tiles
 from .order import longest_first_span, num_sms
 from .paths import gluon_backward, gluon_forward
@@ -91,14 +92,6 @@ def _score_tensors(alibi, sinks) -> tuple:
     sinks (a logit a head, in their own dtype)."""
     return (None if alibi is None else alibi.to(torch.float32).contiguous(),
             None if sinks is None else sinks.contiguous())
-
-
-def _sinks_grad(sinks: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """d(loss)/d(sinks): a sink is a key of logit sinks[h] and no value, so its dS is
-    p (0 - delta) with p = exp(sink - lse) (delta = rowsum(dO O) - dlse), summed over every
-    row of the head in a fixed order (torch's reduction: deterministic). lse, delta: (B, H, N)."""
-    p = torch.exp(sinks.float()[None, :, None] - lse)
-    return (-(p * delta).sum((0, 2))).to(sinks.dtype)
 
 
 def _head_span(score: Score, varlen: tuple | None, heads: int, blocks: int, device: torch.device) -> int:
@@ -307,10 +300,10 @@ class _BackwardLaunches:
         if self.gluon is not None:     # (never with ALiBi: `paths.gluon_backward`)
             record_choice(self.choice)
             delta = self.gluon(do, q, k, v, o, lse, dlse, dq, dk, dv, cu_q, cu_k)
-            return None if sinks is None else _sinks_grad(sinks, lse, delta)
+            return None if sinks is None else sinks_grad(sinks, lse, delta)
         delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
         self.preprocess(o, do, delta, dlse)
-        dsinks = None if sinks is None else _sinks_grad(sinks, lse, delta)
+        dsinks = None if sinks is None else sinks_grad(sinks, lse, delta)
         record_choice(self.choice)
         if self.gluon_dkdv is not None:
             self.gluon_dkdv.run_dkdv(do, q, k, v, lse, delta, dk, dv, cu_q, cu_k)
@@ -437,7 +430,7 @@ class BackwardPlan:
         elif self.zero_q:
             dq.zero_()
         if sinks is not None and dsinks is None:    # no launch: delta from do and o in torch
-            dsinks = _sinks_grad(sinks, lse, _torch_delta(do, o, dlse))
+            dsinks = sinks_grad(sinks, lse, _torch_delta(do, o, dlse))
         return dq, dk, dv, dsinks
 
 
@@ -496,7 +489,7 @@ class VarlenBackwardPlan:
             else:  # no queries: nothing flows back to the keys
                 dk.zero_(), dv.zero_()
         if sinks is not None and dsinks is None:    # no launch: delta from do and o in torch
-            dsinks = _sinks_grad(sinks, lse[None], _torch_delta(_packed(do), _packed(o),
+            dsinks = sinks_grad(sinks, lse[None], _torch_delta(_packed(do), _packed(o),
                                                                 None if dlse is None else dlse[None]))
         return dq, dk, dv, dsinks
 
