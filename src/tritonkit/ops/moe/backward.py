@@ -12,8 +12,11 @@ For a row r = (token t, slot s, expert e) with routing weight w_s:
                db_d[e]  = sum_r w_s dY_t               db_gu[e] = sum_r dgu_r
 The weight gradients are products per expert whose depth is the expert's rows: one program
 owns a tile of one expert's gradient and walks its rows in sorted order, so every sum runs in
-a fixed order (deterministic, no atomics); an expert without rows gets zeros. The routing
-weight's partial sums are added in column-block order, and dX's k rows in slot order.
+a fixed order (deterministic, no atomics); an expert without rows gets zeros. The biases'
+gradients are sums over the same rows, in a pass of their own (`_bias_grad_kernel`): summed
+inside the product's loop they held its operand in registers every step, which kept the
+operands from streaming into the tensor cores (notes/moe.md). The routing weight's partial sums
+are added in column-block order, and dX's k rows in slot order.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ..._layout import cdiv
 from ..._op import not_computed
 from .activation import gated, gated_grads, load_gate_up, store_gate_up
 from .checks import Sizes
-from .configs import dot_precision, row_block, row_tiles, weight_grad_tile
+from .configs import bias_grad_block, dot_precision, row_block, row_tiles, weight_grad_tile
 from .forward import combine, down_product, scale_of
 from .product import dot, row_tile, tile_product
 from .routing import Routing, max_tiles
@@ -84,10 +87,9 @@ def _gate_up_bwd_kernel(
 @triton.jit
 def _weight_grad_kernel(
     # pointers: the token-indexed operand (dY or hidden), the row-indexed one (h or dgu, rows
-    # of the sorted order, contiguous), the gradient written, its bias's (None: none;
-    # contiguous (E, M)), the routing weights (float32 per slot; read with TOKENS_FIRST), the
-    # routing's order and offsets
-    tok_ptr, rows_ptr, out_ptr, bias_grad_ptr, scale_ptr, order_ptr, offsets_ptr,
+    # of the sorted order, contiguous), the gradient written, the routing weights (float32 per
+    # slot; read with TOKENS_FIRST), the routing's order and offsets
+    tok_ptr, rows_ptr, out_ptr, scale_ptr, order_ptr, offsets_ptr,
     # the gradient's rows and columns per expert, and k
     M, N, TOP_K,
     # strides in elements: the token operand (token, column), the gradient (expert, row, column)
@@ -98,7 +100,6 @@ def _weight_grad_kernel(
     # out[e] = P^T Q over the rows r of expert e, in sorted order:
     #   TOKENS_FIRST (the down weight): P[r] = w_s dY_t (M = H), Q[r] = h_r (N = I)
     #   otherwise (the gate/up weight): P[r] = dgu_r (M = 2I), Q[r] = x_t (N = H)
-    # bias_grad[e] = sum_r P[r], by the programs of the first column block.
     pid = tl.program_id(0)
     m_blocks = tl.cdiv(M, BLOCK_M)
     n_blocks = tl.cdiv(N, BLOCK_N)
@@ -112,7 +113,6 @@ def _weight_grad_kernel(
     m_mask = ms < M
     n_mask = ns < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    bias_acc = tl.zeros((BLOCK_M,), tl.float32)
     dtype = rows_ptr.dtype.element_ty
     for r0 in range(start, end, BLOCK_K):
         rows = r0 + tl.arange(0, BLOCK_K)
@@ -133,14 +133,41 @@ def _weight_grad_kernel(
             q = tl.load(tok_ptr + token[:, None] * tok_st + ns[None, :] * tok_sc,
                         mask=r_mask[:, None] & n_mask[None, :], other=0.0)
         acc = dot(p, q, acc, PRECISION)
-        if bias_grad_ptr is not None:
-            bias_acc += tl.sum(p.to(tl.float32), 1)
     expert64 = expert.to(tl.int64)
     tl.store(out_ptr + expert64 * out_se + ms[:, None] * out_sm + ns[None, :] * out_sn,
              acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
-    if bias_grad_ptr is not None:
-        tl.store(bias_grad_ptr + expert64 * M + ms, bias_acc.to(bias_grad_ptr.dtype.element_ty),
-                 mask=m_mask & (n_block == 0))
+
+
+
+@triton.jit
+def _bias_grad_kernel(
+    # pointers as `_weight_grad_kernel`'s; out: the bias's gradient, contiguous (E, M)
+    tok_ptr, rows_ptr, out_ptr, scale_ptr, order_ptr, offsets_ptr,
+    M, TOP_K, tok_st, tok_sc,
+    TOKENS_FIRST: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    # out[e] = sum_r P[r] over the rows r of expert e in sorted order, P as in
+    # `_weight_grad_kernel`: w_s dY_t (TOKENS_FIRST, the down bias), else dgu_r (the gate/up
+    # bias). One program a column block of one expert: a fixed order, no atomics.
+    pid = tl.program_id(0)
+    m_blocks = tl.cdiv(M, BLOCK_M)
+    expert = pid // m_blocks
+    ms = (pid % m_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_mask = ms < M
+    start = tl.load(offsets_ptr + expert)
+    end = tl.load(offsets_ptr + expert + 1)
+    acc = tl.zeros((BLOCK_R, BLOCK_M), tl.float32)
+    for r0 in range(start, end, BLOCK_R):
+        rows = r0 + tl.arange(0, BLOCK_R)
+        r_mask = rows < end
+        mask = r_mask[:, None] & m_mask[None, :]
+        if TOKENS_FIRST:
+            slot = tl.load(order_ptr + rows, mask=r_mask, other=0).to(tl.int64)
+            p = tl.load(tok_ptr + (slot // TOP_K)[:, None] * tok_st + ms[None, :] * tok_sc, mask=mask, other=0.0)
+            acc += p.to(tl.float32) * tl.load(scale_ptr + slot, mask=r_mask, other=0.0)[:, None]
+        else:
+            acc += tl.load(rows_ptr + rows.to(tl.int64)[:, None] * M + ms[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + expert.to(tl.int64) * M + ms, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=m_mask)
 
 
 def _weight_grad(tokens: torch.Tensor, rows: torch.Tensor, like: torch.Tensor, with_bias: bool,
@@ -152,15 +179,20 @@ def _weight_grad(tokens: torch.Tensor, rows: torch.Tensor, like: torch.Tensor, w
     if rows.shape[0] == 0:  # no rows: nothing to launch over
         return torch.zeros_like(like), like.new_zeros((experts, m)) if with_bias else not_computed(like)
     out = torch.empty_like(like)
-    bias_grad = like.new_empty((experts, m)) if with_bias else None
     tile = weight_grad_tile(like.dtype)
     grid = (experts * cdiv(m, tile.block_m) * cdiv(n, tile.block_n),)
     Launch("moe_weight_grad", _weight_grad_kernel, grid,
-           (tokens, rows, out, bias_grad, scale, routing.order, routing.offsets, m, n, top_k, *tokens.stride(),
-            *out.stride()),
+           (tokens, rows, out, scale, routing.order, routing.offsets, m, n, top_k, *tokens.stride(), *out.stride()),
            dict(TOKENS_FIRST=scale is not None, **tile.meta(), PRECISION=precision),
            num_warps=tile.num_warps, num_stages=tile.num_stages)()
-    return out, not_computed(like) if bias_grad is None else bias_grad
+    if not with_bias:
+        return out, not_computed(like)
+    bias_grad = like.new_empty((experts, m))
+    block_r, block_m = bias_grad_block()
+    Launch("moe_bias_grad", _bias_grad_kernel, (experts * cdiv(m, block_m),),
+           (tokens, rows, bias_grad, scale, routing.order, routing.offsets, m, top_k, *tokens.stride()),
+           dict(TOKENS_FIRST=scale is not None, BLOCK_R=block_r, BLOCK_M=block_m), num_warps=4, num_stages=2)()
+    return out, bias_grad
 
 
 def experts_backward(grad_out, hidden, expert_indices, routing_weights, gate_up_weight, down_weight, gate_up_bias,
@@ -174,7 +206,7 @@ def experts_backward(grad_out, hidden, expert_indices, routing_weights, gate_up_
     block_m = row_block(slots, experts, hidden.dtype)
     if routing.tiles.shape[0] != max_tiles(slots, experts, block_m):
         raise ValueError("tiles was built for another row block; pass the forward's routing unchanged")
-    tile = row_tiles(block_m, hidden.dtype, interleaved)
+    tile = row_tiles(block_m, hidden.dtype)
     precision = dot_precision(hidden.dtype)
     dy = grad_out.contiguous()
     scale = scale_of(routing_weights)

@@ -61,14 +61,15 @@ def row_block(rows: int, num_experts: int, dtype: torch.dtype) -> int:
     return 128 if rows >= 128 * num_experts and dtype != torch.float32 else 64
 
 
-def row_tiles(block_m: int, dtype: torch.dtype, interleaved: bool) -> dict[str, Tile]:
+def row_tiles(block_m: int, dtype: torch.dtype) -> dict[str, Tile]:
     """The tiles of the passes over expert-sorted rows: "gate_up" (two accumulators of
     BLOCK_M x BLOCK_N, gate and up), "down" (the down product, and the input gradient's
     product with the gate/up weight), "gate_up_bwd" (dY times the down weight, the
     activation's backward in its epilogue). The gate/up backward's epilogue holds the
     product, gate, up, h and both gradients of its tile: at BLOCK_N 64 and 8 warps it takes
-    239 registers a thread for SwiGLU, and spills for interleaved gate/up (the pairs' split and
-    join), which therefore take 32 columns (142 registers; ptxas for sm_90)."""
+    239 registers a thread for SwiGLU and spills 16 bytes for interleaved gate/up (the pairs'
+    split and join), which all the same measured faster than 32 columns, whose narrower tiles
+    read each row tile's gathered dY once more per column block (notes/moe.md)."""
     if interpreting():
         return {"gate_up": _INTERPRETER_TILE, "down": _INTERPRETER_TILE, "gate_up_bwd": _INTERPRETER_TILE}
     if _ieee(dtype):
@@ -79,7 +80,7 @@ def row_tiles(block_m: int, dtype: torch.dtype, interleaved: bool) -> dict[str, 
     warps = 8 if block_m == 128 else 4
     return {"gate_up": Tile(block_m, 64, k, warps, stages),
             "down": Tile(block_m, 128, k, warps, stages),
-            "gate_up_bwd": Tile(block_m, 32 if interleaved else 64, k, warps, stages)}
+            "gate_up_bwd": Tile(block_m, 64, k, warps, stages)}
 
 
 def weight_grad_tile(dtype: torch.dtype) -> Tile:
@@ -91,6 +92,15 @@ def weight_grad_tile(dtype: torch.dtype) -> Tile:
         return Tile(64, 64, 16, 4, 2)
     wide = dtype.itemsize == 2
     return Tile(128, 128, 64 if wide else 32, 8, 3 if wide else 2)
+
+
+def bias_grad_block() -> tuple[int, int]:
+    """(BLOCK_R, BLOCK_M) of the biases' gradients: sorted rows a step, and the bias's columns a
+    program (256 of 16-bit elements: 16-byte accesses at 4 warps; 16 rows keep the float32
+    accumulator without spills)."""
+    if interpreting():
+        return 16, 32
+    return 16, 256
 
 
 def combine_block(n: int) -> tuple[int, int]:

@@ -173,7 +173,7 @@ def experts_forward(hidden, expert_indices, routing_weights, gate_up_weight, dow
     tokens, hidden_size, top_k, experts, width = sizes
     slots = tokens * top_k
     block_m = row_block(slots, experts, hidden.dtype)
-    tile = row_tiles(block_m, hidden.dtype, interleaved)
+    tile = row_tiles(block_m, hidden.dtype)
     routing = route(expert_indices, experts, block_m)
     precision = dot_precision(hidden.dtype)
     gu = hidden.new_empty((slots, 2 * width)) if keep else not_computed(hidden)
