@@ -330,6 +330,9 @@ def _backward_launches(do, q, k, v, o, lse, dq_stride: tuple, dk_stride: tuple, 
                        gluon) -> _BackwardLaunches:
     """The backward of (B, H, N, D) tensors (v, o, do: head dim Dv) with B, Nq > 0 (packed: B =
     1, `varlen` as in `_forward_launch`), writing dq, dk, dv of these strides."""
+    # A sink changes only lse, which every backward kernel reads, and its own gradient comes
+    # from lse and delta (`sinks.sinks_grad`): the kernels are those compiled without sinks.
+    score = score._replace(sinks=False)
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     softcap = score.softcap

@@ -70,6 +70,11 @@ class Scores:
         return t
 
     @gluon.jit
+    def sink_logit(self, SINKS, h, like):
+        # Head h's sink logit (natural log, float32), one a row of `like` (a vector of rows).
+        return gl.load(SINKS + h + gl.full(like.shape, 0, gl.int32, like.type.layout)).to(gl.float32)
+
+    @gluon.jit
     def with_sink(self, m_i, l_i, SINKS, h):
         # A learnable sink (gpt-oss) joins each row's softmax as a key of logit SINKS[h] and no
         # value, folded in once after the walk, from the walk's base-2 maximum m and sum l:
@@ -79,8 +84,7 @@ class Scores:
         # with a softcap's fixed reference (FIXED_MAX) the walk's m is a constant that holds only
         # for bounded scores, which a sink's logit is not. A sink that outweighs the keys past
         # float32's range gives the factor 0 (o = 0) and a finite lse.
-        offsets = gl.full(m_i.shape, 0, gl.int32, m_i.type.layout)
-        sink = gl.load(SINKS + h + offsets).to(gl.float32) * _LOG2E
+        sink = self.sink_logit(SINKS, h, m_i) * _LOG2E
         m_new = gl.maximum(m_i, sink)
         alpha = gl.exp2(m_i - m_new)
         l_new = l_i * alpha + gl.exp2(sink - m_new)

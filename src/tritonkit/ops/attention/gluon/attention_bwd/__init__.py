@@ -107,10 +107,8 @@ def kv_in_registers(head_dim: int) -> int:
 
 
 def _meta(score: Score, stages: int, varlen: bool, span: int) -> dict:
-    """The constexprs both passes take (span: the tiles' order, `ops.attention.order`). Their
-    Score drops learnable sinks: a sink changes only lse, which the passes read, and its own
-    gradient comes from lse and delta (`ops.attention.sinks`), so one kernel serves both."""
-    return dict(SCORE=kernel_score(score)._replace(sinks=False), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+    """The constexprs both passes take (span: the tiles' order, `ops.attention.order`)."""
+    return dict(SCORE=kernel_score(score), STAGES=stages, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
                 VARLEN=varlen, LONGEST_FIRST=span > 0)
 
 

@@ -182,10 +182,17 @@ def _dq_delta(do, o, io, row_base, row0, Nq, s_layout: gl.constexpr):
     products = do.load(rows_layout).to(gl.float32) * o.load(rows_layout).to(gl.float32)
     delta = gl.sum(products, axis=1)
     rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rows_layout))
+    delta = _store_delta(io, row_base, rows, delta, Nq)
+    return gl.convert_layout(delta, gl.SliceLayout(1, s_layout))
+
+
+@gluon.jit
+def _store_delta(io, row_base, rows, delta, Nq):
+    # delta less lse's upstream gradient (with HAS_DLSE), stored for rows < Nq; returned.
     if io.HAS_DLSE:
         delta -= gl.load(io.DLSE + row_base + rows, mask=rows < Nq, other=0.0)
     gl.store(io.DELTA + row_base + rows, delta, mask=rows < Nq)
-    return gl.convert_layout(delta, gl.SliceLayout(1, s_layout))
+    return delta
 
 
 @gluon.jit
@@ -194,10 +201,7 @@ def _empty_delta(io, row_base, row0, Nq, BLOCK_M: gl.constexpr):
     # is zero, so delta is -dlse, or 0 without an upstream gradient of lse.
     rows_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     rows = row0 + gl.arange(0, BLOCK_M, layout=rows_layout)
-    delta = gl.zeros([BLOCK_M], gl.float32, rows_layout)
-    if io.HAS_DLSE:
-        delta -= gl.load(io.DLSE + row_base + rows, mask=rows < Nq, other=0.0)
-    gl.store(io.DELTA + row_base + rows, delta, mask=rows < Nq)
+    _store_delta(io, row_base, rows, gl.zeros([BLOCK_M], gl.float32, rows_layout), Nq)
 
 
 @gluon.jit

@@ -382,7 +382,7 @@ def _consumer_tile(WG: gl.constexpr, ROWS: gl.constexpr, c, tile, q, q_free, o_b
 
 
 @gluon.jit
-def _empty_rows(WG: gl.constexpr, q, h, m0, q0, nq, io, tiles, SCORE: gl.constexpr):
+def _empty_rows(WG: gl.constexpr, q, h, m0, q0, nq, io, tiles, scores):
     # A packed sequence with no keys: its rows see none, so o = 0 and lse = -inf, or with
     # learnable sinks the head's sink, their softmax's only term (this warpgroup's 64 rows of
     # the tile from m0).
@@ -393,8 +393,8 @@ def _empty_rows(WG: gl.constexpr, q, h, m0, q0, nq, io, tiles, SCORE: gl.constex
     rows_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     rows = row0 + gl.arange(0, BLOCK_M, layout=rows_layout)
     lse = gl.full([BLOCK_M], float("-inf"), gl.float32, rows_layout)
-    if SCORE.sinks:
-        lse = gl.load(io.SINKS + h + gl.full([BLOCK_M], 0, gl.int32, rows_layout)).to(gl.float32)
+    if scores.SCORE.sinks:
+        lse = scores.sink_logit(io.SINKS, h, lse)
     gl.store(io.LSE + h.to(gl.int64) * tiles.Nq + q0 + rows, lse, mask=rows < nq)
 
 
@@ -414,7 +414,7 @@ def _consume_tile(WG: gl.constexpr, CONSUMERS: gl.constexpr, t, c, q, q_free, o_
                            bufs.turn.index(WG), bufs.turn.index((WG + 1) % CONSUMERS), bufs, io, tiles, scores,
                            FIXED_MAX)
         else:
-            _empty_rows(WG, q, h, m0, q0, nq, io, tiles, SCORE)
+            _empty_rows(WG, q, h, m0, q0, nq, io, tiles, scores)
             mbarrier.arrive(q_free, count=1)
     else:
         _consumer_tile(WG, CONSUMERS * BLOCK_M, c, (b, h, m0, n_kv, n_full, q0, nq, nk), q, q_free, o_buf,
